@@ -1,0 +1,98 @@
+// Package craftstore is a CoreDNS plugin serving authoritative zones that a
+// Raft group replicates: every member answers from its own applied state,
+// writes go through Raft and are acknowledged once committed and applied.
+package craftstore
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+
+	"github.com/miekg/dns"
+)
+
+var log = clog.NewWithPlugin("craftstore")
+
+// Craftstore is the plugin handler of one server block.
+type Craftstore struct {
+	Next  plugin.Handler
+	Zones []string // the server block's zones
+	Fall  fall.F
+
+	cfg config
+	rep atomic.Pointer[replica.Replica]
+	ref *member // registry entry, held between OnStartup and OnShutdown
+}
+
+// ServeDNS implements plugin.Handler.
+func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	if len(r.Question) != 1 || r.Question[0].Qclass != dns.ClassINET {
+		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+	}
+	q := r.Question[0]
+	qname := lower(q.Name)
+	if plugin.Zones(c.Zones).Matches(qname) == "" {
+		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+	}
+	rep := c.rep.Load()
+	if rep == nil {
+		return dns.RcodeServerFailure, nil
+	}
+	z := rep.Match(qname)
+	if z == nil {
+		if c.Fall.Through(qname) {
+			return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+		}
+		return refuse(w, r, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
+	}
+	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
+		// The transfer plugin, when configured, runs before us and serves these.
+		return refuse(w, r, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed")
+	}
+
+	m := new(dns.Msg)
+	m.SetReply(r)
+	if opt := r.IsEdns0(); opt != nil {
+		// RFC 6891 §7: an EDNS query gets an OPT record back.
+		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
+	}
+	z.Lookup(m, qname, q.Qtype)
+	w.WriteMsg(m)
+	return dns.RcodeSuccess, nil
+}
+
+// refuse answers REFUSED with an Extended DNS Error (RFC 8914) saying why.
+func refuse(w dns.ResponseWriter, r *dns.Msg, code uint16, why string) (int, error) {
+	m := new(dns.Msg)
+	m.SetRcode(r, dns.RcodeRefused)
+	if opt := r.IsEdns0(); opt != nil {
+		m.SetEdns0(opt.UDPSize(), opt.Do())
+		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: why})
+	}
+	w.WriteMsg(m)
+	return dns.RcodeRefused, nil
+}
+
+// lower returns s in lower case, without allocating when it already is.
+func lower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; 'A' <= c && c <= 'Z' {
+					b[j] = c + 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// Name implements plugin.Handler.
+func (c *Craftstore) Name() string { return "craftstore" }

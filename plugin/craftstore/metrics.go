@@ -1,0 +1,95 @@
+package craftstore
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/coredns/coredns/plugin"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics of a member, labelled by member id (one process may run one
+// member per data directory).
+var (
+	termGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "term",
+		Help: "Current Raft term of the member.",
+	}, []string{"member"})
+	leaderGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "is_leader",
+		Help: "1 when the member is the Raft leader, 0 otherwise.",
+	}, []string{"member"})
+	commitGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "commit_index",
+		Help: "Raft commit index known to the member.",
+	}, []string{"member"})
+	appliedGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "applied_index",
+		Help: "Raft index applied to the member's zone data.",
+	}, []string{"member"})
+	proposalsCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "proposals_total",
+		Help: "Proposals by result: applied, refused (bad input or conflict), unavailable (no quorum in time).",
+	}, []string{"member", "result"})
+	appliedCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "applied_entries_total",
+		Help: "Raft entries applied.",
+	}, []string{"member"})
+	applyDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "apply_duration_seconds",
+		Help:    "Time to persist and apply one Raft Ready (one fsync).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"member"})
+	recordsGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "records",
+		Help: "Records per zone on the member.",
+	}, []string{"member", "zone"})
+)
+
+// observer feeds the replica's events into the metrics.
+type observer struct{ member string }
+
+func (o observer) Applied(n int, d time.Duration) {
+	appliedCount.WithLabelValues(o.member).Add(float64(n))
+	applyDuration.WithLabelValues(o.member).Observe(d.Seconds())
+}
+
+func (o observer) Proposed(err error) {
+	var rerr *replica.Error
+	result := "applied"
+	switch {
+	case err == nil:
+	case errors.As(err, &rerr) && rerr.Status < 500:
+		result = "refused"
+	default:
+		result = "unavailable"
+	}
+	proposalsCount.WithLabelValues(o.member, result).Inc()
+}
+
+// updateGauges refreshes the gauges from the member's state.
+func updateGauges(rep *replica.Replica) {
+	id := strconv.FormatUint(rep.ID(), 10)
+	st, err := rep.Status()
+	if err != nil {
+		return
+	}
+	termGauge.WithLabelValues(id).Set(float64(st.Term))
+	commitGauge.WithLabelValues(id).Set(float64(st.Commit))
+	appliedGauge.WithLabelValues(id).Set(float64(st.Applied))
+	leader := 0.0
+	if rep.IsLeader() {
+		leader = 1
+	}
+	leaderGauge.WithLabelValues(id).Set(leader)
+	for _, o := range rep.Zones() {
+		if z := rep.Zone(o); z != nil {
+			recordsGauge.WithLabelValues(id, o).Set(float64(z.Records()))
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package craftstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+)
+
+// A Corefile reload starts the new instance before the old one shuts down,
+// and one process can name the same data directory in several server
+// blocks. Members are therefore shared through a process-wide registry keyed
+// by data directory, with a reference count: the bbolt file and the Raft port
+// are opened once and closed with the last reference (STYLE.md, "Reload
+// safety"; CoreDNS's dynupdate does the same for its database).
+var (
+	registryMu sync.Mutex
+	registry   = map[string]*member{}
+)
+
+// member is one running replica with its API server.
+type member struct {
+	dir  string
+	rep  *replica.Replica
+	api  *apiServer
+	refs int
+	stop chan struct{}
+}
+
+// start acquires the member of c's data directory, opening it if needed.
+func (c *Craftstore) start() error {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if m, ok := registry[c.cfg.dir]; ok {
+		if m.rep.ID() != c.cfg.id {
+			return fmt.Errorf("data directory %s already runs member %d, not %d", c.cfg.dir, m.rep.ID(), c.cfg.id)
+		}
+		m.refs++
+		c.ref = m
+		c.rep.Store(m.rep)
+		return nil
+	}
+
+	rep, err := replica.Open(replica.Config{
+		ID:              c.cfg.id,
+		Cluster:         c.cfg.cluster,
+		Dir:             c.cfg.dir,
+		RaftAddr:        c.cfg.raft,
+		Peers:           c.cfg.peers,
+		Join:            c.cfg.join,
+		SnapshotEntries: c.cfg.snapshot,
+		Logger:          log,
+		Observer:        observer{strconv.FormatUint(c.cfg.id, 10)},
+	})
+	if err != nil {
+		return fmt.Errorf("craftstore: %w", err)
+	}
+	m := &member{dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{})}
+	if c.cfg.api != "" {
+		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep)
+		if err != nil {
+			rep.Close()
+			return fmt.Errorf("craftstore: api: %w", err)
+		}
+	}
+	registry[c.cfg.dir] = m
+	c.ref = m
+	c.rep.Store(rep)
+	log.Infof("member %d of %q: data %s, raft %s", c.cfg.id, c.cfg.cluster, c.cfg.dir, rep.RaftAddr())
+
+	go m.background(c.cfg)
+	return nil
+}
+
+// shutdown releases the member; the last release closes it.
+func (c *Craftstore) shutdown() error {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	m := c.ref
+	if m == nil {
+		return nil
+	}
+	c.ref = nil
+	m.refs--
+	if m.refs > 0 {
+		return nil
+	}
+	delete(registry, m.dir)
+	close(m.stop)
+	if m.api != nil {
+		m.api.close()
+	}
+	return m.rep.Close()
+}
+
+// background does what a member does once it is up: seed zones into a new
+// group, advertise its addresses, and keep the metrics current.
+func (m *member) background(cfg config) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	seeded := !m.rep.Fresh() || cfg.join || len(cfg.seeds) == 0
+	advertised := false
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+		}
+		updateGauges(m.rep)
+		if !m.rep.Ready() {
+			continue
+		}
+		if !seeded {
+			seeded = m.seed(cfg)
+		}
+		if !advertised {
+			api := ""
+			if m.api != nil {
+				api = m.api.addr()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+			advertised = m.rep.AdvertiseSelf(ctx, cfg.dnsListen, api) == nil
+			cancel()
+		}
+	}
+}
+
+// seed imports the configured zone files for zones the group does not have
+// yet. Every new member of a new group may try; the import is conditional
+// on the zone being absent, so the first one wins and the others are no-ops.
+func (m *member) seed(cfg config) bool {
+	done := true
+	for origin, file := range cfg.seeds {
+		if m.rep.Zone(origin) != nil {
+			continue
+		}
+		text, err := os.ReadFile(file)
+		if err != nil {
+			log.Errorf("seed %s: %v", origin, err)
+			continue
+		}
+		rrs, err := parseZone(origin, string(text))
+		if err != nil {
+			log.Errorf("seed %s from %s: %v", origin, file, err)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), importTimeout(cfg.timeout, len(rrs)))
+		res, err := m.rep.PutZone(ctx, origin, rrs, true)
+		cancel()
+		switch {
+		case err != nil:
+			log.Warningf("seed %s: %v (will retry)", origin, err)
+			done = false
+		case res.Skipped:
+			log.Infof("seed %s: zone already present", origin)
+		default:
+			log.Infof("seeded zone %s from %s: %d records, serial %d", origin, file, res.Records, res.Serial)
+		}
+	}
+	return done
+}
+
+// importTimeout gives a zone import the write timeout per chunk.
+func importTimeout(per time.Duration, records int) time.Duration {
+	return per * time.Duration(2+records/4096)
+}

@@ -1,0 +1,308 @@
+package replica
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
+	"github.com/miekg/dns"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Error is a refusal of a command: deterministic, so every member refuses
+// the same entry the same way. Status is the HTTP status the API answers.
+type Error struct {
+	Status int
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+func errorf(status int, format string, a ...any) *Error {
+	return &Error{Status: status, Msg: fmt.Sprintf(format, a...)}
+}
+
+// Result is what applying a command produced, handed back to its proposer.
+type Result struct {
+	Serial  uint32 // the zone's SOA serial after the change
+	Records int    // records in the zone after an import
+	Skipped bool   // an import with Absent set found the zone present
+}
+
+// effect is what the in-memory views must do once the transaction that
+// applied the entry has committed.
+type effect struct {
+	zone    string
+	names   []zone.NameRecords // opChange
+	reload  bool               // opImportCommit: rebuild the view from bbolt
+	deleted bool               // opDeleteZone
+	member  *Member            // opMemberInfo and conf changes
+	removed uint64             // conf change: member removed
+}
+
+// applyCommand applies c to generation g inside a write transaction. A
+// refusal is returned as *Error with g unchanged.
+func applyCommand(g *bolt.Bucket, c *command) (Result, *effect, error) {
+	switch c.Op {
+	case opChange:
+		return applyChange(g, c)
+	case opImportBegin:
+		return applyImportBegin(g, c)
+	case opImportChunk:
+		return applyImportChunk(g, c)
+	case opImportCommit:
+		return applyImportCommit(g, c)
+	case opDeleteZone:
+		zb := g.Bucket(bucketZones)
+		if zb.Bucket([]byte(c.Zone)) == nil {
+			return Result{}, nil, errorf(http.StatusNotFound, "zone %q not found", c.Zone)
+		}
+		if err := zb.DeleteBucket([]byte(c.Zone)); err != nil {
+			return Result{}, nil, err
+		}
+		return Result{}, &effect{zone: c.Zone, deleted: true}, nil
+	case opMemberInfo:
+		ms := g.Bucket(bucketMembers)
+		if ms.Get(idKey(c.Member.ID)) == nil {
+			return Result{}, nil, nil // removed meanwhile
+		}
+		if err := putMember(g, c.Member); err != nil {
+			return Result{}, nil, err
+		}
+		m := c.Member
+		return Result{}, &effect{member: &m}, nil
+	}
+	return Result{}, nil, errorf(http.StatusBadRequest, "unknown command %d", c.Op)
+}
+
+// rrsAt reads and decodes the RRs stored under name in bucket b.
+func rrsAt(b *bolt.Bucket, name string) ([]dns.RR, error) {
+	v := b.Get(nameKey(name))
+	if v == nil {
+		return nil, nil
+	}
+	return decodeRRs(v)
+}
+
+func putRRs(b *bolt.Bucket, name string, rrs []dns.RR) error {
+	if len(rrs) == 0 {
+		return b.Delete(nameKey(name))
+	}
+	v, err := encodeRRs(rrs)
+	if err != nil {
+		return err
+	}
+	return b.Put(nameKey(name), v)
+}
+
+// applyChange applies an atomic record change: deletions first, then
+// additions, then the zone invariants are checked and the SOA serial bumped.
+func applyChange(g *bolt.Bucket, c *command) (Result, *effect, error) {
+	zb := g.Bucket(bucketZones).Bucket([]byte(c.Zone))
+	if zb == nil {
+		return Result{}, nil, errorf(http.StatusNotFound, "zone %q not found", c.Zone)
+	}
+	names := map[string][]dns.RR{}
+	var order []string
+	load := func(name string) ([]dns.RR, error) {
+		name = strings.ToLower(dns.Fqdn(name))
+		if !dns.IsSubDomain(c.Zone, name) {
+			return nil, errorf(http.StatusBadRequest, "name %q is outside zone %q", name, c.Zone)
+		}
+		if rrs, ok := names[name]; ok {
+			return rrs, nil
+		}
+		rrs, err := rrsAt(zb, name)
+		if err != nil {
+			return nil, err
+		}
+		names[name] = rrs
+		order = append(order, name)
+		return rrs, nil
+	}
+	apex, err := load(c.Zone)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	oldSerial, _ := soaSerial(apex)
+
+	for _, d := range c.Del {
+		name := d.Name
+		if d.RR != nil {
+			name = d.RR.Header().Name
+		}
+		rrs, err := load(name)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		key := strings.ToLower(dns.Fqdn(name))
+		apex := key == c.Zone
+		switch {
+		case d.RR != nil:
+			if apex && (d.RR.Header().Rrtype == dns.TypeSOA) {
+				return Result{}, nil, errorf(http.StatusBadRequest, "the SOA record cannot be deleted")
+			}
+			names[key] = removeRRs(rrs, func(rr dns.RR) bool { return dns.IsDuplicate(rr, d.RR) })
+		case d.Type != 0:
+			if apex && (d.Type == dns.TypeSOA || d.Type == dns.TypeNS) {
+				return Result{}, nil, errorf(http.StatusBadRequest, "the apex %s RRset cannot be deleted", dns.TypeToString[d.Type])
+			}
+			names[key] = removeRRs(rrs, func(rr dns.RR) bool { return rr.Header().Rrtype == d.Type })
+		default:
+			if apex {
+				return Result{}, nil, errorf(http.StatusBadRequest, "the zone apex cannot be deleted (it holds the SOA and NS records)")
+			}
+			names[key] = nil
+		}
+	}
+
+	var newSOA *dns.SOA
+	for _, rr := range c.Add {
+		rrs, err := load(rr.Header().Name)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		key := strings.ToLower(dns.Fqdn(rr.Header().Name))
+		if soa, ok := rr.(*dns.SOA); ok {
+			if key != c.Zone {
+				return Result{}, nil, errorf(http.StatusBadRequest, "SOA record at %q is not at the zone apex", key)
+			}
+			newSOA = soa
+		}
+		names[key] = addRR(rrs, rr)
+	}
+
+	for _, name := range order {
+		if err := checkName(name, names[name]); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	apex = names[c.Zone]
+	if err := checkApex(c.Zone, apex); err != nil {
+		return Result{}, nil, err
+	}
+	serial := bumpSerial(apex, oldSerial, newSOA)
+
+	e := &effect{zone: c.Zone, names: make([]zone.NameRecords, 0, len(order))}
+	for _, name := range order {
+		if err := putRRs(zb, name, names[name]); err != nil {
+			return Result{}, nil, err
+		}
+		e.names = append(e.names, zone.NameRecords{Name: name, RRs: names[name]})
+	}
+	return Result{Serial: serial}, e, nil
+}
+
+func removeRRs(rrs []dns.RR, drop func(dns.RR) bool) []dns.RR {
+	out := make([]dns.RR, 0, len(rrs))
+	for _, rr := range rrs {
+		if !drop(rr) {
+			out = append(out, rr)
+		}
+	}
+	return out
+}
+
+// singleton types hold one RR per name: a new one replaces the old.
+func singleton(t uint16) bool {
+	return t == dns.TypeSOA || t == dns.TypeCNAME || t == dns.TypeDNAME
+}
+
+// addRR adds rr to the RRs of one name. A duplicate (RFC 2181 §5: equal but
+// for the TTL) is not added twice; the TTL of the added RR becomes the TTL
+// of its whole RRset (RFC 2181 §5.2).
+func addRR(rrs []dns.RR, rr dns.RR) []dns.RR {
+	t := rr.Header().Rrtype
+	out := make([]dns.RR, 0, len(rrs)+1)
+	for _, old := range rrs {
+		if old.Header().Rrtype != t {
+			out = append(out, old)
+			continue
+		}
+		if singleton(t) || dns.IsDuplicate(old, rr) {
+			continue
+		}
+		if old.Header().Ttl != rr.Header().Ttl {
+			old = dns.Copy(old)
+			old.Header().Ttl = rr.Header().Ttl
+		}
+		out = append(out, old)
+	}
+	return append(out, rr)
+}
+
+// checkName enforces RFC 1034 §3.6.2 and RFC 2181 §10.1: a CNAME is the only
+// data at its name (DNSSEC records aside).
+func checkName(name string, rrs []dns.RR) error {
+	cname, other := false, false
+	for _, rr := range rrs {
+		switch rr.Header().Rrtype {
+		case dns.TypeCNAME:
+			cname = true
+		case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3:
+		default:
+			other = true
+		}
+	}
+	if cname && other {
+		return errorf(http.StatusConflict, "CNAME and other data at %q (RFC 1034 section 3.6.2)", name)
+	}
+	return nil
+}
+
+// checkApex requires exactly one SOA and at least one NS at the apex.
+func checkApex(origin string, apex []dns.RR) error {
+	soa, ns := 0, 0
+	for _, rr := range apex {
+		switch rr.Header().Rrtype {
+		case dns.TypeSOA:
+			soa++
+		case dns.TypeNS:
+			ns++
+		case dns.TypeCNAME:
+			return errorf(http.StatusConflict, "CNAME at the zone apex %q", origin)
+		}
+	}
+	if soa != 1 {
+		return errorf(http.StatusConflict, "zone %q must have exactly one SOA record at its apex", origin)
+	}
+	if ns == 0 {
+		return errorf(http.StatusConflict, "zone %q must keep at least one NS record at its apex", origin)
+	}
+	return nil
+}
+
+// bumpSerial sets the SOA serial in apex (on a copy of the SOA) to old+1, or
+// to the serial of an added SOA when that one is newer than old (RFC 1982
+// serial number arithmetic), and returns the new serial.
+func bumpSerial(apex []dns.RR, old uint32, added *dns.SOA) uint32 {
+	serial := old + 1
+	if added != nil && serialNewer(added.Serial, old) {
+		serial = added.Serial
+	}
+	for i, rr := range apex {
+		if soa, ok := rr.(*dns.SOA); ok {
+			cp := dns.Copy(soa).(*dns.SOA)
+			cp.Serial = serial
+			apex[i] = cp
+		}
+	}
+	return serial
+}
+
+// serialNewer reports whether serial a is newer than b (RFC 1982 §3.2).
+func serialNewer(a, b uint32) bool {
+	return a != b && int32(a-b) > 0
+}
+
+// soaSerial returns the serial of the SOA among rrs, and whether there is one.
+func soaSerial(rrs []dns.RR) (uint32, bool) {
+	for _, rr := range rrs {
+		if soa, ok := rr.(*dns.SOA); ok {
+			return soa.Serial, true
+		}
+	}
+	return 0, false
+}

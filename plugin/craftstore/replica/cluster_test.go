@@ -1,0 +1,381 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// testCluster runs members in-process on loopback, each on its own bbolt
+// file in a temporary directory.
+type testCluster struct {
+	t       testing.TB
+	dir     string
+	peers   []Member
+	members map[uint64]*Replica
+	snap    uint64
+}
+
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func newTestCluster(t testing.TB, n int, snapshotEntries uint64) *testCluster {
+	c := &testCluster{t: t, dir: t.TempDir(), members: map[uint64]*Replica{}, snap: snapshotEntries}
+	for i := 1; i <= n; i++ {
+		c.peers = append(c.peers, Member{ID: uint64(i), Raft: freeAddr(t)})
+	}
+	for _, p := range c.peers {
+		c.start(p.ID, false)
+	}
+	t.Cleanup(func() {
+		for _, r := range c.members {
+			r.Close()
+		}
+	})
+	return c
+}
+
+func (c *testCluster) start(id uint64, join bool) *Replica {
+	c.t.Helper()
+	var addr string
+	for _, p := range c.peers {
+		if p.ID == id {
+			addr = p.Raft
+		}
+	}
+	r, err := Open(Config{
+		ID:              id,
+		Dir:             filepath.Join(c.dir, fmt.Sprint(id)),
+		RaftAddr:        addr,
+		Peers:           c.peers,
+		Join:            join,
+		SnapshotEntries: c.snap,
+		CatchupEntries:  c.snap / 2,
+		Tick:            20 * time.Millisecond,
+	})
+	if err != nil {
+		c.t.Fatalf("starting member %d: %v", id, err)
+	}
+	c.members[id] = r
+	return r
+}
+
+func (c *testCluster) stop(id uint64) {
+	c.t.Helper()
+	if err := c.members[id].Close(); err != nil {
+		c.t.Fatalf("closing member %d: %v", id, err)
+	}
+	delete(c.members, id)
+}
+
+// eventually polls cond for up to 20s.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func (c *testCluster) leader() *Replica {
+	c.t.Helper()
+	var l *Replica
+	eventually(c.t, "a leader", func() bool {
+		for _, r := range c.members {
+			if r.IsLeader() {
+				l = r
+				return true
+			}
+		}
+		return false
+	})
+	return l
+}
+
+func (c *testCluster) follower() *Replica {
+	l := c.leader()
+	for _, r := range c.members {
+		if r != l {
+			return r
+		}
+	}
+	return l
+}
+
+const testZone = `$ORIGIN example.org.
+$TTL 300
+@ IN SOA ns1 hostmaster 1 7200 3600 1209600 300
+@ IN NS ns1
+ns1 IN A 192.0.2.53
+www IN A 192.0.2.10
+`
+
+func parseTestZone(t testing.TB) []dns.RR {
+	var rrs []dns.RR
+	zp := dns.NewZoneParser(strings.NewReader(testZone), "example.org.", "")
+	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+		rrs = append(rrs, rr)
+	}
+	if err := zp.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rrs
+}
+
+func mustRR(t testing.TB, s string) dns.RR {
+	rr, err := dns.NewRR(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rr
+}
+
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// has reports whether member r answers name/A with ip from its view.
+func has(r *Replica, name, ip string) bool {
+	z := r.Zone("example.org.")
+	if z == nil {
+		return false
+	}
+	for _, rr := range z.RRs(name, dns.TypeA) {
+		if a, ok := rr.(*dns.A); ok && a.A.String() == ip {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *testCluster) everywhere(name, ip string) {
+	c.t.Helper()
+	eventually(c.t, name+" on every member", func() bool {
+		for _, r := range c.members {
+			if !has(r, name, ip) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestReplicateWrites(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	f := c.follower()
+	res, err := f.PutZone(ctx(t), "example.org.", parseTestZone(t), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Records != 4 || res.Serial != 1 {
+		t.Errorf("expected 4 records serial 1, got %+v", res)
+	}
+	// Read-your-writes on the member that took the write.
+	if !has(f, "www.example.org.", "192.0.2.10") {
+		t.Fatal("expected the import applied on the proposing member when PutZone returns")
+	}
+	serial, err := f.Change(ctx(t), "example.org.", []dns.RR{mustRR(t, "new.example.org. 60 IN A 192.0.2.77")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if serial != 2 {
+		t.Errorf("expected serial 2, got %d", serial)
+	}
+	if !has(f, "new.example.org.", "192.0.2.77") {
+		t.Fatal("expected read-your-writes")
+	}
+	c.everywhere("new.example.org.", "192.0.2.77")
+
+	// Refusals are deterministic and change nothing.
+	_, err = f.Change(ctx(t), "example.org.", []dns.RR{mustRR(t, "new.example.org. 60 IN CNAME www.example.org.")}, nil)
+	var rerr *Error
+	if !errors.As(err, &rerr) || rerr.Status != 409 {
+		t.Fatalf("expected a 409 for CNAME beside A, got %v", err)
+	}
+	_, err = f.Change(ctx(t), "example.org.", nil, []Deletion{{Name: "example.org.", Type: dns.TypeSOA}})
+	if !errors.As(err, &rerr) || rerr.Status != 400 {
+		t.Fatalf("expected a 400 for deleting the SOA, got %v", err)
+	}
+	if soa := f.Zone("example.org.").SOA(); soa == nil || soa.Serial != 2 {
+		t.Errorf("expected serial still 2 after refusals, got %v", soa)
+	}
+}
+
+func TestLeaderFailover(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	l := c.leader()
+	if _, err := l.PutZone(ctx(t), "example.org.", parseTestZone(t), false); err != nil {
+		t.Fatal(err)
+	}
+	old := l.ID()
+	c.stop(old)
+	nl := c.leader()
+	if nl.ID() == old {
+		t.Fatal("expected a new leader")
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := c.follower().Change(ctx(t), "example.org.", []dns.RR{mustRR(t, fmt.Sprintf("h%d.example.org. 60 IN A 192.0.2.%d", i, i))}, nil); err != nil {
+			t.Fatalf("write %d with one member down: %v", i, err)
+		}
+	}
+	c.start(old, false)
+	c.everywhere("h19.example.org.", "192.0.2.19")
+	for i := 0; i < 20; i++ {
+		if !has(c.members[old], fmt.Sprintf("h%d.example.org.", i), fmt.Sprintf("192.0.2.%d", i)) {
+			t.Errorf("restarted member misses h%d", i)
+		}
+	}
+}
+
+func TestNoQuorum(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	l := c.leader()
+	if _, err := l.PutZone(ctx(t), "example.org.", parseTestZone(t), false); err != nil {
+		t.Fatal(err)
+	}
+	survivor := c.follower()
+	for id := range c.members {
+		if id != survivor.ID() {
+			c.stop(id)
+		}
+	}
+	short, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := survivor.Change(short, "example.org.", []dns.RR{mustRR(t, "lost.example.org. 60 IN A 192.0.2.1")}, nil)
+	var rerr *Error
+	if !errors.As(err, &rerr) || rerr.Status != 503 {
+		t.Fatalf("expected 503 without quorum, got %v", err)
+	}
+	if has(survivor, "lost.example.org.", "192.0.2.1") {
+		t.Error("a write without quorum must not be applied")
+	}
+}
+
+func TestSnapshotCatchUp(t *testing.T) {
+	c := newTestCluster(t, 3, 20)
+	l := c.leader()
+	if _, err := l.PutZone(ctx(t), "example.org.", parseTestZone(t), false); err != nil {
+		t.Fatal(err)
+	}
+	lagging := c.follower().ID()
+	c.stop(lagging)
+	for i := 0; i < 120; i++ {
+		if _, err := c.leader().Change(ctx(t), "example.org.", []dns.RR{mustRR(t, fmt.Sprintf("s%d.example.org. 60 IN A 198.51.100.%d", i, i%250))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := c.leader().store.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first <= 2 {
+		t.Fatalf("expected the leader's log compacted, first index %d", first)
+	}
+	r := c.start(lagging, false)
+	c.everywhere("s119.example.org.", "198.51.100.119")
+	if r.snapIndex == 0 {
+		t.Error("expected the lagging member to have installed a snapshot")
+	}
+	if got, want := r.Zone("example.org.").Records(), c.leader().Zone("example.org.").Records(); got != want {
+		t.Errorf("expected %d records after catch-up, got %d", want, got)
+	}
+	// And it survives a restart from the installed snapshot.
+	c.stop(lagging)
+	r = c.start(lagging, false)
+	if !has(r, "s119.example.org.", "198.51.100.119") {
+		t.Error("expected data kept across a restart after a snapshot install")
+	}
+	if _, err := c.leader().Change(ctx(t), "example.org.", []dns.RR{mustRR(t, "after.example.org. 60 IN A 192.0.2.250")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.everywhere("after.example.org.", "192.0.2.250")
+}
+
+func TestAddRemoveMember(t *testing.T) {
+	c := newTestCluster(t, 3, 10)
+	l := c.leader()
+	if _, err := l.PutZone(ctx(t), "example.org.", parseTestZone(t), false); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 30; i++ {
+		if _, err := c.leader().Change(ctx(t), "example.org.", []dns.RR{mustRR(t, fmt.Sprintf("m%d.example.org. 60 IN A 203.0.113.%d", i, i))}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m4 := Member{ID: 4, Raft: freeAddr(t)}
+	if err := c.follower().AddMember(ctx(t), m4); err != nil {
+		t.Fatal(err)
+	}
+	c.peers = append(c.peers, m4)
+	c.start(4, true)
+	c.everywhere("m29.example.org.", "203.0.113.29")
+	st, err := c.members[4].Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Members) != 4 {
+		t.Errorf("expected 4 members, got %+v", st.Members)
+	}
+
+	// Remove a follower that is not the new one; the group goes on with three.
+	var victim uint64
+	for id, r := range c.members {
+		if id != 4 && !r.IsLeader() {
+			victim = id
+			break
+		}
+	}
+	if err := c.leader().RemoveMember(ctx(t), victim); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the removed member to stop", func() bool { return c.members[victim].Removed() })
+	c.stop(victim)
+	if _, err := c.leader().Change(ctx(t), "example.org.", []dns.RR{mustRR(t, "three.example.org. 60 IN A 203.0.113.200")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.everywhere("three.example.org.", "203.0.113.200")
+	if err := c.leader().RemoveMember(ctx(t), victim); err == nil {
+		t.Error("expected removing an unknown member to fail")
+	}
+}
+
+func TestRestartKeepsState(t *testing.T) {
+	c := newTestCluster(t, 1, 0)
+	r := c.leader()
+	if _, err := r.PutZone(ctx(t), "example.org.", parseTestZone(t), false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Change(ctx(t), "example.org.", []dns.RR{mustRR(t, "kept.example.org. 60 IN A 192.0.2.9")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.Status()
+	c.stop(1)
+	r = c.start(1, false)
+	if !has(r, "kept.example.org.", "192.0.2.9") {
+		t.Fatal("expected data kept across a restart")
+	}
+	if r.applied.Load() != st.Applied {
+		t.Errorf("expected applied index %d after restart, got %d", st.Applied, r.applied.Load())
+	}
+	c.leader()
+	if serial, err := r.Change(ctx(t), "example.org.", []dns.RR{mustRR(t, "more.example.org. 60 IN A 192.0.2.8")}, nil); err != nil || serial != 3 {
+		t.Fatalf("expected serial 3 after restart, got %d, %v", serial, err)
+	}
+}

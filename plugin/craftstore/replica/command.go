@@ -1,0 +1,235 @@
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/miekg/dns"
+)
+
+// op is the kind of a replicated command.
+type op byte
+
+const (
+	opChange       op = iota + 1 // atomic record change in one zone
+	opImportBegin                // start staging a whole-zone import
+	opImportChunk                // a chunk of records of a staged import
+	opImportCommit               // replace (or create) the zone with the staged import
+	opDeleteZone                 // remove a zone
+	opMemberInfo                 // a member's advertised addresses
+)
+
+// Deletion selects what a change removes: one RR (RR set), every RRset of a
+// type at a name (Type set), or everything at a name.
+type Deletion struct {
+	RR   dns.RR
+	Name string
+	Type uint16
+}
+
+// command is the payload of one Raft log entry. Only the fields of its op are
+// used. The encoding is a compact binary one (RRs in uncompressed wire
+// format) because entries are written to disk and sent to every member.
+type command struct {
+	Op     op
+	ID     uint64 // proposal id, for the proposer to find its waiter; 0 for none
+	Zone   string // canonical origin
+	Import uint64 // import id (opImport*)
+	Absent bool   // opImportBegin: commit only if the zone does not exist (seeding)
+	Add    []dns.RR
+	Del    []Deletion
+	Member Member // opMemberInfo
+}
+
+const (
+	delRR   = 1
+	delType = 2
+	delName = 3
+)
+
+func (c *command) marshal() ([]byte, error) {
+	b := make([]byte, 0, 64+len(c.Add)*48)
+	b = append(b, 1, byte(c.Op)) // format version, op
+	b = binary.AppendUvarint(b, c.ID)
+	b = appendString(b, c.Zone)
+	b = binary.AppendUvarint(b, c.Import)
+	if c.Absent {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	var err error
+	b = binary.AppendUvarint(b, uint64(len(c.Add)))
+	for _, rr := range c.Add {
+		if b, err = appendRR(b, rr); err != nil {
+			return nil, err
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(c.Del)))
+	for _, d := range c.Del {
+		switch {
+		case d.RR != nil:
+			b = append(b, delRR)
+			if b, err = appendRR(b, d.RR); err != nil {
+				return nil, err
+			}
+		case d.Type != 0:
+			b = append(b, delType)
+			b = appendString(b, d.Name)
+			b = binary.BigEndian.AppendUint16(b, d.Type)
+		default:
+			b = append(b, delName)
+			b = appendString(b, d.Name)
+		}
+	}
+	if c.Op == opMemberInfo {
+		b = binary.AppendUvarint(b, c.Member.ID)
+		b = appendString(b, c.Member.Raft)
+		b = appendString(b, c.Member.DNS)
+		b = appendString(b, c.Member.API)
+	}
+	return b, nil
+}
+
+func unmarshalCommand(data []byte) (*command, error) {
+	d := decoder{b: data}
+	if v := d.byte(); v != 1 {
+		return nil, fmt.Errorf("unknown command format %d", v)
+	}
+	c := &command{Op: op(d.byte())}
+	c.ID = d.uvarint()
+	c.Zone = d.string()
+	c.Import = d.uvarint()
+	c.Absent = d.byte() == 1
+	n := d.count()
+	if n > 0 {
+		c.Add = make([]dns.RR, 0, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		c.Add = append(c.Add, d.rr())
+	}
+	n = d.count()
+	for i := 0; i < n && d.err == nil; i++ {
+		switch d.byte() {
+		case delRR:
+			c.Del = append(c.Del, Deletion{RR: d.rr()})
+		case delType:
+			name := d.string()
+			c.Del = append(c.Del, Deletion{Name: name, Type: d.uint16()})
+		case delName:
+			c.Del = append(c.Del, Deletion{Name: d.string()})
+		default:
+			d.fail(errors.New("unknown deletion kind"))
+		}
+	}
+	if c.Op == opMemberInfo {
+		c.Member = Member{ID: d.uvarint(), Raft: d.string(), DNS: d.string(), API: d.string()}
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("decoding command: %w", d.err)
+	}
+	return c, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// appendRR appends rr in uncompressed wire format behind a 4-byte length.
+func appendRR(b []byte, rr dns.RR) ([]byte, error) {
+	at := len(b)
+	b = append(b, make([]byte, 4+dns.Len(rr))...)
+	off, err := dns.PackRR(rr, b[at+4:], 0, nil, false)
+	if err != nil {
+		return nil, fmt.Errorf("packing %q: %w", rr.String(), err)
+	}
+	binary.BigEndian.PutUint32(b[at:], uint32(off))
+	return b[:at+4+off], nil
+}
+
+// decoder reads what marshal wrote; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail(errors.New("short command"))
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) uint16() uint16 {
+	if len(d.b) < 2 {
+		d.fail(errors.New("short command"))
+		return 0
+	}
+	v := binary.BigEndian.Uint16(d.b)
+	d.b = d.b[2:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail(errors.New("bad varint"))
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) count() int {
+	v := d.uvarint()
+	if v > uint64(len(d.b)) { // every element takes at least one byte
+		d.fail(errors.New("bad element count"))
+		return 0
+	}
+	return int(v)
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail(errors.New("short command"))
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string { return string(d.bytes()) }
+
+func (d *decoder) rr() dns.RR {
+	if len(d.b) < 4 {
+		d.fail(errors.New("short command"))
+		return nil
+	}
+	n := binary.BigEndian.Uint32(d.b)
+	if uint64(n) > uint64(len(d.b)-4) {
+		d.fail(errors.New("short command"))
+		return nil
+	}
+	buf := d.b[4 : 4+n]
+	d.b = d.b[4+n:]
+	rr, _, err := dns.UnpackRR(buf, 0)
+	if err != nil {
+		d.fail(fmt.Errorf("unpacking record: %w", err))
+		return nil
+	}
+	return rr
+}

@@ -1,0 +1,150 @@
+package replica
+
+import (
+	"encoding/binary"
+	"net/http"
+	"strings"
+
+	"github.com/miekg/dns"
+	bolt "go.etcd.io/bbolt"
+)
+
+// A whole-zone import is staged over several entries (a zone of a million
+// records does not fit one Raft message): opImportBegin opens a staging
+// bucket, opImportChunk entries fill it, opImportCommit swaps it in for the
+// zone in one step. Queries see the old zone until the commit. The proposer
+// validated the zone text before proposing; the chunks check what a single
+// name needs, the commit checks the apex.
+
+func applyImportBegin(g *bolt.Bucket, c *command) (Result, *effect, error) {
+	ib := g.Bucket(bucketImports)
+	if ib.Bucket([]byte(c.Zone)) != nil {
+		// A newer import supersedes an unfinished one.
+		if err := ib.DeleteBucket([]byte(c.Zone)); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	if _, err := ib.CreateBucket([]byte(c.Zone)); err != nil {
+		return Result{}, nil, err
+	}
+	meta := binary.BigEndian.AppendUint64(nil, c.Import)
+	if c.Absent {
+		meta = append(meta, 1)
+	} else {
+		meta = append(meta, 0)
+	}
+	return Result{}, nil, g.Bucket(bucketImportMeta).Put([]byte(c.Zone), meta)
+}
+
+// importOf returns the staging bucket of the import c names, or a refusal when
+// that import is no longer the current one.
+func importOf(g *bolt.Bucket, c *command) (*bolt.Bucket, bool, error) {
+	meta := g.Bucket(bucketImportMeta).Get([]byte(c.Zone))
+	b := g.Bucket(bucketImports).Bucket([]byte(c.Zone))
+	if len(meta) != 9 || b == nil || binary.BigEndian.Uint64(meta) != c.Import {
+		return nil, false, errorf(http.StatusConflict, "import of zone %q was superseded by another import", c.Zone)
+	}
+	return b, meta[8] == 1, nil
+}
+
+func applyImportChunk(g *bolt.Bucket, c *command) (Result, *effect, error) {
+	b, _, err := importOf(g, c)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	byName := map[string][]dns.RR{}
+	var order []string
+	for _, rr := range c.Add {
+		name := strings.ToLower(rr.Header().Name)
+		if _, ok := byName[name]; !ok {
+			rrs, err := rrsAt(b, name)
+			if err != nil {
+				return Result{}, nil, err
+			}
+			byName[name] = rrs
+			order = append(order, name)
+		}
+		byName[name] = addRR(byName[name], rr)
+	}
+	for _, name := range order {
+		if err := checkName(name, byName[name]); err != nil {
+			return Result{}, nil, err
+		}
+		if err := putRRs(b, name, byName[name]); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	return Result{}, nil, nil
+}
+
+func applyImportCommit(g *bolt.Bucket, c *command) (Result, *effect, error) {
+	b, absent, err := importOf(g, c)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	zones := g.Bucket(bucketZones)
+	old := zones.Bucket([]byte(c.Zone))
+	drop := func() error {
+		if err := g.Bucket(bucketImportMeta).Delete([]byte(c.Zone)); err != nil {
+			return err
+		}
+		return g.Bucket(bucketImports).DeleteBucket([]byte(c.Zone))
+	}
+	if absent && old != nil {
+		return Result{Skipped: true}, nil, drop()
+	}
+
+	apex, err := rrsAt(b, c.Zone)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if err := checkApex(c.Zone, apex); err != nil {
+		if derr := drop(); derr != nil {
+			return Result{}, nil, derr
+		}
+		return Result{}, nil, err
+	}
+	serial, _ := soaSerial(apex)
+	if old != nil {
+		// A replaced zone must look changed to secondaries (RFC 1982).
+		oldApex, err := rrsAt(old, c.Zone)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		if prev, ok := soaSerial(oldApex); ok && !serialNewer(serial, prev) {
+			serial = bumpSerial(apex, prev, nil)
+			if err := putRRs(b, c.Zone, apex); err != nil {
+				return Result{}, nil, err
+			}
+		}
+		if err := zones.DeleteBucket([]byte(c.Zone)); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	if err := g.Bucket(bucketImports).MoveBucket([]byte(c.Zone), zones); err != nil {
+		return Result{}, nil, err
+	}
+	if err := g.Bucket(bucketImportMeta).Delete([]byte(c.Zone)); err != nil {
+		return Result{}, nil, err
+	}
+	records := 0
+	err = zones.Bucket([]byte(c.Zone)).ForEach(func(_, v []byte) error {
+		records += countRRs(v)
+		return nil
+	})
+	return Result{Serial: serial, Records: records}, &effect{zone: c.Zone, reload: true}, err
+}
+
+// countRRs counts the records in an encoded value without decoding them.
+func countRRs(v []byte) int {
+	n := 0
+	for len(v) >= 4 {
+		l := binary.BigEndian.Uint32(v)
+		if uint64(l) > uint64(len(v)-4) {
+			break
+		}
+		v = v[4+l:]
+		n++
+	}
+	return n
+}

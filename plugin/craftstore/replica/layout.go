@@ -1,0 +1,149 @@
+package replica
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/miekg/dns"
+	bolt "go.etcd.io/bbolt"
+)
+
+// The bbolt file of a member holds the Raft log (package raftlog, buckets
+// "raft.*") and the replicated state below. All replicated state lives in one
+// generation bucket named by meta/current, so that installing a snapshot from
+// the leader is a pointer switch in one transaction:
+//
+//	meta/current             -> "data.<n>"
+//	data.<n>/applied         -> applied index and term (16 bytes)
+//	data.<n>/members/<id>    -> JSON Member
+//	data.<n>/zones/<origin>/<name key> -> the RRs at that name
+//	data.<n>/imports/<origin>/<name key> -> RRs of a staged zone import
+//	data.<n>/importmeta/<origin> -> import id (8 bytes), absent flag (1 byte)
+var (
+	bucketMeta       = []byte("meta")
+	keyCurrent       = []byte("current")
+	keyApplied       = []byte("applied")
+	bucketMembers    = []byte("members")
+	bucketZones      = []byte("zones")
+	bucketImports    = []byte("imports")
+	bucketImportMeta = []byte("importmeta")
+)
+
+// Member is one member of the Raft group, as the cluster API shows it.
+type Member struct {
+	ID   uint64 `json:"id"`
+	Raft string `json:"raft"`
+	DNS  string `json:"dns,omitempty"`
+	API  string `json:"api,omitempty"`
+}
+
+// nameKey encodes a domain name so that bbolt's byte order is DNS canonical
+// order (RFC 4034 §6.1): labels from the root down, lower-cased, each followed
+// by a zero byte. The root itself is a single zero byte (keys cannot be empty).
+func nameKey(name string) []byte {
+	name = strings.ToLower(dns.Fqdn(name))
+	if name == "." {
+		return []byte{0}
+	}
+	idx := dns.Split(name)
+	k := make([]byte, 0, len(name)+1)
+	for i := len(idx) - 1; i >= 0; i-- {
+		end := len(name) - 1
+		if i+1 < len(idx) {
+			end = idx[i+1] - 1
+		}
+		k = append(k, name[idx[i]:end]...)
+		k = append(k, 0)
+	}
+	return k
+}
+
+// encodeRRs encodes the RRs at one name (uncompressed wire format, each behind
+// its length), the value stored under a name key.
+func encodeRRs(rrs []dns.RR) ([]byte, error) {
+	var b []byte
+	var err error
+	for _, rr := range rrs {
+		if b, err = appendRR(b, rr); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// decodeRRs decodes what encodeRRs wrote. It copies nothing it keeps from v,
+// so v may be a bbolt value.
+func decodeRRs(v []byte) ([]dns.RR, error) {
+	d := decoder{b: v}
+	var rrs []dns.RR
+	for len(d.b) > 0 && d.err == nil {
+		rrs = append(rrs, d.rr())
+	}
+	return rrs, d.err
+}
+
+// generation returns the current generation bucket; it exists after open.
+func generation(tx *bolt.Tx) *bolt.Bucket {
+	return tx.Bucket(tx.Bucket(bucketMeta).Get(keyCurrent))
+}
+
+// createGeneration makes an empty generation bucket with its sub-buckets.
+func createGeneration(tx *bolt.Tx) ([]byte, *bolt.Bucket, error) {
+	meta := tx.Bucket(bucketMeta)
+	n, err := meta.NextSequence()
+	if err != nil {
+		return nil, nil, err
+	}
+	name := []byte("data." + strconv.FormatUint(n, 10))
+	g, err := tx.CreateBucket(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, b := range [][]byte{bucketMembers, bucketZones, bucketImports, bucketImportMeta} {
+		if _, err := g.CreateBucket(b); err != nil {
+			return nil, nil, err
+		}
+	}
+	return name, g, nil
+}
+
+func putApplied(g *bolt.Bucket, index, term uint64) error {
+	var v [16]byte
+	binary.BigEndian.PutUint64(v[:8], index)
+	binary.BigEndian.PutUint64(v[8:], term)
+	return g.Put(keyApplied, v[:])
+}
+
+func getApplied(g *bolt.Bucket) (index, term uint64) {
+	v := g.Get(keyApplied)
+	if len(v) != 16 {
+		return 0, 0
+	}
+	return binary.BigEndian.Uint64(v[:8]), binary.BigEndian.Uint64(v[8:])
+}
+
+func idKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
+
+func putMember(g *bolt.Bucket, m Member) error {
+	v, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return g.Bucket(bucketMembers).Put(idKey(m.ID), v)
+}
+
+func readMembers(g *bolt.Bucket) ([]Member, error) {
+	var ms []Member
+	err := g.Bucket(bucketMembers).ForEach(func(k, v []byte) error {
+		var m Member
+		if err := json.Unmarshal(v, &m); err != nil {
+			return fmt.Errorf("member %x: %w", k, err)
+		}
+		ms = append(ms, m)
+		return nil
+	})
+	return ms, err
+}

@@ -1,0 +1,283 @@
+package replica
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// run is the Ready loop: persist, send, apply, advance.
+func (r *Replica) run() {
+	defer close(r.donec)
+	defer r.tr.Stop()
+	defer r.node.Stop()
+	ticker := time.NewTicker(r.cfg.Tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			r.node.Tick()
+		case rd := <-r.node.Ready():
+			if err := r.handleReady(rd); err != nil {
+				// The state on disk is intact (the transaction rolled back), but
+				// this member cannot go on without diverging: stop it.
+				r.log.Errorf("member %d stops: %v", r.cfg.ID, err)
+				r.failWaiters(err)
+				return
+			}
+			if r.removed.Load() {
+				r.log.Warningf("member %d was removed from the group; Raft stopped", r.cfg.ID)
+				r.failWaiters(errorf(503, "member was removed from the group"))
+				<-r.stopc
+				return
+			}
+		case <-r.stopc:
+			r.failWaiters(errorf(503, "member is shutting down"))
+			return
+		}
+	}
+}
+
+// pending is what a Ready's transaction leaves to do once it committed.
+type pending struct {
+	effects  []*effect
+	results  map[uint64]applied
+	snapshot bool
+}
+
+func (r *Replica) handleReady(rd raft.Ready) error {
+	if rd.SoftState != nil {
+		r.leader.Store(rd.SoftState.Lead)
+	}
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		r.term.Store(rd.HardState.GetTerm())
+		r.commit.Store(rd.HardState.GetCommit())
+	}
+	start := time.Now()
+	p := pending{results: map[uint64]applied{}}
+	var lastIndex, lastTerm uint64
+	err := r.db.Update(func(tx *bolt.Tx) error {
+		if !raft.IsEmptySnap(rd.Snapshot) {
+			if err := r.installSnapshot(tx, rd.Snapshot); err != nil {
+				return err
+			}
+			p.snapshot = true
+		}
+		if err := r.store.Append(tx, rd.Entries); err != nil {
+			return err
+		}
+		if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+			if err := r.store.SetHardState(tx, rd.HardState); err != nil {
+				return err
+			}
+		}
+		g := generation(tx)
+		done, _ := getApplied(g)
+		for _, e := range rd.CommittedEntries {
+			if err := r.applyEntry(tx, g, e, done, &p); err != nil {
+				return fmt.Errorf("applying entry %d: %w", e.GetIndex(), err)
+			}
+			lastIndex, lastTerm = e.GetIndex(), e.GetTerm()
+		}
+		if lastIndex > done {
+			if err := putApplied(g, lastIndex, lastTerm); err != nil {
+				return err
+			}
+		} else {
+			lastIndex = done
+		}
+		return r.maybeSnapshot(tx, lastIndex)
+	})
+	if err != nil {
+		return err
+	}
+	r.store.Committed()
+
+	r.tr.Send(rd.Messages)
+
+	if p.snapshot {
+		if err := r.afterSnapshot(); err != nil {
+			return err
+		}
+	}
+	for _, e := range p.effects {
+		if err := r.applyEffect(e); err != nil {
+			return err
+		}
+	}
+	if lastIndex > r.applied.Load() {
+		r.applied.Store(lastIndex)
+	}
+	r.notify(p.results)
+	if o := r.cfg.Observer; o != nil && len(rd.CommittedEntries) > 0 {
+		o.Applied(len(rd.CommittedEntries), time.Since(start))
+	}
+	if !r.ready.Load() && r.leader.Load() != raft.None && r.applied.Load() >= r.readyIndex {
+		r.ready.Store(true)
+	}
+	r.node.Advance()
+	return nil
+}
+
+// applyEntry applies one committed entry inside the Ready's transaction.
+// Entries at or below the data's applied index (possible after a snapshot
+// whose data was newer than its metadata) change no data; conf changes are
+// always handed to raft, which reset its configuration to the snapshot's.
+func (r *Replica) applyEntry(tx *bolt.Tx, g *bolt.Bucket, e *pb.Entry, done uint64, p *pending) error {
+	skip := e.GetIndex() <= done
+	switch e.GetType() {
+	case pb.EntryNormal:
+		if skip || len(e.GetData()) == 0 {
+			return nil
+		}
+		c, err := unmarshalCommand(e.GetData())
+		if err != nil {
+			return err
+		}
+		res, eff, err := applyCommand(g, c)
+		if rerr, ok := err.(*Error); ok {
+			p.results[c.ID] = applied{err: rerr}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if eff != nil {
+			p.effects = append(p.effects, eff)
+		}
+		p.results[c.ID] = applied{res: res}
+	case pb.EntryConfChange:
+		cc := &pb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+			return err
+		}
+		r.confState = r.node.ApplyConfChange(cc)
+		if err := r.store.SetConfState(tx, r.confState); err != nil {
+			return err
+		}
+		eff, err := applyConfChange(g, cc, skip)
+		if err != nil {
+			return err
+		}
+		if eff != nil {
+			p.effects = append(p.effects, eff)
+		}
+		p.results[cc.GetId()] = applied{}
+	}
+	return nil
+}
+
+// applyConfChange keeps the members table in step with the configuration.
+func applyConfChange(g *bolt.Bucket, cc *pb.ConfChange, skip bool) (*effect, error) {
+	id := cc.GetNodeId()
+	switch cc.GetType() {
+	case pb.ConfChangeAddNode, pb.ConfChangeAddLearnerNode:
+		m := Member{ID: id}
+		if len(cc.GetContext()) > 0 {
+			if err := json.Unmarshal(cc.GetContext(), &m); err != nil {
+				return nil, fmt.Errorf("conf change context: %w", err)
+			}
+		}
+		if !skip {
+			if err := putMember(g, m); err != nil {
+				return nil, err
+			}
+		}
+		return &effect{member: &m}, nil
+	case pb.ConfChangeRemoveNode:
+		if !skip {
+			if err := g.Bucket(bucketMembers).Delete(idKey(id)); err != nil {
+				return nil, err
+			}
+		}
+		return &effect{removed: id}, nil
+	}
+	return nil, nil
+}
+
+// maybeSnapshot records a local snapshot at the applied index every
+// SnapshotEntries entries and compacts the log behind it.
+func (r *Replica) maybeSnapshot(tx *bolt.Tx, index uint64) error {
+	if index < r.snapIndex+r.cfg.SnapshotEntries {
+		return nil
+	}
+	if _, err := r.store.CreateSnapshot(tx, index, r.confState); err != nil {
+		return err
+	}
+	r.snapIndex = index
+	if index > r.cfg.CatchupEntries {
+		first, err := r.store.FirstIndex()
+		if err != nil {
+			return err
+		}
+		if compact := index - r.cfg.CatchupEntries; compact >= first {
+			return r.store.Compact(tx, compact)
+		}
+	}
+	return nil
+}
+
+// applyEffect brings the views and the transport in line with an applied entry.
+func (r *Replica) applyEffect(e *effect) error {
+	switch {
+	case e.member != nil:
+		if e.member.ID != r.cfg.ID && e.member.Raft != "" {
+			r.tr.AddPeer(e.member.ID, e.member.Raft)
+		}
+	case e.removed != 0:
+		if e.removed == r.cfg.ID {
+			r.removed.Store(true)
+		} else {
+			r.tr.RemovePeer(e.removed)
+		}
+	case e.deleted:
+		r.swapZone(e.zone, nil)
+	case e.reload:
+		return r.reloadZone(e.zone)
+	default:
+		if z := r.Zone(e.zone); z != nil {
+			z.Set(e.names)
+		}
+	}
+	return nil
+}
+
+func (r *Replica) notify(results map[uint64]applied) {
+	if len(results) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, res := range results {
+		if ch, ok := r.waiters[id]; ok {
+			ch <- res
+			delete(r.waiters, id)
+		}
+	}
+}
+
+func (r *Replica) failWaiters(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, ch := range r.waiters {
+		ch <- applied{err: err}
+		delete(r.waiters, id)
+	}
+}
+
+// raftAdapter is the node as the transport sees it.
+type raftAdapter Replica
+
+func (a *raftAdapter) Process(ctx context.Context, m *pb.Message) error {
+	return a.node.Step(ctx, m)
+}
+func (a *raftAdapter) ReportUnreachable(id uint64) { a.node.ReportUnreachable(id) }
+func (a *raftAdapter) ReportSnapshot(id uint64, s raft.SnapshotStatus) {
+	a.node.ReportSnapshot(id, s)
+}

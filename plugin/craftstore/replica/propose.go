@@ -1,0 +1,162 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/miekg/dns"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrNoQuorum is returned when a proposal is not committed and applied in
+// time: there is no leader, or no majority acknowledged it. The write may
+// still commit later; it was not acknowledged.
+var ErrNoQuorum = &Error{Status: http.StatusServiceUnavailable,
+	Msg: "not committed in time: no leader or no quorum (the change may still be applied later)"}
+
+// propose submits c and waits until it is committed and applied here.
+func (r *Replica) propose(ctx context.Context, c *command) (Result, error) {
+	c.ID = r.nextID.Add(1)
+	data, err := c.marshal()
+	if err != nil {
+		return Result{}, errorf(http.StatusBadRequest, "%v", err)
+	}
+	return r.proposeWait(ctx, c.ID, func(ctx context.Context) error { return r.node.Propose(ctx, data) })
+}
+
+// proposeWait registers a waiter for id, submits with retries while raft
+// drops proposals (no leader known yet), and waits for the apply.
+func (r *Replica) proposeWait(ctx context.Context, id uint64, submit func(context.Context) error) (res Result, err error) {
+	if o := r.cfg.Observer; o != nil {
+		defer func() { o.Proposed(err) }()
+	}
+	if r.removed.Load() {
+		return Result{}, errorf(http.StatusServiceUnavailable, "member was removed from the group")
+	}
+	ch := make(chan applied, 1)
+	r.mu.Lock()
+	r.waiters[id] = ch
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.waiters, id)
+		r.mu.Unlock()
+	}()
+
+	for {
+		err := submit(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, raft.ErrProposalDropped) {
+			return Result{}, ErrNoQuorum
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return Result{}, ErrNoQuorum
+		case <-r.donec:
+			return Result{}, errorf(http.StatusServiceUnavailable, "member is shutting down")
+		}
+	}
+	select {
+	case a := <-ch:
+		return a.res, a.err
+	case <-ctx.Done():
+		return Result{}, ErrNoQuorum
+	}
+}
+
+// Change applies one atomic change to zone: deletions, then additions. It
+// returns the zone's new SOA serial.
+func (r *Replica) Change(ctx context.Context, zone string, add []dns.RR, del []Deletion) (uint32, error) {
+	res, err := r.propose(ctx, &command{Op: opChange, Zone: zone, Add: add, Del: del})
+	return res.Serial, err
+}
+
+// DeleteZone removes a zone from every member.
+func (r *Replica) DeleteZone(ctx context.Context, zone string) error {
+	_, err := r.propose(ctx, &command{Op: opDeleteZone, Zone: zone})
+	return err
+}
+
+// importChunk is how many records go in one import entry; entries stay well
+// under the transport's frame limit and raft's MaxSizePerMsg batching.
+const importChunk = 4096
+
+// PutZone creates or replaces zone with rrs (validated by the caller: one
+// SOA and NS at the apex, every name inside the zone). With absent set, an
+// existing zone is left alone and Result.Skipped is set.
+func (r *Replica) PutZone(ctx context.Context, zone string, rrs []dns.RR, absent bool) (Result, error) {
+	id := r.nextID.Add(1) // import id: unique per proposer like proposal ids
+	if _, err := r.propose(ctx, &command{Op: opImportBegin, Zone: zone, Import: id, Absent: absent}); err != nil {
+		return Result{}, err
+	}
+	for len(rrs) > 0 {
+		n := min(importChunk, len(rrs))
+		if _, err := r.propose(ctx, &command{Op: opImportChunk, Zone: zone, Import: id, Add: rrs[:n]}); err != nil {
+			return Result{}, err
+		}
+		rrs = rrs[n:]
+	}
+	return r.propose(ctx, &command{Op: opImportCommit, Zone: zone, Import: id})
+}
+
+// AdvertiseSelf records this member's DNS and API addresses in the members
+// table when they differ from what it holds.
+func (r *Replica) AdvertiseSelf(ctx context.Context, dnsAddr, apiAddr string) error {
+	st, err := r.Status()
+	if err != nil {
+		return err
+	}
+	for _, m := range st.Members {
+		if m.ID == r.cfg.ID {
+			if m.DNS == dnsAddr && m.API == apiAddr {
+				return nil
+			}
+			m.DNS, m.API = dnsAddr, apiAddr
+			_, err := r.propose(ctx, &command{Op: opMemberInfo, Member: m})
+			return err
+		}
+	}
+	return nil
+}
+
+// AddMember adds a voting member; it then starts with join and catches up.
+func (r *Replica) AddMember(ctx context.Context, m Member) error {
+	return r.confChange(ctx, pb.ConfChangeAddNode, m)
+}
+
+// RemoveMember removes a member from the group.
+func (r *Replica) RemoveMember(ctx context.Context, id uint64) error {
+	return r.confChange(ctx, pb.ConfChangeRemoveNode, Member{ID: id})
+}
+
+func (r *Replica) confChange(ctx context.Context, t pb.ConfChangeType, m Member) error {
+	st, err := r.Status()
+	if err != nil {
+		return err
+	}
+	known := false
+	for _, have := range st.Members {
+		known = known || have.ID == m.ID
+	}
+	if t == pb.ConfChangeAddNode && known {
+		return errorf(http.StatusConflict, "member %d already exists", m.ID)
+	}
+	if t == pb.ConfChangeRemoveNode && !known {
+		return errorf(http.StatusNotFound, "member %d not found", m.ID)
+	}
+	ctxData, err := marshalMember(m)
+	if err != nil {
+		return err
+	}
+	id := r.nextID.Add(1)
+	cc := &pb.ConfChange{Type: t.Enum(), NodeId: proto.Uint64(m.ID), Context: ctxData, Id: proto.Uint64(id)}
+	_, err = r.proposeWait(ctx, id, func(ctx context.Context) error { return r.node.ProposeConfChange(ctx, cc) })
+	return err
+}

@@ -1,0 +1,330 @@
+// Package replica is one member of a craftstore Raft group: a bbolt file
+// holding the Raft log and the zone data, the Raft node and its Ready loop,
+// the peer transport, and the in-memory zone views that answer queries.
+//
+// Every committed entry is applied to bbolt in the same transaction that
+// persists the Raft Ready it came with, together with the applied index, so
+// one fsync covers a whole Ready and a crash never loses or re-applies an
+// entry. The views are updated after that transaction commits; a proposer
+// is answered after its entry is applied to the views of its own member.
+package replica
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/raftlog"
+	"github.com/craftdns/craftdns/plugin/craftstore/transport"
+
+	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// Logger is what the replica logs through (CoreDNS's clog.P fits).
+type Logger interface {
+	Infof(format string, v ...any)
+	Warningf(format string, v ...any)
+	Errorf(format string, v ...any)
+}
+
+// Config configures a replica.
+type Config struct {
+	ID       uint64   // member id, non-zero, never reused
+	Cluster  string   // cluster name; peers of another cluster are refused
+	Dir      string   // data directory; the bbolt file is Dir/craftstore.db
+	RaftAddr string   // listen (and advertised) address for peers
+	Peers    []Member // initial members of a new group (this one included)
+	Join     bool     // this member was added to a running group
+	// SnapshotEntries is how many applied entries trigger a local snapshot
+	// and log compaction; CatchupEntries stay in the log behind it so that
+	// slightly lagging members catch up without a snapshot.
+	SnapshotEntries uint64
+	CatchupEntries  uint64
+	Tick            time.Duration // Raft tick, default 100ms
+	Logger          Logger
+	Observer        Observer // optional: metrics
+}
+
+// Observer is told about proposals and applies, for metrics.
+type Observer interface {
+	// Applied is called after each Ready with the entries applied and how
+	// long persisting and applying them took.
+	Applied(entries int, d time.Duration)
+	// Proposed is called when a proposal ends: nil when it was applied, a
+	// *Error when it was refused or timed out.
+	Proposed(err error)
+}
+
+// FileName is the name of the bbolt file in the data directory.
+const FileName = "craftstore.db"
+
+// Replica is a running member.
+type Replica struct {
+	cfg   Config
+	log   Logger
+	db    *bolt.DB
+	store *raftlog.Storage
+	node  raft.Node
+	tr    *transport.Transport
+
+	zones atomic.Pointer[zoneSet]
+
+	mu      sync.Mutex
+	waiters map[uint64]chan applied
+	nextID  atomic.Uint64
+
+	// Owned by the Ready loop.
+	confState *pb.ConfState
+	snapIndex uint64
+	staged    stagedSnapshot
+
+	applied    atomic.Uint64
+	appliedAt  atomic.Uint64 // term of the applied entry
+	commit     atomic.Uint64
+	term       atomic.Uint64
+	leader     atomic.Uint64
+	readyIndex uint64 // commit index known at start
+	ready      atomic.Bool
+	removed    atomic.Bool
+	fresh      bool // the data directory was new
+
+	stopc chan struct{}
+	donec chan struct{}
+	stop  sync.Once
+}
+
+type applied struct {
+	res Result
+	err error
+}
+
+// Open opens (or creates) the member's data directory and starts Raft.
+func Open(cfg Config) (*Replica, error) {
+	if cfg.ID == 0 {
+		return nil, errors.New("member id must be non-zero")
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = "craftdns"
+	}
+	if cfg.SnapshotEntries == 0 {
+		cfg.SnapshotEntries = 10000
+	}
+	if cfg.CatchupEntries == 0 {
+		cfg.CatchupEntries = cfg.SnapshotEntries / 2
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = nopLogger{}
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+		return nil, err
+	}
+	db, err := bolt.Open(filepath.Join(cfg.Dir, FileName), 0o600, &bolt.Options{
+		Timeout:        5 * time.Second,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", filepath.Join(cfg.Dir, FileName), err)
+	}
+	r := &Replica{cfg: cfg, log: cfg.Logger, db: db, waiters: map[uint64]chan applied{},
+		stopc: make(chan struct{}), donec: make(chan struct{})}
+	r.nextID.Store(rand.Uint64() &^ (1 << 63))
+	empty := zoneSet{}
+	r.zones.Store(&empty)
+	if err := r.open(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// open prepares buckets, views, transport and the Raft node.
+func (r *Replica) open() error {
+	var members []Member
+	var appliedIndex uint64
+	err := r.db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if meta.Get(keyCurrent) == nil {
+			r.fresh = true
+			name, _, err := createGeneration(tx)
+			if err != nil {
+				return err
+			}
+			if err := meta.Put(keyCurrent, name); err != nil {
+				return err
+			}
+		}
+		// Generations other than the current one are leftovers of a snapshot
+		// transfer that did not finish.
+		cur := meta.Get(keyCurrent)
+		var stale [][]byte
+		tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			if bytes.HasPrefix(name, []byte("data.")) && !bytes.Equal(name, cur) {
+				stale = append(stale, append([]byte(nil), name...))
+			}
+			return nil
+		})
+		for _, name := range stale {
+			if err := tx.DeleteBucket(name); err != nil {
+				return err
+			}
+		}
+		g := generation(tx)
+		appliedIndex, _ = getApplied(g)
+		members, err = readMembers(g)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if r.store, err = raftlog.Open(r.db); err != nil {
+		return err
+	}
+	if err := r.loadAllZones(); err != nil {
+		return err
+	}
+
+	hs, cs, err := r.store.InitialState()
+	if err != nil {
+		return err
+	}
+	snap, err := r.store.Snapshot()
+	if err != nil {
+		return err
+	}
+	r.confState = cs
+	r.snapIndex = snap.GetMetadata().GetIndex()
+	r.applied.Store(appliedIndex)
+	r.commit.Store(hs.GetCommit())
+	r.term.Store(hs.GetTerm())
+	r.readyIndex = hs.GetCommit()
+	fresh := r.fresh && raft.IsEmptyHardState(hs)
+
+	r.tr, err = transport.New(transport.Config{
+		ID:          r.cfg.ID,
+		Cluster:     r.cfg.Cluster,
+		Listen:      r.cfg.RaftAddr,
+		Raft:        (*raftAdapter)(r),
+		Snapshotter: (*snapshotter)(r),
+		Logger:      r.log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.tr.Start(); err != nil {
+		return fmt.Errorf("raft transport on %s: %w", r.cfg.RaftAddr, err)
+	}
+	peers := members
+	if fresh {
+		peers = r.cfg.Peers
+	}
+	for _, m := range peers {
+		if m.ID != r.cfg.ID {
+			r.tr.AddPeer(m.ID, m.Raft)
+		}
+	}
+
+	// raft refuses an applied index beyond the commit index it knows; after
+	// a snapshot install the data may be ahead of both, and entries up to
+	// the data's applied index are skipped when they come again.
+	rc := &raft.Config{
+		ID:              r.cfg.ID,
+		ElectionTick:    10,
+		HeartbeatTick:   1,
+		Storage:         r.store,
+		Applied:         min(appliedIndex, hs.GetCommit()),
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		CheckQuorum:     true,
+		PreVote:         true,
+		Logger:          raftLogger{r.log},
+	}
+	switch {
+	case fresh && !r.cfg.Join:
+		if len(r.cfg.Peers) == 0 {
+			return errors.New("a new group needs its initial members")
+		}
+		var rp []raft.Peer
+		for _, m := range r.cfg.Peers {
+			ctx, _ := json.Marshal(m)
+			rp = append(rp, raft.Peer{ID: m.ID, Context: ctx})
+		}
+		r.node = raft.StartNode(rc, rp)
+	default:
+		r.node = raft.RestartNode(rc)
+	}
+	go r.run()
+	return nil
+}
+
+// Close stops Raft, the transport and closes the bbolt file.
+func (r *Replica) Close() error {
+	r.stop.Do(func() { close(r.stopc) })
+	<-r.donec
+	return r.db.Close()
+}
+
+// Fresh reports whether the data directory was new when the replica opened.
+func (r *Replica) Fresh() bool { return r.fresh }
+
+// RaftAddr returns the address the transport listens on.
+func (r *Replica) RaftAddr() string { return r.tr.Addr().String() }
+
+// ID returns the member id.
+func (r *Replica) ID() uint64 { return r.cfg.ID }
+
+// Ready reports whether the member knows a leader and has applied what it
+// knew to be committed when it started.
+func (r *Replica) Ready() bool { return r.ready.Load() }
+
+// Status is a member's view of the group.
+type Status struct {
+	ID      uint64   `json:"id"`
+	Leader  uint64   `json:"leader"`
+	Term    uint64   `json:"term"`
+	Commit  uint64   `json:"commit"`
+	Applied uint64   `json:"applied"`
+	Members []Member `json:"members"`
+}
+
+// Status returns the member's view of the group.
+func (r *Replica) Status() (Status, error) {
+	s := Status{ID: r.cfg.ID, Leader: r.leader.Load(), Term: r.term.Load(),
+		Commit: r.commit.Load(), Applied: r.applied.Load()}
+	err := r.db.View(func(tx *bolt.Tx) error {
+		var err error
+		s.Members, err = readMembers(generation(tx))
+		return err
+	})
+	if s.Members == nil {
+		s.Members = []Member{}
+	}
+	return s, err
+}
+
+// IsLeader reports whether this member is the leader.
+func (r *Replica) IsLeader() bool { return r.leader.Load() == r.cfg.ID }
+
+// Removed reports whether this member was removed from the group.
+func (r *Replica) Removed() bool { return r.removed.Load() }
+
+type nopLogger struct{}
+
+func (nopLogger) Infof(string, ...any)    {}
+func (nopLogger) Warningf(string, ...any) {}
+func (nopLogger) Errorf(string, ...any)   {}

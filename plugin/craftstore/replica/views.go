@@ -1,0 +1,128 @@
+package replica
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
+	"github.com/miekg/dns"
+	bolt "go.etcd.io/bbolt"
+)
+
+// zoneSet is an immutable map of canonical origin to the zone's read view;
+// adding or removing a zone swaps in a new set, so lookups take no lock.
+type zoneSet map[string]*zone.Zone
+
+// Match returns the view of the most specific zone containing qname, which
+// must be a lower-case FQDN, or nil. It does not allocate.
+func (r *Replica) Match(qname string) *zone.Zone {
+	zs := *r.zones.Load()
+	if len(zs) == 0 {
+		return nil
+	}
+	for off, end := 0, false; !end; off, end = dns.NextLabel(qname, off) {
+		if z, ok := zs[qname[off:]]; ok {
+			return z
+		}
+	}
+	if z, ok := zs["."]; ok {
+		return z
+	}
+	return nil
+}
+
+// Zone returns the view of the zone with the given canonical origin, or nil.
+func (r *Replica) Zone(origin string) *zone.Zone { return (*r.zones.Load())[origin] }
+
+// Zones returns the canonical origins of all zones, sorted.
+func (r *Replica) Zones() []string {
+	zs := *r.zones.Load()
+	out := make([]string, 0, len(zs))
+	for o := range zs {
+		out = append(out, o)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// swapZone installs (or with z nil removes) the view of one zone. Only the
+// Ready loop and Open call it.
+func (r *Replica) swapZone(origin string, z *zone.Zone) {
+	old := *r.zones.Load()
+	next := make(zoneSet, len(old)+1)
+	for o, v := range old {
+		next[o] = v
+	}
+	if z == nil {
+		delete(next, origin)
+	} else {
+		next[origin] = z
+	}
+	r.zones.Store(&next)
+}
+
+// loadZone builds a fresh view of one zone from its bucket.
+func loadZone(origin string, b *bolt.Bucket) (*zone.Zone, error) {
+	z := zone.New(origin)
+	batch := make([]zone.NameRecords, 0, 1024)
+	err := b.ForEach(func(k, v []byte) error {
+		rrs, err := decodeRRs(v)
+		if err != nil {
+			return fmt.Errorf("zone %s: %w", origin, err)
+		}
+		if len(rrs) == 0 {
+			return nil
+		}
+		batch = append(batch, zone.NameRecords{Name: rrs[0].Header().Name, RRs: rrs})
+		if len(batch) == cap(batch) {
+			z.Set(batch)
+			batch = batch[:0]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	z.Set(batch)
+	return z, nil
+}
+
+// loadAllZones replaces every view with one read from the current generation.
+func (r *Replica) loadAllZones() error {
+	next := zoneSet{}
+	err := r.db.View(func(tx *bolt.Tx) error {
+		return generation(tx).Bucket(bucketZones).ForEach(func(k, _ []byte) error {
+			z, err := loadZone(string(k), generation(tx).Bucket(bucketZones).Bucket(k))
+			if err != nil {
+				return err
+			}
+			next[string(k)] = z
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	r.zones.Store(&next)
+	return nil
+}
+
+// reloadZone rebuilds the view of one zone after an import committed.
+func (r *Replica) reloadZone(origin string) error {
+	var z *zone.Zone
+	err := r.db.View(func(tx *bolt.Tx) error {
+		b := generation(tx).Bucket(bucketZones).Bucket([]byte(origin))
+		if b == nil {
+			return nil
+		}
+		var err error
+		z, err = loadZone(origin, b)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.swapZone(origin, z)
+	return nil
+}

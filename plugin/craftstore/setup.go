@@ -1,0 +1,214 @@
+package craftstore
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+
+	"github.com/miekg/dns"
+)
+
+func init() { plugin.Register("craftstore", setup) }
+
+// config is what a craftstore block says.
+type config struct {
+	id        uint64
+	cluster   string
+	dir       string
+	raft      string
+	peers     []replica.Member
+	join      bool
+	seeds     map[string]string // origin -> zone file
+	api       string
+	token     string
+	snapshot  uint64
+	timeout   time.Duration
+	dnsListen string // this server block's address, advertised to the group
+}
+
+func setup(c *caddy.Controller) error {
+	cs, err := parse(c)
+	if err != nil {
+		return plugin.Error("craftstore", err)
+	}
+	cfg := dnsserver.GetConfig(c)
+	cs.cfg.dnsListen = net.JoinHostPort(firstHost(cfg.ListenHosts), cfg.Port)
+
+	c.OnStartup(cs.start)
+	c.OnShutdown(cs.shutdown)
+	cfg.AddPlugin(func(next plugin.Handler) plugin.Handler {
+		cs.Next = next
+		return cs
+	})
+	return nil
+}
+
+func firstHost(hosts []string) string {
+	if len(hosts) == 0 || hosts[0] == "" {
+		return "0.0.0.0"
+	}
+	return hosts[0]
+}
+
+func parse(c *caddy.Controller) (*Craftstore, error) {
+	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]string{},
+		timeout: 5 * time.Second}}
+	i := 0
+	for c.Next() {
+		if i > 0 {
+			return nil, plugin.ErrOnce
+		}
+		i++
+		cs.Zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
+		for c.NextBlock() {
+			if err := parseProperty(c, cs); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return cs, cs.cfg.check(c, cs.Zones)
+}
+
+func parseProperty(c *caddy.Controller, cs *Craftstore) error {
+	cfg := &cs.cfg
+	args := c.RemainingArgs()
+	one := func() (string, error) {
+		if len(args) != 1 {
+			return "", c.ArgErr()
+		}
+		return args[0], nil
+	}
+	var err error
+	switch c.Val() {
+	case "id":
+		var v string
+		if v, err = one(); err == nil {
+			cfg.id, err = parseID(v)
+		}
+	case "cluster":
+		cfg.cluster, err = one()
+	case "data":
+		cfg.dir, err = one()
+	case "raft":
+		cfg.raft, err = one()
+	case "peer":
+		if len(args) != 2 {
+			return c.ArgErr()
+		}
+		id, err := parseID(args[0])
+		if err != nil {
+			return err
+		}
+		cfg.peers = append(cfg.peers, replica.Member{ID: id, Raft: args[1]})
+	case "join":
+		if len(args) != 0 {
+			return c.ArgErr()
+		}
+		cfg.join = true
+	case "seed":
+		if len(args) != 2 {
+			return c.ArgErr()
+		}
+		cfg.seeds[dns.CanonicalName(args[0])] = args[1]
+	case "api":
+		cfg.api, err = one()
+	case "token":
+		cfg.token, err = one()
+	case "snapshot":
+		var v string
+		if v, err = one(); err == nil {
+			cfg.snapshot, err = strconv.ParseUint(v, 10, 64)
+		}
+	case "timeout":
+		var v string
+		if v, err = one(); err == nil {
+			cfg.timeout, err = time.ParseDuration(v)
+			if err == nil && cfg.timeout <= 0 {
+				err = fmt.Errorf("timeout must be positive")
+			}
+		}
+	case "fallthrough":
+		cs.Fall.SetZonesFromArgs(args)
+	default:
+		return c.Errf("unknown property %q", c.Val())
+	}
+	return err
+}
+
+func parseID(s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || id == 0 {
+		return 0, fmt.Errorf("member id %q must be a positive integer", s)
+	}
+	return id, nil
+}
+
+// check validates the block and fills in derived defaults.
+func (cfg *config) check(c *caddy.Controller, zones []string) error {
+	if cfg.dir == "" {
+		return c.Err("craftstore needs a data directory: data DIR")
+	}
+	dir, err := filepath.Abs(cfg.dir)
+	if err != nil {
+		return err
+	}
+	cfg.dir = dir
+	for _, p := range cfg.peers {
+		if p.ID == cfg.id {
+			if cfg.raft == "" {
+				cfg.raft = p.Raft
+			}
+		}
+	}
+	if cfg.raft == "" {
+		if len(cfg.peers) > 0 || cfg.join {
+			return c.Errf("member %d needs its Raft address: raft ADDR or peer %d ADDR", cfg.id, cfg.id)
+		}
+		cfg.raft = "127.0.0.1:0" // a lone member: nobody dials it
+	}
+	if _, _, err := net.SplitHostPort(cfg.raft); err != nil {
+		return c.Errf("raft address %q: %v", cfg.raft, err)
+	}
+	self := false
+	for _, p := range cfg.peers {
+		self = self || p.ID == cfg.id
+	}
+	if !self && !cfg.join {
+		cfg.peers = append(cfg.peers, replica.Member{ID: cfg.id, Raft: cfg.raft})
+	}
+	for origin, file := range cfg.seeds {
+		if plugin.Zones(zones).Matches(origin) == "" {
+			return c.Errf("seed zone %q is not served by this server block", origin)
+		}
+		if _, err := os.Stat(file); err != nil {
+			return c.Errf("seed zone file for %q: %v", origin, err)
+		}
+	}
+	if cfg.api != "" {
+		host, _, err := net.SplitHostPort(cfg.api)
+		if err != nil {
+			return c.Errf("api address %q: %v", cfg.api, err)
+		}
+		if cfg.token == "" && !isLoopback(host) {
+			return c.Errf("api on %q is not loopback: it needs a token", cfg.api)
+		}
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
