@@ -65,6 +65,7 @@ func (c *testCluster) start(id uint64, join bool) *Replica {
 		SnapshotEntries: c.snap,
 		CatchupEntries:  c.snap / 2,
 		Tick:            20 * time.Millisecond,
+		Logger:          testLogger{c.t, id},
 	})
 	if err != nil {
 		c.t.Fatalf("starting member %d: %v", id, err)
@@ -379,3 +380,12 @@ func TestRestartKeepsState(t *testing.T) {
 		t.Fatalf("expected serial 3 after restart, got %d, %v", serial, err)
 	}
 }
+
+type testLogger struct {
+	t  testing.TB
+	id uint64
+}
+
+func (l testLogger) Infof(f string, v ...any)    { l.t.Logf("[%d] INFO "+f, append([]any{l.id}, v...)...) }
+func (l testLogger) Warningf(f string, v ...any) { l.t.Logf("[%d] WARN "+f, append([]any{l.id}, v...)...) }
+func (l testLogger) Errorf(f string, v ...any)   { l.t.Logf("[%d] ERROR "+f, append([]any{l.id}, v...)...) }

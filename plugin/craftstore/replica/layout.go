@@ -19,6 +19,7 @@ import (
 //	meta/current             -> "data.<n>"
 //	data.<n>/applied         -> applied index and term (16 bytes)
 //	data.<n>/members/<id>    -> JSON Member
+//	data.<n>/removed/<id>    -> empty: ids removed from the group (never reused)
 //	data.<n>/zones/<origin>/<name key> -> the RRs at that name
 //	data.<n>/imports/<origin>/<name key> -> RRs of a staged zone import
 //	data.<n>/importmeta/<origin> -> import id (8 bytes), absent flag (1 byte)
@@ -30,6 +31,7 @@ var (
 	bucketZones      = []byte("zones")
 	bucketImports    = []byte("imports")
 	bucketImportMeta = []byte("importmeta")
+	bucketRemoved    = []byte("removed")
 )
 
 // Member is one member of the Raft group, as the cluster API shows it.
@@ -102,7 +104,7 @@ func createGeneration(tx *bolt.Tx) ([]byte, *bolt.Bucket, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, b := range [][]byte{bucketMembers, bucketZones, bucketImports, bucketImportMeta} {
+	for _, b := range [][]byte{bucketMembers, bucketZones, bucketImports, bucketImportMeta, bucketRemoved} {
 		if _, err := g.CreateBucket(b); err != nil {
 			return nil, nil, err
 		}
@@ -146,4 +148,18 @@ func readMembers(g *bolt.Bucket) ([]Member, error) {
 		return nil
 	})
 	return ms, err
+}
+
+// readRemoved returns the ids removed from the group.
+func readRemoved(g *bolt.Bucket) map[uint64]bool {
+	out := map[uint64]bool{}
+	if b := g.Bucket(bucketRemoved); b != nil {
+		b.ForEach(func(k, _ []byte) error {
+			if len(k) == 8 {
+				out[binary.BigEndian.Uint64(k)] = true
+			}
+			return nil
+		})
+	}
+	return out
 }

@@ -31,12 +31,11 @@ func (r *Replica) run() {
 				r.failWaiters(err)
 				return
 			}
-			if r.removed.Load() {
-				r.log.Warningf("member %d was removed from the group; Raft stopped", r.cfg.ID)
-				r.failWaiters(errorf(503, "member was removed from the group"))
-				<-r.stopc
-				return
-			}
+		case <-r.removedc:
+			r.log.Warningf("member %d was removed from the group; Raft stopped", r.cfg.ID)
+			r.failWaiters(errorf(503, "member was removed from the group"))
+			<-r.stopc
+			return
 		case <-r.stopc:
 			r.failWaiters(errorf(503, "member is shutting down"))
 			return
@@ -99,7 +98,7 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	}
 	r.store.Committed()
 
-	r.tr.Send(rd.Messages)
+	r.tr.Send(r.mergeSnapshots(rd.Messages, lastIndex))
 
 	if p.snapshot {
 		if err := r.afterSnapshot(); err != nil {
@@ -123,6 +122,33 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	}
 	r.node.Advance()
 	return nil
+}
+
+// mergeSnapshots rewrites outgoing snapshot messages to describe the state
+// the stream will carry (as etcd's createMergedSnapshotMessage does): the
+// applied index, its term and the ConfState as of now, instead of raft's
+// last stored snapshot, which may predate the recipient's own addition to
+// the group. The streamed data may be newer still; see snapshot.go.
+func (r *Replica) mergeSnapshots(msgs []*pb.Message, applied uint64) []*pb.Message {
+	for i, m := range msgs {
+		if m.GetType() != pb.MsgSnap {
+			continue
+		}
+		term, err := r.store.Term(applied)
+		if err != nil {
+			// The applied entry is always in the log or the snapshot's term.
+			r.log.Warningf("snapshot for %d: term of %d: %v", m.GetTo(), applied, err)
+			continue
+		}
+		cp := proto.Clone(m).(*pb.Message)
+		cp.Snapshot = &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
+			Index:     proto.Uint64(applied),
+			Term:      proto.Uint64(term),
+			ConfState: proto.Clone(r.confState).(*pb.ConfState),
+		}}
+		msgs[i] = cp
+	}
+	return msgs
 }
 
 // applyEntry applies one committed entry inside the Ready's transaction.
@@ -195,6 +221,13 @@ func applyConfChange(g *bolt.Bucket, cc *pb.ConfChange, skip bool) (*effect, err
 			if err := g.Bucket(bucketMembers).Delete(idKey(id)); err != nil {
 				return nil, err
 			}
+			rb, err := g.CreateBucketIfNotExists(bucketRemoved)
+			if err != nil {
+				return nil, err
+			}
+			if err := rb.Put(idKey(id), nil); err != nil {
+				return nil, err
+			}
 		}
 		return &effect{removed: id}, nil
 	}
@@ -231,8 +264,9 @@ func (r *Replica) applyEffect(e *effect) error {
 			r.tr.AddPeer(e.member.ID, e.member.Raft)
 		}
 	case e.removed != 0:
+		r.markRemoved(e.removed)
 		if e.removed == r.cfg.ID {
-			r.removed.Store(true)
+			r.setRemoved()
 		} else {
 			r.tr.RemovePeer(e.removed)
 		}
@@ -281,3 +315,26 @@ func (a *raftAdapter) ReportUnreachable(id uint64) { a.node.ReportUnreachable(id
 func (a *raftAdapter) ReportSnapshot(id uint64, s raft.SnapshotStatus) {
 	a.node.ReportSnapshot(id, s)
 }
+
+// setRemoved records that this member was removed from the group; the Ready
+// loop then stops Raft. Peers refusing it say so too (transport.OnRemoved):
+// a removed member may never see its removal committed, since the leader
+// stops replicating to it once it applied the change.
+func (r *Replica) setRemoved() {
+	if r.removed.CompareAndSwap(false, true) {
+		close(r.removedc)
+	}
+}
+
+// markRemoved adds id to the ids the transport refuses.
+func (r *Replica) markRemoved(id uint64) {
+	old := *r.removedIDs.Load()
+	next := make(map[uint64]bool, len(old)+1)
+	for k := range old {
+		next[k] = true
+	}
+	next[id] = true
+	r.removedIDs.Store(&next)
+}
+
+func (r *Replica) isRemoved(id uint64) bool { return (*r.removedIDs.Load())[id] }

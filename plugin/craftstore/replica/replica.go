@@ -95,6 +95,8 @@ type Replica struct {
 	readyIndex uint64 // commit index known at start
 	ready      atomic.Bool
 	removed    atomic.Bool
+	removedc   chan struct{}
+	removedIDs atomic.Pointer[map[uint64]bool]
 	fresh      bool // the data directory was new
 
 	stopc chan struct{}
@@ -139,7 +141,7 @@ func Open(cfg Config) (*Replica, error) {
 		return nil, fmt.Errorf("opening %s: %w", filepath.Join(cfg.Dir, FileName), err)
 	}
 	r := &Replica{cfg: cfg, log: cfg.Logger, db: db, waiters: map[uint64]chan applied{},
-		stopc: make(chan struct{}), donec: make(chan struct{})}
+		stopc: make(chan struct{}), donec: make(chan struct{}), removedc: make(chan struct{})}
 	r.nextID.Store(rand.Uint64() &^ (1 << 63))
 	empty := zoneSet{}
 	r.zones.Store(&empty)
@@ -186,6 +188,8 @@ func (r *Replica) open() error {
 		}
 		g := generation(tx)
 		appliedIndex, _ = getApplied(g)
+		removed := readRemoved(g)
+		r.removedIDs.Store(&removed)
 		members, err = readMembers(g)
 		return err
 	})
@@ -222,23 +226,12 @@ func (r *Replica) open() error {
 		Raft:        (*raftAdapter)(r),
 		Snapshotter: (*snapshotter)(r),
 		Logger:      r.log,
+		IsRemoved:   r.isRemoved,
+		OnRemoved:   r.setRemoved,
 	})
 	if err != nil {
 		return err
 	}
-	if err := r.tr.Start(); err != nil {
-		return fmt.Errorf("raft transport on %s: %w", r.cfg.RaftAddr, err)
-	}
-	peers := members
-	if fresh {
-		peers = r.cfg.Peers
-	}
-	for _, m := range peers {
-		if m.ID != r.cfg.ID {
-			r.tr.AddPeer(m.ID, m.Raft)
-		}
-	}
-
 	// raft refuses an applied index beyond the commit index it knows; after
 	// a snapshot install the data may be ahead of both, and entries up to
 	// the data's applied index are skipped when they come again.
@@ -267,6 +260,19 @@ func (r *Replica) open() error {
 		r.node = raft.StartNode(rc, rp)
 	default:
 		r.node = raft.RestartNode(rc)
+	}
+	if err := r.tr.Start(); err != nil {
+		r.node.Stop()
+		return fmt.Errorf("raft transport on %s: %w", r.cfg.RaftAddr, err)
+	}
+	peers := members
+	if fresh {
+		peers = r.cfg.Peers
+	}
+	for _, m := range peers {
+		if m.ID != r.cfg.ID {
+			r.tr.AddPeer(m.ID, m.Raft)
+		}
 	}
 	go r.run()
 	return nil

@@ -78,20 +78,18 @@ func writeBucket(w *bufio.Writer, b *bolt.Bucket) error {
 	})
 }
 
+// writeRec writes kind, then the key behind its length, then for recKV the
+// value behind its length.
 func writeRec(w *bufio.Writer, kind byte, k, v []byte) error {
-	var hdr [1 + 2*binary.MaxVarintLen64]byte
-	hdr[0] = kind
-	n := 1 + binary.PutUvarint(hdr[1:], uint64(len(k)))
-	if kind == recKV {
-		n += binary.PutUvarint(hdr[n:], uint64(len(v)))
+	var tmp [binary.MaxVarintLen64]byte
+	w.WriteByte(kind)
+	w.Write(tmp[:binary.PutUvarint(tmp[:], uint64(len(k)))])
+	w.Write(k)
+	if kind != recKV {
+		return nil
 	}
-	if _, err := w.Write(hdr[:n]); err != nil {
-		return err
-	}
-	if _, err := w.Write(k); err != nil {
-		return err
-	}
-	_, err := w.Write(v)
+	w.Write(tmp[:binary.PutUvarint(tmp[:], uint64(len(v)))])
+	_, err := w.Write(v) // a bufio.Writer keeps its first error
 	return err
 }
 
@@ -262,6 +260,8 @@ func (r *Replica) afterSnapshot() error {
 	err := r.db.View(func(tx *bolt.Tx) error {
 		var err error
 		applied, _ = getApplied(generation(tx))
+		removed := readRemoved(generation(tx))
+		r.removedIDs.Store(&removed)
 		members, err = readMembers(generation(tx))
 		return err
 	})

@@ -1,0 +1,40 @@
+package replica
+
+import (
+	"bytes"
+	"testing"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestSnapshotStream streams one member's state into another's staging
+// generation and checks it arrives whole.
+func TestSnapshotStream(t *testing.T) {
+	c := newTestCluster(t, 1, 0)
+	src := c.leader()
+	if _, err := src.PutZone(ctx(t), "example.org.", parseTestZone(t), false); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := (*snapshotter)(src).WriteSnapshot(&buf); err != nil {
+		t.Fatal(err)
+	}
+	dst := newTestCluster(t, 1, 0).leader()
+	m := &pb.Message{Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: proto.Uint64(9), Term: proto.Uint64(1)}}}
+	if err := (*snapshotter)(dst).ReceiveSnapshot(m, &buf); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := src.Status()
+	if dst.staged.applied != want.Applied || dst.staged.applied == 0 {
+		t.Errorf("expected staged data applied to %d, got %d", want.Applied, dst.staged.applied)
+	}
+	dst.db.View(func(tx *bolt.Tx) error {
+		z := tx.Bucket(dst.staged.gen).Bucket(bucketZones).Bucket([]byte("example.org."))
+		if z == nil || z.Get(nameKey("www.example.org.")) == nil {
+			t.Error("expected the zone in the staged generation")
+		}
+		return nil
+	})
+}
