@@ -386,6 +386,10 @@ type testLogger struct {
 	id uint64
 }
 
-func (l testLogger) Infof(f string, v ...any)    { l.t.Logf("[%d] INFO "+f, append([]any{l.id}, v...)...) }
-func (l testLogger) Warningf(f string, v ...any) { l.t.Logf("[%d] WARN "+f, append([]any{l.id}, v...)...) }
-func (l testLogger) Errorf(f string, v ...any)   { l.t.Logf("[%d] ERROR "+f, append([]any{l.id}, v...)...) }
+func (l testLogger) Infof(f string, v ...any) { l.t.Logf("[%d] INFO "+f, append([]any{l.id}, v...)...) }
+func (l testLogger) Warningf(f string, v ...any) {
+	l.t.Logf("[%d] WARN "+f, append([]any{l.id}, v...)...)
+}
+func (l testLogger) Errorf(f string, v ...any) {
+	l.t.Logf("[%d] ERROR "+f, append([]any{l.id}, v...)...)
+}

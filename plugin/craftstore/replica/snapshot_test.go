@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"testing"
 
-	pb "go.etcd.io/raft/v3/raftpb"
 	bolt "go.etcd.io/bbolt"
+	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
 
