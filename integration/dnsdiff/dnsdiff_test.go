@@ -2,6 +2,7 @@ package dnsdiff
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -59,4 +60,38 @@ func TestCompareNSD(t *testing.T) {
 	if len(r.errs) != 1 || !strings.Contains(r.errs[0], "192.0.2.88") {
 		t.Errorf("expected one report showing 192.0.2.88, got %q", r.errs)
 	}
+}
+
+// A zone NSD cannot load fails the test quickly, with NSD's output.
+func TestStartNSDBrokenZone(t *testing.T) {
+	if nsdBinary() == "" {
+		t.Skip("nsd is not installed")
+	}
+	r := &fatalRecorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		StartNSD(r, "example.com.", "example.com. 3600 IN A 192.0.2.1\n") // no SOA
+	}()
+	<-done
+	if r.msg == "" {
+		t.Fatal("expected StartNSD to fail")
+	}
+	t.Logf("StartNSD failed as expected: %.200s", r.msg)
+}
+
+// fatalRecorder is a testing.TB whose Fatal ends only the goroutine.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Helper() {}
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (r *fatalRecorder) Fatal(args ...any) {
+	r.msg = fmt.Sprint(args...)
+	runtime.Goexit()
 }

@@ -64,9 +64,8 @@ type generator struct {
 	origin string
 	rng    *rand.Rand
 
-	owners []string                     // owner names (as written) in order of first use
+	owners []string                     // canonical owner names in order of first use
 	rrsets map[string]map[uint16]*rrset // canonical owner → type → RRset
-	spell  map[string]string            // canonical owner → spelling in the zone file
 	extra  []string                     // more names to ask about (canonical)
 	raw    []string                     // zone file lines added as they are
 }

@@ -2,6 +2,7 @@ package dnsdiff
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -82,8 +83,7 @@ func StartNSD(t testing.TB, origin, zoneText string, options ...string) (addr st
 
 	// The port is free when we look; another process may take it before
 	// NSD binds it, so try a few.
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
+	for attempt := 0; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			t.Fatal(err)
@@ -94,16 +94,22 @@ func StartNSD(t testing.TB, origin, zoneText string, options ...string) (addr st
 			t.Fatal(err)
 		}
 		addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if lastErr = runNSD(t, bin, conf, addr, dns.Fqdn(origin)); lastErr == nil {
+		err = runNSD(t, bin, conf, addr, dns.Fqdn(origin))
+		if err == nil {
 			return addr
 		}
+		if !errors.Is(err, errExited) || attempt == 4 {
+			t.Fatalf("starting nsd: %v", err)
+		}
 	}
-	t.Fatalf("starting nsd: %v", lastErr)
-	return ""
 }
 
+var errExited = errors.New("nsd exited")
+
 // runNSD starts nsd -d with conf and waits until it answers the SOA query
-// for origin at addr. On success the process is stopped on t.Cleanup.
+// for origin at addr. On success the process is stopped on t.Cleanup. The
+// error is errExited if NSD ended by itself (it could not bind the port, or
+// the configuration is wrong).
 func runNSD(t testing.TB, bin, conf, addr, origin string) error {
 	out := &syncBuffer{}
 	cmd := exec.Command(bin, "-d", "-c", conf)
@@ -126,29 +132,39 @@ func runNSD(t testing.TB, bin, conf, addr, origin string) error {
 		}
 	}
 
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	var answered time.Time // when NSD first answered, but not with the SOA
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		select {
 		case <-exited:
-			return fmt.Errorf("nsd exited: %s", out.String())
+			return fmt.Errorf("%w: %s", errExited, out.String())
 		default:
 		}
-		if answersSOA(addr, origin) {
+		r := querySOA(addr, origin)
+		switch {
+		case r != nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0:
 			t.Cleanup(stop)
 			return nil
+		case r != nil && answered.IsZero():
+			answered = time.Now()
+		case r != nil && time.Since(answered) > time.Second:
+			stop()
+			return fmt.Errorf("nsd answers %s to the SOA query of %s (a broken zone?): %s", dns.RcodeToString[r.Rcode], origin, out.String())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	stop()
 	return fmt.Errorf("nsd did not answer the SOA of %s at %s: %s", origin, addr, out.String())
 }
 
-func answersSOA(addr, origin string) bool {
+// querySOA asks addr for the SOA of origin; nil if there is no answer.
+func querySOA(addr, origin string) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetQuestion(origin, dns.TypeSOA)
 	c := &dns.Client{Timeout: 200 * time.Millisecond}
 	r, _, err := c.Exchange(m, addr)
-	return err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0
+	if err != nil {
+		return nil
+	}
+	return r
 }
 
 // freePort returns a port that is free for both UDP and TCP on 127.0.0.1.

@@ -80,6 +80,7 @@ func parse(c *caddy.Controller) (*Craftstore, error) {
 
 func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	cfg := &cs.cfg
+	prop := c.Val()
 	args := c.RemainingArgs()
 	one := func() (string, error) {
 		if len(args) != 1 {
@@ -88,7 +89,7 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		return args[0], nil
 	}
 	var err error
-	switch c.Val() {
+	switch prop {
 	case "id":
 		var v string
 		if v, err = one(); err == nil {
@@ -139,7 +140,7 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	case "fallthrough":
 		cs.Fall.SetZonesFromArgs(args)
 	default:
-		return c.Errf("unknown property %q", c.Val())
+		return c.Errf("unknown property %q", prop)
 	}
 	return err
 }

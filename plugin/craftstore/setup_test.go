@@ -1,0 +1,103 @@
+package craftstore
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/coredns/caddy"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		input   string
+		wantErr string
+		check   func(t *testing.T, c *Craftstore)
+	}{
+		{input: `craftstore {
+			data /tmp/x
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.id != 1 || c.cfg.raft != "127.0.0.1:0" || len(c.cfg.peers) != 1 || c.cfg.cluster != "craftdns" {
+				t.Errorf("expected single-member defaults, got %+v", c.cfg)
+			}
+		}},
+		{input: `craftstore example.org {
+			id 2
+			data /tmp/x
+			peer 1 127.0.0.1:7071
+			peer 2 127.0.0.1:7072
+			peer 3 127.0.0.1:7073
+			api 127.0.0.1:8062
+			snapshot 500
+			timeout 2s
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.raft != "127.0.0.1:7072" || len(c.cfg.peers) != 3 || c.cfg.snapshot != 500 || c.Zones[0] != "example.org." {
+				t.Errorf("expected the raft address taken from peer 2, got %+v", c.cfg)
+			}
+		}},
+		{input: `craftstore {
+			id 4
+			data /tmp/x
+			raft 127.0.0.1:7074
+			join
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if !c.cfg.join || len(c.cfg.peers) != 0 {
+				t.Errorf("expected a joiner without initial peers, got %+v", c.cfg)
+			}
+		}},
+		{input: `craftstore`, wantErr: "data directory"},
+		{input: `craftstore {
+			data /tmp/x
+			id 0
+		}`, wantErr: "positive integer"},
+		{input: `craftstore {
+			data /tmp/x
+			bogus 1
+		}`, wantErr: "unknown property"},
+		{input: `craftstore {
+			data /tmp/x
+			peer 1 127.0.0.1:7071
+			peer 2 127.0.0.1:7072
+			id 3
+		}`, wantErr: "needs its Raft address"},
+		{input: `craftstore {
+			data /tmp/x
+			api 0.0.0.0:8053
+		}`, wantErr: "needs a token"},
+		{input: `craftstore {
+			data /tmp/x
+			seed example.net /nonexistent
+		}`, wantErr: "not served"},
+		{input: `craftstore {
+			data /tmp/x
+			seed example.org /nonexistent
+		}`, wantErr: "seed zone file"},
+		{input: `craftstore {
+			data /tmp/x
+			timeout -1s
+		}`, wantErr: "positive"},
+	}
+	for i, tc := range tests {
+		c := caddy.NewTestController("dns", tc.input)
+		c.ServerBlockKeys = []string{"example.org."}
+		cs, err := parse(c)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("test %d: expected error containing %q, got %v", i, tc.wantErr, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("test %d: expected no error, got %v", i, err)
+			continue
+		}
+		tc.check(t, cs)
+	}
+}
+
+func TestLower(t *testing.T) {
+	for in, want := range map[string]string{"www.example.org.": "www.example.org.", "WwW.Example.ORG.": "www.example.org.", "": ""} {
+		if got := lower(in); got != want {
+			t.Errorf("expected %q, got %q", want, got)
+		}
+	}
+}

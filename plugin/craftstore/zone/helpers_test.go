@@ -1,0 +1,56 @@
+package zone
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/test"
+
+	"github.com/miekg/dns"
+)
+
+// parse returns the RRs of a zone file text.
+func parse(t testing.TB, origin, text string) []dns.RR {
+	t.Helper()
+	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
+	var rrs []dns.RR
+	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+		rrs = append(rrs, rr)
+	}
+	if err := zp.Err(); err != nil {
+		t.Fatalf("parsing zone %s: %v", origin, err)
+	}
+	return rrs
+}
+
+// load returns a Zone holding the zone file text.
+func load(t testing.TB, origin, text string) *Zone {
+	t.Helper()
+	z := New(origin)
+	z.Load(parse(t, origin, text))
+	return z
+}
+
+// lookup answers tc from z as a server would.
+func lookup(z *Zone, tc test.Case) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetReply(tc.Msg())
+	z.Lookup(m, dns.Fqdn(tc.Qname), tc.Qtype)
+	return m
+}
+
+// check runs the cases against z; test.Case does not check AA, so check does.
+func check(t *testing.T, z *Zone, cases []test.Case) {
+	t.Helper()
+	for _, tc := range cases {
+		resp := lookup(z, tc)
+		name := tc.Qname + " " + dns.TypeToString[tc.Qtype]
+		if err := test.SortAndCheck(resp, tc); err != nil {
+			t.Errorf("%s: %v\n%s", name, err, resp)
+			continue
+		}
+		if resp.Authoritative != tc.Authoritative {
+			t.Errorf("%s: expected AA %t, got %t", name, tc.Authoritative, resp.Authoritative)
+		}
+	}
+}

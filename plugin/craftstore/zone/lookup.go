@@ -1,0 +1,161 @@
+package zone
+
+import "github.com/miekg/dns"
+
+// maxChain bounds the names one lookup visits. Loops end earlier, on the
+// first repeated (CNAME RRset, owner) pair, as in NSD; this bound only cuts
+// absurdly long chains without a loop (NSD follows those to any length).
+const maxChain = 64
+
+// Lookup answers qname/qtype (class IN) authoritatively into m: it sets
+// m.Rcode, m.Authoritative and appends to m.Answer, m.Ns and m.Extra.
+// qname is inside the zone (the caller checked), in any case.
+//
+// The answers follow RFC 1034 §4.3.2, RFC 4592 and RFC 2308 and equal NSD's
+// (4.x, default configuration) in rcode, AA, answer and authority sections:
+//   - positive answers carry the apex NS RRset in the authority section,
+//     except for DS, DNSKEY and ANY queries and when it is the answer;
+//   - CNAMEs are followed inside the zone; the rcode and authority section
+//     describe the last name of the chain (RFC 6604); a chain stops, without
+//     authority, when it would add a CNAME RRset a second time for the same
+//     owner (a loop), or when it leaves the zone;
+//   - a referral clears AA unless a CNAME led to it;
+//   - ANY gets one RRset (RFC 8482 §4.1).
+//
+// The RRs appended are the zone's own (wildcard answers excepted): callers
+// must not modify them.
+func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) {
+	z.mu.RLock()
+	defer z.mu.RUnlock()
+
+	m.Rcode = dns.RcodeSuccess
+	if z.soa == nil {
+		m.Rcode = dns.RcodeServerFailure // configured, not loaded
+		return
+	}
+	m.Authoritative = true
+
+	var c chain
+	name := qname
+	for step := 0; step < maxChain; step++ {
+		next, follow := z.answer(m, name, qtype, step, &c)
+		if !follow {
+			return
+		}
+		name = next
+	}
+}
+
+// answer answers for one name of a lookup: the query name (step 0) or the
+// target of the CNAME answered in the previous step. It returns the next
+// CNAME target to follow, if any.
+func (z *Zone) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain) (string, bool) {
+	var buf [256]byte
+	name := appendLower(buf[:0], qname)
+
+	encl, off, ok := z.closestEncloser(name)
+	if !ok {
+		if step == 0 {
+			m.Rcode = dns.RcodeRefused
+			m.Authoritative = false
+		}
+		return "", false // a CNAME target outside the zone ends the chain
+	}
+	if cut := z.delegation(name, encl, off, qtype); cut != nil {
+		z.referral(m, cut, step)
+		return "", false
+	}
+
+	n, owner := encl, ""
+	if off > 0 {
+		// RFC 4592 §3.3.1: qname does not exist; a wildcard child of the
+		// closest encloser synthesizes the answer, owned by qname.
+		if n = z.wildcard(encl); n == nil {
+			z.negative(m, dns.RcodeNameError)
+			return "", false
+		}
+		owner = qname
+	}
+	return z.fromNode(m, n, qname, owner, qtype, step, c)
+}
+
+// fromNode answers from n, the node at qname or the source of synthesis when
+// owner is set (RFC 1034 §4.3.2 step 3a, 3c).
+func (z *Zone) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, step int, c *chain) (string, bool) {
+	if qtype == dns.TypeANY {
+		if rrs := n.anyRRset(); rrs != nil {
+			m.Answer = appendRRs(m.Answer, rrs, owner)
+		} else {
+			z.negative(m, dns.RcodeSuccess)
+		}
+		return "", false
+	}
+
+	if rrs := n.rrset(qtype); rrs != nil {
+		m.Answer = appendRRs(m.Answer, rrs, owner)
+		// NSD adds the apex NS RRset, as RFC 1034 §6.2.1 shows, but not for
+		// DS and DNSKEY whose answers are large already, and not twice.
+		if qtype != dns.TypeDS && qtype != dns.TypeDNSKEY && !(qtype == dns.TypeNS && n == z.apex) {
+			m.Ns = append(m.Ns, z.apexNS...)
+		}
+		return "", false
+	}
+
+	if n.flags&fCNAME != 0 {
+		cname := n.rrset(dns.TypeCNAME)
+		// NSD's loop check: an RRset is not added twice for the same owner.
+		// A wildcard synthesizing for the query name counts as a distinct
+		// owner from the same name reached later through a CNAME.
+		key := qname
+		if owner != "" && step == 0 {
+			key = ""
+		}
+		if !c.add(cname[0], key) {
+			return "", false
+		}
+		m.Answer = appendRRs(m.Answer, cname, owner)
+		// RFC 1034 §4.3.2 step 3a: restart with the (first) CNAME's target.
+		if target, ok := cname[0].(*dns.CNAME); ok {
+			return target.Target, true
+		}
+		return "", false
+	}
+
+	z.negative(m, dns.RcodeSuccess)
+	return "", false
+}
+
+// chain records the CNAME RRsets a lookup added, with their owners, so that a
+// loop stops when it would add one a second time.
+type chain struct {
+	n     int
+	fixed [8]visit
+	more  []visit
+}
+
+type visit struct {
+	rr    dns.RR // first RR of the stored CNAME RRset: the RRset's identity
+	owner string // the name it answered for, any case; "" for the query name via a wildcard
+}
+
+// add records (rr, owner) and reports whether it was new.
+func (c *chain) add(rr dns.RR, owner string) bool {
+	seen := c.fixed[:min(c.n, len(c.fixed))]
+	for _, v := range seen {
+		if v.rr == rr && equalFold(v.owner, owner) {
+			return false
+		}
+	}
+	for _, v := range c.more {
+		if v.rr == rr && equalFold(v.owner, owner) {
+			return false
+		}
+	}
+	if c.n < len(c.fixed) {
+		c.fixed[c.n] = visit{rr, owner}
+	} else {
+		c.more = append(c.more, visit{rr, owner})
+	}
+	c.n++
+	return true
+}

@@ -1,0 +1,77 @@
+package zone
+
+import "github.com/miekg/dns"
+
+// The steps of RFC 1034 §4.3.2 (3a-3c) as separate facts about a lower-case
+// query name: where it exists, which delegation covers it, which wildcard
+// could synthesize it. Names are byte slices (usually a stack buffer);
+// offsets into them denote the name's ancestors. Callers hold the read lock.
+
+// closestEncloser returns the deepest existing name among name and its
+// ancestors in the zone (RFC 4592 §3.3.1; empty non-terminals exist) and its
+// offset in name: 0 when name itself exists. ok is false when name is not in
+// the zone.
+func (z *Zone) closestEncloser(name []byte) (n *node, off int, ok bool) {
+	apex := len(name) - len(z.origin)
+	if apex < 0 || string(name[apex:]) != z.origin {
+		return nil, 0, false
+	}
+	for off = 0; off < apex; off = nextLabel(name, off) {
+		if n := z.names[string(name[off:])]; n != nil {
+			return n, off, true
+		}
+	}
+	if off == len(name) && apex == len(name)-1 {
+		off = apex // the root zone: "." is the final byte, not a label start
+	}
+	if off != apex {
+		return nil, 0, false // the origin matched in the middle of a label
+	}
+	return z.apex, apex, true
+}
+
+// exact returns the node at name, nil if name does not exist in the zone.
+func (z *Zone) exact(name []byte) *node {
+	return z.names[string(name)]
+}
+
+// delegation returns the zone cut that covers name, nil if none (RFC 1034
+// §4.3.2 step 3b). encl is the closest encloser of name at offset off; only
+// it and its ancestors can hold NS. With nested cuts the topmost one wins:
+// everything below it, other cuts included, is not authoritative data. A DS
+// query for the cut itself is answered by this, the parent, side (RFC 4035
+// §3.1.4.1), so that cut does not count; a cut above it still does.
+func (z *Zone) delegation(name []byte, encl *node, off int, qtype uint16) *node {
+	if z.cuts == 0 {
+		return nil
+	}
+	apex := len(name) - len(z.origin)
+	var cut *node
+	cutOff := 0
+	for n := encl; off < apex; off = nextLabel(name, off) {
+		if n == nil {
+			n = z.names[string(name[off:])]
+		}
+		if n != nil && n.flags&fCut != 0 {
+			cut, cutOff = n, off
+		}
+		n = nil
+	}
+	if cut != nil && cutOff == 0 && qtype == dns.TypeDS {
+		return nil
+	}
+	return cut
+}
+
+// wildcard returns the source of synthesis for a name whose closest encloser
+// is encl: the node "*.<closest encloser>", nil if it does not exist (RFC
+// 4592 §3.3.1). Only the closest encloser's wildcard child counts, so a
+// wildcard never matches a name at or below an existing name, empty
+// non-terminals included (RFC 4592 §2.2.2). A wildcard that is itself an
+// empty non-terminal is still a source: it synthesizes NODATA.
+func (z *Zone) wildcard(encl *node) *node {
+	if encl.flags&fWild == 0 {
+		return nil
+	}
+	return z.wilds[encl]
+}
