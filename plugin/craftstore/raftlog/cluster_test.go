@@ -52,6 +52,7 @@ func newCluster(t *testing.T, n int) *cluster {
 // start opens the member's file and (re)creates its RawNode from it.
 func (c *cluster) start(m *member) {
 	m.db = reopenDB(c.t, m.path)
+	m.db.NoSync = true // a crash here is a clean Close: fsync is not under test
 	m.s = openStorage(c.t, m.db)
 	update(c.t, m.db, func(tx *bolt.Tx) error {
 		if b := tx.Bucket(appBucket); b != nil {
@@ -193,7 +194,8 @@ func (c *cluster) allApplied(count uint64) {
 // TestRaftClusterCatchUpAndTruncate runs three members on this Storage: a
 // member that crashed misses so much that it must catch up from a snapshot
 // (ApplySnapshot), and an isolated leader's uncommitted entries are
-// overwritten by the new leader (Append over a conflicting suffix).
+// overwritten and truncated by the new leader (Append over a longer
+// conflicting suffix).
 func TestRaftClusterCatchUpAndTruncate(t *testing.T) {
 	c := newCluster(t, 3)
 	m1, m2, m3 := c.members[0], c.members[1], c.members[2]
@@ -216,7 +218,7 @@ func TestRaftClusterCatchUpAndTruncate(t *testing.T) {
 
 	// m1 is cut off while leading and appends entries that never commit.
 	c.cut[m1.id] = true
-	for v := uint64(1000); v < 1005; v++ {
+	for v := uint64(1000); v < 1030; v++ {
 		if err := m1.rn.Propose(binary.BigEndian.AppendUint64(nil, v)); err != nil {
 			t.Fatal(err)
 		}
@@ -247,9 +249,16 @@ func TestRaftClusterCatchUpAndTruncate(t *testing.T) {
 			t.Errorf("member %d: expected sum %d, got %d", i+1, want, sum)
 		}
 	}
-	// m1's uncommitted entries were replaced, not kept beside the new ones.
-	term, err := m1.s.Term(m1Last)
-	if err != nil || term != m2.rn.Status().GetTerm() {
-		t.Errorf("expected m1's entry %d to be of term %d, got %d, %v", m1Last, m2.rn.Status().GetTerm(), term, err)
+	// m1's 30 uncommitted entries were overwritten and the rest of them
+	// truncated: its log now ends where the new leader's does.
+	wantLast, _ := m2.s.LastIndex()
+	if last, _ := m1.s.LastIndex(); last != wantLast || last >= m1Last {
+		t.Errorf("expected m1's log to end at %d (before its old end %d), got %d", wantLast, m1Last, last)
+	}
+	for i := wantLast - 5; i <= wantLast; i++ {
+		want, _ := m2.s.Term(i)
+		if got, err := m1.s.Term(i); err != nil || got != want {
+			t.Errorf("expected m1's entry %d to be of term %d, got %d, %v", i, want, got, err)
+		}
 	}
 }

@@ -63,7 +63,9 @@ type logState struct {
 
 // Open returns a Storage over db, creating its buckets if they are missing.
 // The caller keeps ownership of db and closes it after it stops using the
-// Storage.
+// Storage. Use one Storage per DB (share it across a Corefile reload) and
+// write its buckets only through it: FirstIndex and LastIndex answer from
+// bounds that follow the transactions written through this Storage.
 func Open(db *bolt.DB) (*Storage, error) {
 	exists := false
 	if err := db.View(func(tx *bolt.Tx) error {

@@ -20,6 +20,10 @@ import (
 // so a page split never has to make room for an insert in the middle.
 const logFillPercent = 1.0
 
+// marshalCached reuses the sizes that Append computed just before: raft's
+// entries are immutable.
+var marshalCached = proto.MarshalOptions{UseCachedSize: true}
+
 // writeState checks that tx is writable and returns the log as visible in it.
 func writeState(tx *bolt.Tx) (*logState, error) {
 	if !tx.Writable() {
@@ -71,15 +75,21 @@ func (s *Storage) Append(tx *bolt.Tx, ents []*pb.Entry) error {
 		return err
 	}
 
-	keys := make([]byte, 8*len(ents))
-	for i, e := range ents {
-		k := keys[8*i : 8*i+8 : 8*i+8]
-		putIndex(k, e.GetIndex())
-		v, err := proto.Marshal(e)
-		if err != nil {
+	// Marshal all values into one buffer: bbolt keeps referencing them until
+	// the transaction ends (it copies keys, not values).
+	size := 0
+	for _, e := range ents {
+		size += proto.Size(e)
+	}
+	buf := make([]byte, 0, size)
+	var k [8]byte
+	for _, e := range ents {
+		start := len(buf)
+		if buf, err = marshalCached.MarshalAppend(buf, e); err != nil {
 			return fmt.Errorf("raftlog: encoding entry %d: %w", e.GetIndex(), err)
 		}
-		if err := st.log.Put(k, v); err != nil {
+		putIndex(k[:], e.GetIndex())
+		if err := st.log.Put(k[:], buf[start:len(buf):len(buf)]); err != nil {
 			return fmt.Errorf("raftlog: writing entry %d: %w", e.GetIndex(), err)
 		}
 	}
@@ -213,7 +223,9 @@ func (s *Storage) CreateSnapshot(tx *bolt.Tx, index uint64, cs *pb.ConfState) (*
 // Compact discards the entries up to and including index; the term of index
 // is kept, so Term(index) still answers. It returns raft.ErrCompacted if
 // index is at or below the compacted index and an error if it is beyond the
-// last index. The caller must not compact beyond the applied index.
+// last index. The caller must not compact beyond the applied index, nor
+// beyond the latest snapshot (CreateSnapshot first): raft sends a lagging
+// follower the latest snapshot, which must reach at least the first index.
 func (s *Storage) Compact(tx *bolt.Tx, index uint64) error {
 	st, err := writeState(tx)
 	if err != nil {

@@ -195,6 +195,26 @@ func applyChange(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	return Result{Serial: serial}, e, nil
 }
 
+// loadRR adds rr to the RRs of one name as a zone file load does, like NSD:
+// a duplicate keeps the first copy and its TTL, differing TTLs in an RRset
+// stay as written, and a singleton type keeps the last RR.
+func loadRR(rrs []dns.RR, rr dns.RR) []dns.RR {
+	t := rr.Header().Rrtype
+	for i, old := range rrs {
+		if old.Header().Rrtype != t {
+			continue
+		}
+		if singleton(t) {
+			rrs[i] = rr
+			return rrs
+		}
+		if dns.IsDuplicate(old, rr) {
+			return rrs
+		}
+	}
+	return append(rrs, rr)
+}
+
 func removeRRs(rrs []dns.RR, drop func(dns.RR) bool) []dns.RR {
 	out := make([]dns.RR, 0, len(rrs))
 	for _, rr := range rrs {
@@ -210,9 +230,9 @@ func singleton(t uint16) bool {
 	return t == dns.TypeSOA || t == dns.TypeCNAME || t == dns.TypeDNAME
 }
 
-// addRR adds rr to the RRs of one name. A duplicate (RFC 2181 §5: equal but
-// for the TTL) is not added twice; the TTL of the added RR becomes the TTL
-// of its whole RRset (RFC 2181 §5.2).
+// addRR adds rr to the RRs of one name, as a change does. A duplicate (RFC
+// 2181 §5: equal but for the TTL) is not added twice; the TTL of the added RR
+// becomes the TTL of its whole RRset (RFC 2181 §5.2).
 func addRR(rrs []dns.RR, rr dns.RR) []dns.RR {
 	t := rr.Header().Rrtype
 	out := make([]dns.RR, 0, len(rrs)+1)

@@ -64,7 +64,7 @@ func applyImportChunk(g *bolt.Bucket, c *command) (Result, *effect, error) {
 			byName[name] = rrs
 			order = append(order, name)
 		}
-		byName[name] = addRR(byName[name], rr)
+		byName[name] = loadRR(byName[name], rr)
 	}
 	for _, name := range order {
 		if err := checkName(name, byName[name]); err != nil {

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -90,6 +91,9 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 			}
 		} else {
 			lastIndex = done
+		}
+		if p.snapshot {
+			return nil // the installed snapshot is the newest; the log is empty
 		}
 		return r.maybeSnapshot(tx, lastIndex)
 	})
@@ -250,7 +254,9 @@ func (r *Replica) maybeSnapshot(tx *bolt.Tx, index uint64) error {
 			return err
 		}
 		if compact := index - r.cfg.CatchupEntries; compact >= first {
-			return r.store.Compact(tx, compact)
+			if err := r.store.Compact(tx, compact); err != nil && !errors.Is(err, raft.ErrCompacted) {
+				return err
+			}
 		}
 	}
 	return nil

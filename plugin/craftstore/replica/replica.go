@@ -135,7 +135,10 @@ func Open(cfg Config) (*Replica, error) {
 	db, err := bolt.Open(filepath.Join(cfg.Dir, FileName), 0o600, &bolt.Options{
 		Timeout:        5 * time.Second,
 		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
+		// Address space, not memory: a long read (a snapshot streaming to a
+		// follower) then rarely blocks the writer's remap as the file grows.
+		InitialMmapSize: 1 << 30,
+		FreelistType:    bolt.FreelistMapType,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", filepath.Join(cfg.Dir, FileName), err)

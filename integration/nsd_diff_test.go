@@ -1,0 +1,56 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/craftdns/craftdns/integration/dnsdiff"
+
+	"github.com/miekg/dns"
+)
+
+// TestDifferentialNSD loads a generated zone full of hard cases into a real
+// craftstore member through the API and into NSD from the same text, and
+// compares their answers to a few thousand queries.
+func TestDifferentialNSD(t *testing.T) {
+	const origin = "diff.example."
+	for _, seed := range []int64{7, 42} {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			text, queries := dnsdiff.GenerateZone(origin, seed, dnsdiff.DefaultNames)
+			nsd := dnsdiff.StartNSD(t, origin, text)
+
+			wd := t.TempDir()
+			dnsPort, apiPort, readyPort := freePort(t), freePort(t), freePort(t)
+			corefile := fmt.Sprintf(`%s:%d {
+    bind 127.0.0.1
+    craftstore {
+        data data
+        api 127.0.0.1:%d
+    }
+    ready 127.0.0.1:%d
+}
+`, origin, dnsPort, apiPort, readyPort)
+			if err := os.WriteFile(filepath.Join(wd, "Corefile"), []byte(corefile), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p := start(t, "craftstore", wd, "Corefile")
+			waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), p)
+			a := api{base: fmt.Sprintf("http://127.0.0.1:%d", apiPort)}
+			var res struct{ Records int }
+			if code, err := a.do("PUT", "/v1/zones/"+origin, text, &res); err != nil || code != http.StatusOK {
+				t.Fatalf("expected 200 loading the zone, got %d %v", code, err)
+			}
+			addr := fmt.Sprintf("127.0.0.1:%d", dnsPort)
+			if r, err := query(addr, origin, dns.TypeSOA); err != nil || r.Rcode != dns.RcodeSuccess {
+				t.Fatalf("expected the zone served, got %v %v", r, err)
+			}
+			start := time.Now()
+			dnsdiff.Compare(t, nsd, addr, queries)
+			t.Logf("%d records, %d queries compared with NSD in %v", res.Records, len(queries), time.Since(start).Round(time.Millisecond))
+		})
+	}
+}

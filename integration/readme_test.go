@@ -1,0 +1,50 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// TestReadmeExamples starts every ~~~ corefile block of the craftstore
+// README and checks that the server comes up and answers DNS.
+func TestReadmeExamples(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repo, "plugin", "craftstore", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)~~~ corefile\n(.*?)~~~").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("expected corefile examples in the README")
+	}
+	port := regexp.MustCompile(`(?m)^(\S+):(\d+) \{`)
+	for i, b := range blocks {
+		t.Run(fmt.Sprint("example", i), func(t *testing.T) {
+			wd := workdir(t)
+			corefile := b[1]
+			m := port.FindStringSubmatch(corefile)
+			if m == nil {
+				t.Fatalf("expected a zone:port server block in:\n%s", corefile)
+			}
+			if err := os.WriteFile(filepath.Join(wd, "Corefile"), []byte(corefile), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p := start(t, "example", wd, "Corefile")
+			addr := "127.0.0.1:" + m[2]
+			eventually(t, "a DNS answer from "+addr, 20*time.Second, func() bool {
+				_, err := query(addr, m[1], dns.TypeSOA)
+				return err == nil
+			})
+			p.kill()
+			if strings.Contains(p.logs(), "panic") {
+				t.Errorf("expected no panic, log:\n%s", p.logs())
+			}
+		})
+	}
+}
