@@ -1,0 +1,188 @@
+package craftstore
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+)
+
+const apiZone = `$ORIGIN example.org.
+$TTL 300
+@ IN SOA ns1 hostmaster 1 7200 3600 1209600 300
+@ IN NS ns1
+ns1 IN A 192.0.2.53
+www IN A 192.0.2.10
+`
+
+// newAPI starts a single member with its API on a loopback port.
+func newAPI(t *testing.T, token string) (*apiServer, *replica.Replica) {
+	t.Helper()
+	rep, err := replica.Open(replica.Config{ID: 1, Dir: t.TempDir(), RaftAddr: "127.0.0.1:0",
+		Peers: []replica.Member{{ID: 1, Raft: "127.0.0.1:0"}}, Tick: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := startAPI("127.0.0.1:0", token, 2*time.Second, rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.close(); rep.Close() })
+	for deadline := time.Now().Add(10 * time.Second); !rep.Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("member never became ready")
+		}
+	}
+	return a, rep
+}
+
+func call(t *testing.T, a *apiServer, token, method, path, body string) (int, map[string]any, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+a.addr()+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	json.Unmarshal(raw, &out)
+	return resp.StatusCode, out, string(raw)
+}
+
+func TestAPIZoneLifecycle(t *testing.T) {
+	a, rep := newAPI(t, "")
+	code, out, raw := call(t, a, "", "PUT", "/v1/zones/example.org", apiZone)
+	if code != 200 || out["records"] != float64(4) || out["serial"] != float64(1) {
+		t.Fatalf("expected 200 with 4 records serial 1, got %d %s", code, raw)
+	}
+	code, out, raw = call(t, a, "", "POST", "/v1/zones/example.org/records",
+		`{"add":["new 60 IN A 192.0.2.77","new.example.org. 60 IN AAAA 2001:db8::77"],"delete":["www.example.org. 300 IN A 192.0.2.10"]}`)
+	if code != 200 || out["serial"] != float64(2) {
+		t.Fatalf("expected 200 serial 2, got %d %s", code, raw)
+	}
+	code, out, raw = call(t, a, "", "GET", "/v1/zones/example.org/records?name=new&type=AAAA", "")
+	if code != 200 || !strings.Contains(raw, "2001:db8::77") || strings.Contains(raw, "192.0.2.77") {
+		t.Fatalf("expected the AAAA record only, got %d %s", code, raw)
+	}
+	code, _, raw = call(t, a, "", "GET", "/v1/zones/example.org", "")
+	if code != 200 || !strings.HasPrefix(raw, "example.org.\t300\tIN\tSOA") || strings.Contains(raw, "www.example.org") {
+		t.Fatalf("expected the zone text with the SOA first and www gone, got %d:\n%s", code, raw)
+	}
+	// Delete by name and by type.
+	code, _, raw = call(t, a, "", "POST", "/v1/zones/example.org/records", `{"delete":[{"name":"new","type":"AAAA"},{"name":"ns1.example.org."}]}`)
+	if code != 200 {
+		t.Fatalf("expected 200, got %d %s", code, raw)
+	}
+	if got := len(rep.Zone("example.org.").RRs("new.example.org.", 0)); got != 1 {
+		t.Errorf("expected 1 record left at new, got %d", got)
+	}
+	code, _, raw = call(t, a, "", "GET", "/v1/zones", "")
+	if code != 200 || !strings.Contains(raw, `"zone":"example.org."`) || !strings.Contains(raw, `"serial":3`) {
+		t.Errorf("expected the zone listed with serial 3, got %d %s", code, raw)
+	}
+	code, _, raw = call(t, a, "", "GET", "/v1/cluster", "")
+	if code != 200 || !strings.Contains(raw, `"leader":1`) || !strings.Contains(raw, `"members":[{"id":1`) {
+		t.Errorf("expected cluster status with leader 1, got %d %s", code, raw)
+	}
+	// Replacing keeps the serial moving forward even with an older file.
+	code, out, raw = call(t, a, "", "PUT", "/v1/zones/example.org", apiZone)
+	if code != 200 || out["serial"] != float64(4) {
+		t.Errorf("expected a replaced zone at serial 4, got %d %s", code, raw)
+	}
+	code, _, _ = call(t, a, "", "DELETE", "/v1/zones/example.org", "")
+	if code != 200 || rep.Zone("example.org.") != nil {
+		t.Errorf("expected the zone deleted, got %d", code)
+	}
+}
+
+func TestAPIRefusals(t *testing.T) {
+	a, rep := newAPI(t, "")
+	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.org", apiZone); code != 200 {
+		t.Fatalf("expected 200, got %d %s", code, raw)
+	}
+	big := `{"add":["` + strings.Repeat("a", 5<<20) + `"]}`
+	tests := []struct {
+		method, path, body string
+		code               int
+		msg                string
+	}{
+		{"POST", "/v1/zones/example.org/records", `{"add":["www IN A not-an-ip"]}`, 400, "add[0]"},
+		{"POST", "/v1/zones/example.org/records", `{"add":["www.example.net. IN A 192.0.2.1"]}`, 400, "outside zone"},
+		{"POST", "/v1/zones/example.org/records", `{"add":["www IN CNAME ns1"]}`, 409, "CNAME and other data"},
+		{"POST", "/v1/zones/example.org/records", `{"add":["@ IN CNAME ns1"]}`, 409, "CNAME"},
+		{"POST", "/v1/zones/example.org/records", `{"delete":[{"name":"@","type":"SOA"}]}`, 400, "SOA"},
+		{"POST", "/v1/zones/example.org/records", `{"delete":[{"name":"@","type":"NS"}]}`, 400, "apex NS"},
+		{"POST", "/v1/zones/example.org/records", `{"delete":["example.org. IN NS ns1.example.org."]}`, 409, "NS"},
+		{"POST", "/v1/zones/example.org/records", `{"delete":[{"name":"example.org."}]}`, 400, "apex"},
+		{"POST", "/v1/zones/example.org/records", `{"delete":[{"name":"x","type":"BOGUS"}]}`, 400, "unknown type"},
+		{"POST", "/v1/zones/example.org/records", `{"add":[]}`, 400, "nothing"},
+		{"POST", "/v1/zones/example.org/records", `{"ad":[]}`, 400, "unknown field"},
+		{"POST", "/v1/zones/example.org/records", `not json`, 400, "body"},
+		{"POST", "/v1/zones/example.org/records", big, 413, "over"},
+		{"POST", "/v1/zones/nope.example/records", `{"add":["a IN A 192.0.2.1"]}`, 404, "not found"},
+		{"GET", "/v1/zones/nope.example", "", 404, "not found"},
+		{"PUT", "/v1/zones/example.net", "@ IN NS ns1\n", 400, "no SOA"},
+		{"PUT", "/v1/zones/example.net", "@ 300 IN SOA ns1 h 1 2 3 4 5\n", 400, "no NS"},
+		{"PUT", "/v1/zones/example.net", "@ 300 IN SOA ns1 h 1 2 3 4 5\n@ IN NS ns1\nx IN A 1.2.3.4\nx IN CNAME y\n", 400, "CNAME and other data"},
+		{"PUT", "/v1/zones/example.net", "@ 300 IN SOA ns1 h 1 2 3 4 5\n@ IN NS ns1\nw.example.com. IN A 1.2.3.4\n", 400, "outside zone"},
+		{"PUT", "/v1/zones/example.net", "@ 300 IN SOA ns1 h 1 2 3 4 5\n$INCLUDE /etc/passwd\n", 400, ""},
+		{"PUT", "/v1/zones/bad..name", "", 400, "domain name"},
+		{"DELETE", "/v1/cluster/members/0", "", 400, "positive"},
+		{"DELETE", "/v1/cluster/members/9", "", 404, "not found"},
+		{"POST", "/v1/cluster/members", `{"id":1,"raft":"127.0.0.1:1"}`, 409, "exists"},
+		{"POST", "/v1/cluster/members", `{"id":2,"raft":"nope"}`, 400, "raft address"},
+	}
+	for i, tc := range tests {
+		code, out, raw := call(t, a, "", tc.method, tc.path, tc.body)
+		if code != tc.code {
+			t.Errorf("test %d (%s %s): expected %d, got %d %s", i, tc.method, tc.path, tc.code, code, raw)
+			continue
+		}
+		msg, _ := out["error"].(string)
+		if msg == "" || !strings.Contains(msg, tc.msg) {
+			t.Errorf("test %d: expected a JSON error containing %q, got %s", i, tc.msg, raw)
+		}
+	}
+	if soa := rep.Zone("example.org.").SOA(); soa.Serial != 1 {
+		t.Errorf("expected nothing written by refused requests (serial 1), got serial %d", soa.Serial)
+	}
+	if rep.Zone("example.net.") != nil {
+		t.Error("expected no zone created by refused imports")
+	}
+}
+
+func TestAPIToken(t *testing.T) {
+	a, _ := newAPI(t, "s3cret")
+	for _, tok := range []string{"", "wrong"} {
+		if code, out, _ := call(t, a, tok, "GET", "/v1/zones", ""); code != 401 || out["error"] == nil {
+			t.Errorf("expected 401 with token %q, got %d", tok, code)
+		}
+	}
+	if code, _, raw := call(t, a, "s3cret", "GET", "/v1/zones", ""); code != 200 {
+		t.Errorf("expected 200 with the token, got %d %s", code, raw)
+	}
+}
+
+func TestAbsName(t *testing.T) {
+	for in, want := range map[string]string{"www": "www.example.org.", "www.example.org": "www.example.org.",
+		"WWW.example.org.": "www.example.org.", "@": "example.org.", "example.org": "example.org."} {
+		got, err := absName("example.org.", in)
+		if err != nil || got != want {
+			t.Errorf("absName(%q): expected %q, got %q %v", in, want, got, err)
+		}
+	}
+	if _, err := absName("example.org.", "www.example.net."); err == nil {
+		t.Error("expected an error for a name outside the zone")
+	}
+}
