@@ -24,7 +24,7 @@ generate:
 
 # Always hand over to go build: its cache decides what is stale.
 coredns: generate
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o coredns ./cmd/coredns
+	$(GO) build -ldflags '$(LDFLAGS)' -o coredns ./cmd/coredns
 
 run: coredns
 	mkdir -p data

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ var (
 
 // member is one running replica with its API server.
 type member struct {
+	cfg  config
 	dir  string
 	rep  *replica.Replica
 	api  *apiServer
@@ -38,6 +40,9 @@ func (c *Craftstore) start() error {
 	if m, ok := registry[c.cfg.dir]; ok {
 		if m.rep.ID() != c.cfg.id {
 			return fmt.Errorf("data directory %s already runs member %d, not %d", c.cfg.dir, m.rep.ID(), c.cfg.id)
+		}
+		if changed := m.cfg.differs(c.cfg); changed != "" {
+			log.Warningf("member %d keeps running with its %s; restart the process to change it", m.rep.ID(), changed)
 		}
 		m.refs++
 		c.ref = m
@@ -59,7 +64,7 @@ func (c *Craftstore) start() error {
 	if err != nil {
 		return fmt.Errorf("craftstore: %w", err)
 	}
-	m := &member{dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{})}
+	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{})}
 	if c.cfg.api != "" {
 		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep)
 		if err != nil {
@@ -167,4 +172,26 @@ func (m *member) seed(cfg config) bool {
 // importTimeout gives a zone import the write timeout per chunk.
 func importTimeout(per time.Duration, records int) time.Duration {
 	return per * time.Duration(2+records/4096)
+}
+
+// differs names the settings of o that a running member cannot take over
+// from a reloaded Corefile, or returns "".
+func (cfg config) differs(o config) string {
+	var diff []string
+	if cfg.raft != o.raft {
+		diff = append(diff, "raft address")
+	}
+	if cfg.api != o.api {
+		diff = append(diff, "api address")
+	}
+	if cfg.token != o.token {
+		diff = append(diff, "api token")
+	}
+	if cfg.cluster != o.cluster {
+		diff = append(diff, "cluster name")
+	}
+	if cfg.snapshot != o.snapshot || cfg.timeout != o.timeout {
+		diff = append(diff, "snapshot and timeout settings")
+	}
+	return strings.Join(diff, ", ")
 }
