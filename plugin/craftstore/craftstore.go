@@ -12,6 +12,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
 )
@@ -35,7 +36,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	q := r.Question[0]
-	qname := lower(q.Name)
+	qname := zone.Lower(q.Name)
 	if plugin.Zones(c.Zones).Matches(qname) == "" {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
@@ -76,22 +77,6 @@ func refuse(w dns.ResponseWriter, r *dns.Msg, code uint16, why string) (int, err
 	}
 	w.WriteMsg(m)
 	return dns.RcodeRefused, nil
-}
-
-// lower returns s in lower case, without allocating when it already is.
-func lower(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; 'A' <= c && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if c := b[j]; 'A' <= c && c <= 'Z' {
-					b[j] = c + 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
 }
 
 // Name implements plugin.Handler.

@@ -93,11 +93,3 @@ func TestParse(t *testing.T) {
 		tc.check(t, cs)
 	}
 }
-
-func TestLower(t *testing.T) {
-	for in, want := range map[string]string{"www.example.org.": "www.example.org.", "WwW.Example.ORG.": "www.example.org.", "": ""} {
-		if got := lower(in); got != want {
-			t.Errorf("expected %q, got %q", want, got)
-		}
-	}
-}

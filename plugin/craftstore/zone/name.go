@@ -4,9 +4,9 @@ package zone
 // lookup lower-cases the query name into a stack buffer and indexes the map
 // with string(b[i:]), which the compiler does without allocating.
 
-// lowerString returns s with ASCII letters lower-cased, s itself (no
+// Lower returns s with ASCII letters lower-cased, s itself (no
 // allocation) when it is lower-case already.
-func lowerString(s string) string {
+func Lower(s string) string {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; 'A' <= c && c <= 'Z' {
 			b := []byte(s)

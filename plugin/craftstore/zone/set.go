@@ -29,7 +29,7 @@ func (z *Zone) Set(changes []NameRecords) {
 	}
 	prep := make([]prepared, 0, len(changes))
 	for _, c := range changes {
-		key := lowerString(dns.Fqdn(c.Name))
+		key := Lower(dns.Fqdn(c.Name))
 		if !dns.IsSubDomain(z.origin, key) {
 			continue
 		}
@@ -54,7 +54,7 @@ func (z *Zone) Load(rrs []dns.RR) {
 
 	var touched []*node
 	for _, rr := range rrs {
-		key := lowerString(rr.Header().Name)
+		key := Lower(rr.Header().Name)
 		if !dns.IsSubDomain(z.origin, key) {
 			continue
 		}
@@ -193,7 +193,7 @@ func dedup(rrs []dns.RR) []dns.RR {
 			seen := make(map[string]bool, j-i)
 			for _, rr := range rrs[i:j] {
 				c := dns.Copy(rr)
-				c.Header().Ttl, c.Header().Name = 0, lowerString(c.Header().Name)
+				c.Header().Ttl, c.Header().Name = 0, Lower(c.Header().Name)
 				if k := c.String(); !seen[k] {
 					seen[k] = true
 					out = append(out, rr)
