@@ -186,13 +186,50 @@ func applyChange(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	serial := bumpSerial(apex, oldSerial, newSOA)
 
 	e := &effect{zone: c.Zone, names: make([]zone.NameRecords, 0, len(order))}
+	var removed, added []dns.RR
 	for _, name := range order {
+		before, err := rrsAt(zb, name)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		removed, added = diffRRs(removed, added, before, names[name])
 		if err := putRRs(zb, name, names[name]); err != nil {
 			return Result{}, nil, err
 		}
 		e.names = append(e.names, zone.NameRecords{Name: name, RRs: names[name]})
 	}
+	if err := journalAppend(g, c.Zone, removed, added); err != nil {
+		return Result{}, nil, err
+	}
 	return Result{Serial: serial}, e, nil
+}
+
+// diffRRs appends to removed the RRs of before missing from after, and to
+// added those of after missing from before (a TTL change counts as both),
+// in the form IXFR wants (RFC 1995 §4): the old SOA among the removed, the
+// new SOA among the added.
+func diffRRs(removed, added, before, after []dns.RR) ([]dns.RR, []dns.RR) {
+	same := func(a, b dns.RR) bool { return dns.IsDuplicate(a, b) && a.Header().Ttl == b.Header().Ttl }
+	for _, b := range before {
+		if !containsRR(after, b, same) {
+			removed = append(removed, b)
+		}
+	}
+	for _, a := range after {
+		if !containsRR(before, a, same) {
+			added = append(added, a)
+		}
+	}
+	return removed, added
+}
+
+func containsRR(rrs []dns.RR, rr dns.RR, eq func(a, b dns.RR) bool) bool {
+	for _, x := range rrs {
+		if eq(x, rr) {
+			return true
+		}
+	}
+	return false
 }
 
 // loadRR adds rr to the RRs of one name as a zone file load does, like NSD:
