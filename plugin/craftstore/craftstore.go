@@ -32,6 +32,9 @@ type Craftstore struct {
 
 // ServeDNS implements plugin.Handler.
 func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	if r.Opcode == dns.OpcodeUpdate {
+		return c.serveUpdate(ctx, w, r)
+	}
 	if len(r.Question) != 1 || r.Question[0].Qclass != dns.ClassINET {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
@@ -67,16 +70,9 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	return dns.RcodeSuccess, nil
 }
 
-// refuse answers REFUSED with an Extended DNS Error (RFC 8914) saying why.
+// refuse answers REFUSED with an Extended DNS Error saying why.
 func refuse(w dns.ResponseWriter, r *dns.Msg, code uint16, why string) (int, error) {
-	m := new(dns.Msg)
-	m.SetRcode(r, dns.RcodeRefused)
-	if opt := r.IsEdns0(); opt != nil {
-		m.SetEdns0(opt.UDPSize(), opt.Do())
-		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: why})
-	}
-	w.WriteMsg(m)
-	return dns.RcodeRefused, nil
+	return reply(w, r, dns.RcodeRefused, code, why)
 }
 
 // Name implements plugin.Handler.

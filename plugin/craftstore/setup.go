@@ -32,7 +32,9 @@ type config struct {
 	token     string
 	snapshot  uint64
 	timeout   time.Duration
-	dnsListen string // this server block's address, advertised to the group
+	allow     []allowRule // who may UPDATE what; none: updates refused
+	maxUpdate int         // records in one UPDATE
+	dnsListen string      // this server block's address, advertised to the group
 }
 
 func setup(c *caddy.Controller) error {
@@ -41,6 +43,7 @@ func setup(c *caddy.Controller) error {
 		return plugin.Error("craftstore", err)
 	}
 	cfg := dnsserver.GetConfig(c)
+	cfg.AllowOpcode(dns.OpcodeUpdate)
 	cs.cfg.dnsListen = net.JoinHostPort(firstHost(cfg.ListenHosts), cfg.Port)
 
 	c.OnStartup(cs.start)
@@ -61,7 +64,7 @@ func firstHost(hosts []string) string {
 
 func parse(c *caddy.Controller) (*Craftstore, error) {
 	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]string{},
-		timeout: 5 * time.Second}}
+		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords}}
 	i := 0
 	for c.Next() {
 		if i > 0 {
@@ -135,6 +138,19 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 			cfg.timeout, err = time.ParseDuration(v)
 			if err == nil && cfg.timeout <= 0 {
 				err = fmt.Errorf("timeout must be positive")
+			}
+		}
+	case "allow":
+		var rule allowRule
+		if rule, err = parseAllow(args); err == nil {
+			cfg.allow = append(cfg.allow, rule)
+		}
+	case "max_update_records":
+		var v string
+		if v, err = one(); err == nil {
+			cfg.maxUpdate, err = strconv.Atoi(v)
+			if err == nil && cfg.maxUpdate <= 0 {
+				err = fmt.Errorf("max_update_records must be positive")
 			}
 		}
 	case "fallthrough":

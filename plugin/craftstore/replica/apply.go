@@ -26,6 +26,7 @@ func errorf(status int, format string, a ...any) *Error {
 
 // Result is what applying a command produced, handed back to its proposer.
 type Result struct {
+	Rcode   int    // opUpdate: the RFC 2136 rcode
 	Serial  uint32 // the zone's SOA serial after the change
 	Records int    // records in the zone after an import
 	Skipped bool   // an import with Absent set found the zone present
@@ -48,6 +49,8 @@ func applyCommand(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	switch c.Op {
 	case opChange:
 		return applyChange(g, c)
+	case opUpdate:
+		return applyUpdate(g, c)
 	case opImportBegin:
 		return applyImportBegin(g, c)
 	case opImportChunk:
@@ -185,23 +188,33 @@ func applyChange(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	}
 	serial := bumpSerial(apex, oldSerial, newSOA)
 
-	e := &effect{zone: c.Zone, names: make([]zone.NameRecords, 0, len(order))}
+	e, err := writeNames(g, zb, c.Zone, names, order)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	return Result{Serial: serial}, e, nil
+}
+
+// writeNames stores the new RRs of the names a change touched, journals the
+// difference for IXFR, and returns the effect on the views.
+func writeNames(g, zb *bolt.Bucket, origin string, names map[string][]dns.RR, order []string) (*effect, error) {
+	e := &effect{zone: origin, names: make([]zone.NameRecords, 0, len(order))}
 	var removed, added []dns.RR
 	for _, name := range order {
 		before, err := rrsAt(zb, name)
 		if err != nil {
-			return Result{}, nil, err
+			return nil, err
 		}
 		removed, added = diffRRs(removed, added, before, names[name])
 		if err := putRRs(zb, name, names[name]); err != nil {
-			return Result{}, nil, err
+			return nil, err
 		}
 		e.names = append(e.names, zone.NameRecords{Name: name, RRs: names[name]})
 	}
-	if err := journalAppend(g, c.Zone, removed, added); err != nil {
-		return Result{}, nil, err
+	if err := journalAppend(g, origin, removed, added); err != nil {
+		return nil, err
 	}
-	return Result{Serial: serial}, e, nil
+	return e, nil
 }
 
 // diffRRs appends to removed the RRs of before missing from after, and to

@@ -18,6 +18,7 @@ const (
 	opImportCommit               // replace (or create) the zone with the staged import
 	opDeleteZone                 // remove a zone
 	opMemberInfo                 // a member's advertised addresses
+	opUpdate                     // an RFC 2136 UPDATE, prerequisites and updates
 )
 
 // Deletion selects what a change removes: one RR (RR set), every RRset of a
@@ -40,6 +41,7 @@ type command struct {
 	Add    []dns.RR
 	Del    []Deletion
 	Member Member // opMemberInfo
+	Update []byte // opUpdate: a packed message, prerequisites in Answer, updates in Ns
 }
 
 const (
@@ -83,6 +85,10 @@ func (c *command) marshal() ([]byte, error) {
 			b = appendString(b, d.Name)
 		}
 	}
+	if c.Op == opUpdate {
+		b = binary.AppendUvarint(b, uint64(len(c.Update)))
+		b = append(b, c.Update...)
+	}
 	if c.Op == opMemberInfo {
 		b = binary.AppendUvarint(b, c.Member.ID)
 		b = appendString(b, c.Member.Raft)
@@ -122,6 +128,9 @@ func unmarshalCommand(data []byte) (*command, error) {
 		default:
 			d.fail(errors.New("unknown deletion kind"))
 		}
+	}
+	if c.Op == opUpdate {
+		c.Update = append([]byte(nil), d.bytes()...)
 	}
 	if c.Op == opMemberInfo {
 		c.Member = Member{ID: d.uvarint(), Raft: d.string(), DNS: d.string(), API: d.string()}

@@ -1,0 +1,159 @@
+package craftstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/tsig"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+
+	"github.com/miekg/dns"
+)
+
+// defaultMaxUpdateRecords bounds the prerequisite and update sections of one
+// UPDATE together.
+const defaultMaxUpdateRecords = 1024
+
+// allowRule authorizes a TSIG key to update some names and types, in the
+// style of CoreDNS's dynupdate: NAME is an owner name, @ for the apex, * for
+// every name in the zone, or *.SUFFIX for every name below SUFFIX; TYPE is a
+// type, ANY (deleting every RRset at a name) or * (everything).
+type allowRule struct {
+	key   string
+	name  string
+	types map[uint16]bool // nil: every type
+}
+
+func parseAllow(args []string) (allowRule, error) {
+	if len(args) < 3 {
+		return allowRule{}, fmt.Errorf("allow KEY NAME TYPE [TYPE...]")
+	}
+	r := allowRule{key: dns.CanonicalName(args[0]), name: args[1]}
+	if r.name != "@" && r.name != "*" {
+		r.name = strings.ToLower(r.name)
+		if _, ok := dns.IsDomainName(strings.TrimPrefix(r.name, "*.")); !ok {
+			return allowRule{}, fmt.Errorf("allow: %q is not a name", args[1])
+		}
+	}
+	for _, t := range args[2:] {
+		if t == "*" {
+			if len(args) != 3 {
+				return allowRule{}, fmt.Errorf("allow: * must be the only type")
+			}
+			return r, nil
+		}
+		qt, ok := dns.StringToType[strings.ToUpper(t)]
+		if !ok {
+			return allowRule{}, fmt.Errorf("allow: unknown type %q", t)
+		}
+		if r.types == nil {
+			r.types = map[uint16]bool{}
+		}
+		r.types[qt] = true
+	}
+	return r, nil
+}
+
+// permits reports whether the rule lets key write name/qtype in zone.
+func (r allowRule) permits(zone, key, name string, qtype uint16) bool {
+	if r.key != key {
+		return false
+	}
+	if r.types != nil && !r.types[qtype] {
+		return false
+	}
+	name = strings.ToLower(dns.Fqdn(name))
+	switch {
+	case r.name == "*":
+		return true
+	case r.name == "@":
+		return name == zone
+	case strings.HasPrefix(r.name, "*."):
+		suffix := dns.Fqdn(strings.TrimPrefix(r.name, "*."))
+		if !strings.HasSuffix(suffix, zone) {
+			suffix = dns.Fqdn(strings.TrimPrefix(r.name, "*.") + "." + zone)
+		}
+		return name != suffix && dns.IsSubDomain(suffix, name)
+	}
+	n := dns.Fqdn(r.name)
+	if !dns.IsSubDomain(zone, n) {
+		n = dns.Fqdn(r.name + "." + zone)
+	}
+	return name == n
+}
+
+// serveUpdate handles an RFC 2136 UPDATE: the state-independent checks here,
+// then the whole message as one replicated entry.
+func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeSOA || r.Question[0].Qclass != dns.ClassINET {
+		return reply(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, "the zone section must hold one SOA question of class IN")
+	}
+	origin := dns.CanonicalName(r.Question[0].Name)
+	if plugin.Zones(c.Zones).Matches(origin) == "" {
+		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+	}
+	rep := c.rep.Load()
+	if rep == nil {
+		return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is starting")
+	}
+	if rep.Zone(origin) == nil {
+		// RFC 2136 §3.1.1: not authoritative for the zone.
+		return reply(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
+	}
+	if len(c.cfg.allow) == 0 {
+		return reply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "updates are not enabled (no allow rules)")
+	}
+	key, ok := tsig.ValidatedKeyName(ctx)
+	if !ok {
+		return reply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "UPDATE needs a valid TSIG signature")
+	}
+	if n := len(r.Answer) + len(r.Ns); n > c.cfg.maxUpdate {
+		return reply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeOther, fmt.Sprintf("%d records in one UPDATE, at most %d", n, c.cfg.maxUpdate))
+	}
+	if rcode, why := replica.CheckUpdate(origin, r.Answer, r.Ns); rcode != dns.RcodeSuccess {
+		return reply(w, r, rcode, dns.ExtendedErrorCodeOther, why)
+	}
+	for _, rr := range r.Ns {
+		h := rr.Header()
+		if !c.permits(origin, key, h.Name, h.Rrtype) {
+			return reply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
+				fmt.Sprintf("key %s may not update %s %s", key, h.Name, dns.TypeToString[h.Rrtype]))
+		}
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
+	defer cancel()
+	rcode, _, err := rep.Update(wctx, origin, r.Answer, r.Ns)
+	if err != nil {
+		log.Warningf("UPDATE for %s: %v", origin, err)
+		return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNoReachableAuthority, err.Error())
+	}
+	return reply(w, r, rcode, 0, "")
+}
+
+func (c *Craftstore) permits(zone, key, name string, qtype uint16) bool {
+	for _, rule := range c.cfg.allow {
+		if rule.permits(zone, key, name, qtype) {
+			return true
+		}
+	}
+	return false
+}
+
+// reply answers r with rcode and, when why is set, an Extended DNS Error
+// (RFC 8914) saying why.
+func reply(w dns.ResponseWriter, r *dns.Msg, rcode int, ede uint16, why string) (int, error) {
+	m := new(dns.Msg)
+	m.SetRcode(r, rcode)
+	if opt := r.IsEdns0(); opt != nil {
+		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
+		if why != "" {
+			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: ede, ExtraText: why})
+		}
+	}
+	w.WriteMsg(m)
+	return rcode, nil
+}
