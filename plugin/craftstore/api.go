@@ -46,6 +46,7 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica) (
 	mux.HandleFunc("PUT /v1/zones/{zone}", a.putZone)
 	mux.HandleFunc("GET /v1/zones/{zone}", a.getZone)
 	mux.HandleFunc("DELETE /v1/zones/{zone}", a.deleteZone)
+	mux.HandleFunc("POST /v1/zones/{zone}/axfr", a.axfrZone)
 	mux.HandleFunc("POST /v1/zones/{zone}/records", a.changeRecords)
 	mux.HandleFunc("GET /v1/zones/{zone}/records", a.getRecords)
 	mux.HandleFunc("GET /v1/cluster", a.cluster)

@@ -28,6 +28,8 @@ type Craftstore struct {
 	cfg config
 	rep atomic.Pointer[replica.Replica]
 	ref *member // registry entry, held between OnStartup and OnShutdown
+	// notify sends NOTIFY through the block's transfer plugin (notify.go).
+	notify *notifier
 }
 
 // ServeDNS implements plugin.Handler.

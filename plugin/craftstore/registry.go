@@ -3,7 +3,6 @@ package craftstore
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +29,10 @@ type member struct {
 	rep  *replica.Replica
 	api  *apiServer
 	refs int
-	stop chan struct{}
+	// notify hands the zones the replica changed to the server blocks
+	// that send NOTIFY (notify.go).
+	notify *notifyHub
+	stop   chan struct{}
 }
 
 // start acquires the member of c's data directory, opening it if needed.
@@ -50,6 +52,7 @@ func (c *Craftstore) start() error {
 		return nil
 	}
 
+	hub := &notifyHub{}
 	rep, err := replica.Open(replica.Config{
 		ID:              c.cfg.id,
 		Cluster:         c.cfg.cluster,
@@ -58,13 +61,15 @@ func (c *Craftstore) start() error {
 		Peers:           c.cfg.peers,
 		Join:            c.cfg.join,
 		SnapshotEntries: c.cfg.snapshot,
+		Journal:         c.cfg.journal,
 		Logger:          log,
 		Observer:        observer{strconv.FormatUint(c.cfg.id, 10)},
+		OnChange:        hub.changed,
 	})
 	if err != nil {
 		return fmt.Errorf("craftstore: %w", err)
 	}
-	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{})}
+	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{}), notify: hub}
 	if c.cfg.api != "" {
 		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep)
 		if err != nil {
@@ -139,18 +144,20 @@ func (m *member) background(cfg config) {
 // on the zone being absent, so the first one wins and the others are no-ops.
 func (m *member) seed(cfg config) bool {
 	done := true
-	for origin, file := range cfg.seeds {
+	for origin, src := range cfg.seeds {
 		if m.rep.Zone(origin) != nil {
 			continue
 		}
-		text, err := os.ReadFile(file)
-		if err != nil {
-			log.Errorf("seed %s: %v", origin, err)
+		lctx, lcancel := context.WithTimeout(context.Background(), axfrSeedTimeout)
+		rrs, retry, err := src.load(lctx, origin)
+		lcancel()
+		if err != nil && retry {
+			log.Warningf("seed %s from %s: %v (will retry)", origin, src, err)
+			done = false
 			continue
 		}
-		rrs, err := parseZone(origin, string(text))
 		if err != nil {
-			log.Errorf("seed %s from %s: %v", origin, file, err)
+			log.Errorf("seed %s from %s: %v", origin, src, err)
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), importTimeout(cfg.timeout, len(rrs)))
@@ -163,7 +170,7 @@ func (m *member) seed(cfg config) bool {
 		case res.Skipped:
 			log.Infof("seed %s: zone already present", origin)
 		default:
-			log.Infof("seeded zone %s from %s: %d records, serial %d", origin, file, res.Records, res.Serial)
+			log.Infof("seeded zone %s from %s: %d records, serial %d", origin, src, res.Records, res.Serial)
 		}
 	}
 	return done
@@ -190,8 +197,8 @@ func (cfg config) differs(o config) string {
 	if cfg.cluster != o.cluster {
 		diff = append(diff, "cluster name")
 	}
-	if cfg.snapshot != o.snapshot || cfg.timeout != o.timeout {
-		diff = append(diff, "snapshot and timeout settings")
+	if cfg.snapshot != o.snapshot || cfg.timeout != o.timeout || cfg.journal != o.journal {
+		diff = append(diff, "snapshot, journal and timeout settings")
 	}
 	return strings.Join(diff, ", ")
 }

@@ -27,10 +27,11 @@ type config struct {
 	raft      string
 	peers     []replica.Member
 	join      bool
-	seeds     map[string]string // origin -> zone file
+	seeds     map[string]seedSource // origin -> zone file or primary
 	api       string
 	token     string
 	snapshot  uint64
+	journal   int // IXFR journal: changes per zone, 0 default, -1 off
 	timeout   time.Duration
 	allow     []allowRule // who may UPDATE what; none: updates refused
 	maxUpdate int         // records in one UPDATE
@@ -47,6 +48,8 @@ func setup(c *caddy.Controller) error {
 	cs.cfg.dnsListen = net.JoinHostPort(firstHost(cfg.ListenHosts), cfg.Port)
 
 	c.OnStartup(cs.start)
+	c.OnStartup(func() error { return cs.startNotify(dnsserver.GetConfig(c)) })
+	c.OnShutdown(cs.stopNotify)
 	c.OnShutdown(cs.shutdown)
 	cfg.AddPlugin(func(next plugin.Handler) plugin.Handler {
 		cs.Next = next
@@ -63,7 +66,7 @@ func firstHost(hosts []string) string {
 }
 
 func parse(c *caddy.Controller) (*Craftstore, error) {
-	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]string{},
+	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]seedSource{},
 		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords}}
 	i := 0
 	for c.Next() {
@@ -119,10 +122,17 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		}
 		cfg.join = true
 	case "seed":
-		if len(args) != 2 {
+		switch {
+		case len(args) == 2:
+			cfg.seeds[dns.CanonicalName(args[0])] = seedSource{file: args[1]}
+		case len(args) == 3 && args[1] == "axfr":
+			var primary string
+			if primary, err = primaryAddr(args[2]); err == nil {
+				cfg.seeds[dns.CanonicalName(args[0])] = seedSource{primary: primary}
+			}
+		default:
 			return c.ArgErr()
 		}
-		cfg.seeds[dns.CanonicalName(args[0])] = args[1]
 	case "api":
 		cfg.api, err = one()
 	case "token":
@@ -131,6 +141,17 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		var v string
 		if v, err = one(); err == nil {
 			cfg.snapshot, err = strconv.ParseUint(v, 10, 64)
+		}
+	case "journal":
+		var v string
+		if v, err = one(); err == nil {
+			var n uint64
+			if n, err = strconv.ParseUint(v, 10, 31); err == nil {
+				cfg.journal = int(n)
+				if n == 0 {
+					cfg.journal = -1 // off
+				}
+			}
 		}
 	case "timeout":
 		var v string
@@ -202,11 +223,14 @@ func (cfg *config) check(c *caddy.Controller, zones []string) error {
 	if !self && !cfg.join {
 		cfg.peers = append(cfg.peers, replica.Member{ID: cfg.id, Raft: cfg.raft})
 	}
-	for origin, file := range cfg.seeds {
+	for origin, src := range cfg.seeds {
 		if plugin.Zones(zones).Matches(origin) == "" {
 			return c.Errf("seed zone %q is not served by this server block", origin)
 		}
-		if _, err := os.Stat(file); err != nil {
+		if src.file == "" {
+			continue
+		}
+		if _, err := os.Stat(src.file); err != nil {
 			return c.Errf("seed zone file for %q: %v", origin, err)
 		}
 	}

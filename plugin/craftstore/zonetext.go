@@ -13,25 +13,39 @@ import (
 // files take it from $TTL; the API's record texts may omit it).
 const defaultTTL = 3600
 
-// parseZone parses zone file text for origin and checks what a zone needs:
-// every record inside the zone and of class IN, exactly one SOA at the apex,
-// NS records at the apex, no CNAME beside other data.
+// parseZone parses zone file text for origin and checks it with checkZone.
 func parseZone(origin, text string) ([]dns.RR, error) {
 	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
 	zp.SetIncludeAllowed(false)
 	zp.SetDefaultTTL(defaultTTL)
 	var rrs []dns.RR
+	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+		rrs = append(rrs, rr)
+	}
+	if err := zp.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkZone(origin, rrs); err != nil {
+		return nil, err
+	}
+	return rrs, nil
+}
+
+// checkZone checks what a zone needs: every record inside the zone and of
+// class IN, exactly one SOA at the apex, NS records at the apex, no CNAME
+// beside other data.
+func checkZone(origin string, rrs []dns.RR) error {
 	soa, ns := 0, 0
 	kinds := map[string]uint8{} // name -> 1 CNAME, 2 other data, 3 both
-	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+	for _, rr := range rrs {
 		if err := inZone(origin, rr); err != nil {
-			return nil, err
+			return err
 		}
 		name := strings.ToLower(rr.Header().Name)
 		switch rr.Header().Rrtype {
 		case dns.TypeSOA:
 			if name != origin {
-				return nil, fmt.Errorf("SOA record at %q is not at the zone apex %q", rr.Header().Name, origin)
+				return fmt.Errorf("SOA record at %q is not at the zone apex %q", rr.Header().Name, origin)
 			}
 			soa++
 		case dns.TypeNS:
@@ -44,28 +58,24 @@ func parseZone(origin, text string) ([]dns.RR, error) {
 		} else if t := rr.Header().Rrtype; t != dns.TypeRRSIG && t != dns.TypeNSEC && t != dns.TypeNSEC3 {
 			kinds[name] |= 2
 		}
-		rrs = append(rrs, rr)
-	}
-	if err := zp.Err(); err != nil {
-		return nil, err
 	}
 	switch {
 	case soa == 0:
-		return nil, fmt.Errorf("zone %q has no SOA record at its apex", origin)
+		return fmt.Errorf("zone %q has no SOA record at its apex", origin)
 	case soa > 1:
-		return nil, fmt.Errorf("zone %q has %d SOA records", origin, soa)
+		return fmt.Errorf("zone %q has %d SOA records", origin, soa)
 	case ns == 0:
-		return nil, fmt.Errorf("zone %q has no NS records at its apex", origin)
+		return fmt.Errorf("zone %q has no NS records at its apex", origin)
 	}
 	for name, k := range kinds {
 		if k == 3 {
-			return nil, fmt.Errorf("CNAME and other data at %q (RFC 1034 section 3.6.2)", name)
+			return fmt.Errorf("CNAME and other data at %q (RFC 1034 section 3.6.2)", name)
 		}
 		if k&1 == 1 && name == origin {
-			return nil, fmt.Errorf("CNAME at the zone apex %q", origin)
+			return fmt.Errorf("CNAME at the zone apex %q", origin)
 		}
 	}
-	return rrs, nil
+	return nil
 }
 
 // parseRR parses one record in zone file syntax; relative names are relative

@@ -65,6 +65,9 @@ func applyCommand(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		if err := zb.DeleteBucket([]byte(c.Zone)); err != nil {
 			return Result{}, nil, err
 		}
+		if err := journalReset(g, c.Zone); err != nil {
+			return Result{}, nil, err
+		}
 		return Result{}, &effect{zone: c.Zone, deleted: true}, nil
 	case opMemberInfo:
 		ms := g.Bucket(bucketMembers)

@@ -12,7 +12,7 @@ import (
 // A whole-zone import is staged over several entries (a zone of a million
 // records does not fit one Raft message): opImportBegin opens a staging
 // bucket, opImportChunk entries fill it, opImportCommit swaps it in for the
-// zone in one step. Queries see the old zone until the commit. The proposer
+// zone in one transaction. Queries see the old zone until the commit. The proposer
 // validated the zone text before proposing; the chunks check what a single
 // name needs, the commit checks the apex.
 
@@ -105,6 +105,7 @@ func applyImportCommit(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		return Result{}, nil, err
 	}
 	serial, _ := soaSerial(apex)
+	bumped := false
 	if old != nil {
 		// A replaced zone must look changed to secondaries (RFC 1982).
 		oldApex, err := rrsAt(old, c.Zone)
@@ -113,26 +114,43 @@ func applyImportCommit(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		}
 		if prev, ok := soaSerial(oldApex); ok && !serialNewer(serial, prev) {
 			serial = bumpSerial(apex, prev, nil)
-			if err := putRRs(b, c.Zone, apex); err != nil {
-				return Result{}, nil, err
-			}
+			bumped = true
 		}
 		if err := zones.DeleteBucket([]byte(c.Zone)); err != nil {
 			return Result{}, nil, err
 		}
 	}
-	if err := g.Bucket(bucketImports).MoveBucket([]byte(c.Zone), zones); err != nil {
+	// The staged records are copied, not moved: bbolt's MoveBucket loses
+	// what the same transaction wrote into the moved bucket (etcd-io/bbolt
+	// PR 1239), and a follower catching up applies begin, chunks and commit
+	// of one import in one transaction.
+	zb, err := zones.CreateBucket([]byte(c.Zone))
+	if err != nil {
+		return Result{}, nil, err
+	}
+	records := 0
+	err = b.ForEach(func(k, v []byte) error {
+		records += countRRs(v)
+		return zb.Put(k, v)
+	})
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if bumped {
+		if err := putRRs(zb, c.Zone, apex); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	if err := g.Bucket(bucketImports).DeleteBucket([]byte(c.Zone)); err != nil {
 		return Result{}, nil, err
 	}
 	if err := g.Bucket(bucketImportMeta).Delete([]byte(c.Zone)); err != nil {
 		return Result{}, nil, err
 	}
-	records := 0
-	err = zones.Bucket([]byte(c.Zone)).ForEach(func(_, v []byte) error {
-		records += countRRs(v)
-		return nil
-	})
-	return Result{Serial: serial, Records: records}, &effect{zone: c.Zone, reload: true}, err
+	if err := journalReset(g, c.Zone); err != nil {
+		return Result{}, nil, err
+	}
+	return Result{Serial: serial, Records: records}, &effect{zone: c.Zone, reload: true}, nil
 }
 
 // countRRs counts the records in an encoded value without decoding them.

@@ -40,6 +40,9 @@ const (
 	journalHeader  = 1 + 4 + 4 + 8
 )
 
+// journalBytes is JournalBytes; tests lower it.
+var journalBytes uint64 = JournalBytes
+
 // journalEntry is the header of one change.
 type journalEntry struct {
 	from, to uint32
@@ -152,7 +155,7 @@ func journalTrim(g *bolt.Bucket, zone string, limit int) error {
 		}
 		count := lastSeq - binary.BigEndian.Uint64(fk) + 1
 		size := last.total - first.total + uint64(len(fv))
-		if count <= uint64(limit) && size <= JournalBytes {
+		if count <= uint64(limit) && size <= journalBytes {
 			return nil
 		}
 		if err := zb.Delete(append([]byte(nil), fk...)); err != nil {

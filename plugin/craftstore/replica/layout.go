@@ -23,6 +23,7 @@ import (
 //	data.<n>/zones/<origin>/<name key> -> the RRs at that name
 //	data.<n>/imports/<origin>/<name key> -> RRs of a staged zone import
 //	data.<n>/importmeta/<origin> -> import id (8 bytes), absent flag (1 byte)
+//	data.<n>/journal/<origin>/<sequence> -> one change, for IXFR (journal.go)
 var (
 	bucketMeta       = []byte("meta")
 	keyCurrent       = []byte("current")

@@ -117,6 +117,7 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	if lastIndex > r.applied.Load() {
 		r.applied.Store(lastIndex)
 	}
+	r.announce(&p)
 	r.notify(p.results)
 	if o := r.cfg.Observer; o != nil && len(rd.CommittedEntries) > 0 {
 		o.Applied(len(rd.CommittedEntries), time.Since(start))
@@ -179,6 +180,11 @@ func (r *Replica) applyEntry(tx *bolt.Tx, g *bolt.Bucket, e *pb.Entry, done uint
 			return err
 		}
 		if eff != nil {
+			if eff.zone != "" && !eff.deleted {
+				if err := journalTrim(g, eff.zone, r.cfg.Journal); err != nil {
+					return err
+				}
+			}
 			p.effects = append(p.effects, eff)
 		}
 		p.results[c.ID] = applied{res: res}

@@ -52,6 +52,15 @@ type Config struct {
 	Tick            time.Duration // Raft tick, default 100ms
 	Logger          Logger
 	Observer        Observer // optional: metrics
+	// Journal is how many changes per zone the IXFR journal keeps: 0 means
+	// DefaultJournal, a negative value turns the journal off (every
+	// transfer is then a full one). Trimming happens in apply: members
+	// should use the same value to hold the same journal.
+	Journal int
+	// OnChange, if set, is called from the Ready loop with the origin of
+	// each zone whose data changed, once the views show the change (for
+	// NOTIFY). It must not block.
+	OnChange func(zone string)
 }
 
 // Observer is told about proposals and applies, for metrics.

@@ -38,3 +38,40 @@ func TestSnapshotStream(t *testing.T) {
 		return nil
 	})
 }
+
+// TestImportInOneTransaction applies a whole import (begin, chunks, commit)
+// in one transaction, as a follower catching up from the log does.
+func TestImportInOneTransaction(t *testing.T) {
+	c := newTestCluster(t, 1, 0)
+	r := c.leader()
+	rrs := parseTestZone(t)
+	cmds := []*command{
+		{Op: opImportBegin, Zone: "example.org.", Import: 1},
+		{Op: opImportChunk, Zone: "example.org.", Import: 1, Add: rrs[:2]},
+		{Op: opImportChunk, Zone: "example.org.", Import: 1, Add: rrs[2:]},
+		{Op: opImportCommit, Zone: "example.org.", Import: 1},
+	}
+	var res Result
+	err := r.db.Update(func(tx *bolt.Tx) error {
+		for _, cmd := range cmds {
+			var err error
+			if res, _, err = applyCommand(generation(tx), cmd); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Records != len(rrs) {
+		t.Errorf("expected %d records imported, got %d", len(rrs), res.Records)
+	}
+	r.db.View(func(tx *bolt.Tx) error {
+		z := generation(tx).Bucket(bucketZones).Bucket([]byte("example.org."))
+		if z == nil || z.Get(nameKey("www.example.org.")) == nil || z.Get(nameKey("example.org.")) == nil {
+			t.Error("expected the imported names stored")
+		}
+		return nil
+	})
+}

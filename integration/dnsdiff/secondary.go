@@ -1,0 +1,122 @@
+package dnsdiff
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// nsdSecondaryConf is NSD as a secondary of one primary: it transfers the
+// zone from the primary (IXFR, falling back to AXFR) and takes NOTIFY from
+// 127.0.0.1. It logs to a file, with verbosity 2 (transfers and NOTIFYs).
+const nsdSecondaryConf = `server:
+	ip-address: 127.0.0.1@%[2]d
+	server-count: 1
+	username: ""
+	chroot: ""
+	database: ""
+	zonesdir: "%[1]s"
+	zonelistfile: "%[1]s/zone.list"
+	xfrdfile: "%[1]s/xfrd.state"
+	xfrdir: "%[1]s"
+	pidfile: "%[1]s/nsd.pid"
+	logfile: "%[1]s/nsd.log"
+	verbosity: 2
+	hide-version: yes
+	rrl-ratelimit: 0
+	rrl-whitelist-ratelimit: 0
+remote-control:
+	control-enable: no
+
+zone:
+	name: "%[3]s"
+	zonefile: "%[1]s/zone"
+	request-xfr: %[4]s NOKEY
+	allow-notify: 127.0.0.1 NOKEY
+`
+
+// FreePort returns a port that is free for both UDP and TCP on 127.0.0.1.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// Secondary is an NSD secondary started by StartNSDSecondary.
+type Secondary struct {
+	Addr string // host:port, UDP and TCP
+	dir  string
+}
+
+// Log returns what NSD logged so far.
+func (s *Secondary) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "nsd.log"))
+	return string(b)
+}
+
+// StartNSDSecondary starts NSD on 127.0.0.1:port as a secondary for origin
+// of primary (host:port), and waits until it serves the zone: it has
+// transferred it. NSD runs as in StartNSD and stops on t.Cleanup. The port
+// comes from the caller (FreePort): the primary must know it to send NOTIFY.
+func StartNSDSecondary(t testing.TB, origin, primary string, port int) *Secondary {
+	t.Helper()
+	bin := nsdBinary()
+	if bin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("nsd is not installed")
+		}
+		t.Skip("nsd is not installed")
+	}
+	host, pport, err := net.SplitHostPort(primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Secondary{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
+	conf := filepath.Join(s.dir, "nsd.conf")
+	text := fmt.Sprintf(nsdSecondaryConf, s.dir, port, dns.Fqdn(origin), host+"@"+pport)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Unlike runNSD, SERVFAIL is expected until the first transfer is done.
+	cmd := exec.Command(bin, "-d", "-c", conf)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-exited:
+			t.Fatalf("nsd exited:\n%s", s.Log())
+		default:
+		}
+		if r := querySOA(s.Addr, dns.Fqdn(origin)); r != nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0 {
+			return s
+		}
+	}
+	t.Fatalf("nsd did not transfer %s from %s:\n%s", origin, primary, s.Log())
+	return nil
+}

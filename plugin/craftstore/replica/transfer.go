@@ -1,0 +1,134 @@
+package replica
+
+import (
+	"net/http"
+
+	"github.com/miekg/dns"
+	bolt "go.etcd.io/bbolt"
+)
+
+// xfrBatch is how many records a zone transfer hands over at a time.
+const xfrBatch = 512
+
+// Transfer hands fn the records of a zone transfer of origin to a secondary
+// whose copy has the given serial (0: it has none), in batches, from one
+// consistent read of this member's state. Nothing beyond a batch is held in
+// memory, so a zone of any size streams. What fn receives, in order:
+//
+//   - serial 0, or a serial the journal does not reach back to: a full
+//     transfer (RFC 5936 section 2.2), the SOA, every other record, the
+//     SOA again;
+//   - a serial equal to or newer than the zone's (RFC 1982): the SOA alone
+//     (RFC 1995 section 2);
+//   - otherwise an incremental transfer (RFC 1995 section 4): the SOA, per
+//     change the old SOA, the records removed, the new SOA, the records
+//     added, and the SOA again.
+//
+// fn may keep the slices it gets. An unknown zone is a 404 *Error.
+func (r *Replica) Transfer(origin string, serial uint32, fn func([]dns.RR) error) error {
+	return r.db.View(func(tx *bolt.Tx) error {
+		g := generation(tx)
+		zb := g.Bucket(bucketZones).Bucket([]byte(origin))
+		if zb == nil {
+			return errorf(http.StatusNotFound, "zone %q not found", origin)
+		}
+		apex, err := rrsAt(zb, origin)
+		if err != nil {
+			return err
+		}
+		var soa *dns.SOA
+		for _, rr := range apex {
+			if s, ok := rr.(*dns.SOA); ok {
+				soa = s
+			}
+		}
+		if soa == nil {
+			return errorf(http.StatusInternalServerError, "zone %q has no SOA", origin)
+		}
+		if serial != 0 {
+			if serial == soa.Serial || serialNewer(serial, soa.Serial) {
+				return fn([]dns.RR{soa})
+			}
+			ok, err := incremental(g, origin, serial, soa, fn)
+			if ok || err != nil {
+				return err
+			}
+		}
+		return full(zb, soa, fn)
+	})
+}
+
+// incremental sends the changes from serial to soa's serial, if the
+// journal has them all.
+func incremental(g *bolt.Bucket, origin string, serial uint32, soa *dns.SOA, fn func([]dns.RR) error) (bool, error) {
+	first := true
+	ok, err := journalChanges(g, origin, serial, soa.Serial, func(removed, added []dns.RR) error {
+		batch := make([]dns.RR, 0, len(removed)+len(added)+1)
+		if first {
+			batch = append(batch, soa)
+			first = false
+		}
+		return fn(append(append(batch, removed...), added...))
+	})
+	if !ok || err != nil {
+		return ok, err
+	}
+	return true, fn([]dns.RR{soa})
+}
+
+// full sends the SOA, every other record of the zone in DNS canonical order
+// of names, and the SOA again.
+func full(zb *bolt.Bucket, soa *dns.SOA, fn func([]dns.RR) error) error {
+	batch := make([]dns.RR, 0, xfrBatch)
+	batch = append(batch, soa)
+	err := zb.ForEach(func(_, v []byte) error {
+		rrs, err := decodeRRs(v)
+		if err != nil {
+			return err
+		}
+		for _, rr := range rrs {
+			if rr.Header().Rrtype == dns.TypeSOA {
+				continue
+			}
+			batch = append(batch, rr)
+		}
+		if len(batch) >= xfrBatch {
+			if err := fn(batch); err != nil {
+				return err
+			}
+			batch = make([]dns.RR, 0, xfrBatch)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return fn(append(batch, soa))
+}
+
+// announce tells Config.OnChange about the zones whose data a Ready
+// changed, once each, after the views show the change. After a snapshot
+// every zone may have changed.
+func (r *Replica) announce(p *pending) {
+	f := r.cfg.OnChange
+	if f == nil {
+		return
+	}
+	if p.snapshot {
+		for _, z := range r.Zones() {
+			f(z)
+		}
+		return
+	}
+	var seen map[string]bool
+	for _, e := range p.effects {
+		if e.zone == "" || e.deleted || seen[e.zone] {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[e.zone] = true
+		f(e.zone)
+	}
+}
