@@ -47,7 +47,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	}
 	rep := c.rep.Load()
 	if rep == nil {
-		return dns.RcodeServerFailure, nil
+		return dns.RcodeServerFailure, nil // not written: the server answers SERVFAIL
 	}
 	z := rep.Match(qname)
 	if z == nil {

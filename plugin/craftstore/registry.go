@@ -125,7 +125,13 @@ func (m *member) background(cfg config) {
 			continue
 		}
 		if !seeded {
-			seeded = m.seed(cfg)
+			// Only the leader imports seeds: imports of one zone from several
+			// members supersede each other and a large one would never finish.
+			if m.rep.IsLeader() {
+				seeded = m.seed(cfg)
+			} else {
+				seeded = m.seedsPresent(cfg)
+			}
 		}
 		if !advertised {
 			api := ""
@@ -140,8 +146,8 @@ func (m *member) background(cfg config) {
 }
 
 // seed imports the configured zone files for zones the group does not have
-// yet. Every new member of a new group may try; the import is conditional
-// on the zone being absent, so the first one wins and the others are no-ops.
+// yet. It runs on the leader; the import is conditional on the zone being
+// absent, so a seed racing with another (after a change of leader) is a no-op.
 func (m *member) seed(cfg config) bool {
 	done := true
 	for origin, src := range cfg.seeds {
@@ -174,6 +180,16 @@ func (m *member) seed(cfg config) bool {
 		}
 	}
 	return done
+}
+
+// seedsPresent reports whether every seeded zone exists in the group.
+func (m *member) seedsPresent(cfg config) bool {
+	for origin := range cfg.seeds {
+		if m.rep.Zone(origin) == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // importTimeout gives a zone import the write timeout per chunk.

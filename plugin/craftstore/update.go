@@ -92,16 +92,16 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		return reply(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, "the zone section must hold one SOA question of class IN")
 	}
 	origin := dns.CanonicalName(r.Question[0].Name)
-	if plugin.Zones(c.Zones).Matches(origin) == "" {
-		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+	if plugin.Zones(c.Zones).Matches(origin) == "" || c.rep.Load() != nil && c.rep.Load().Zone(origin) == nil {
+		if c.Fall.Through(origin) {
+			return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+		}
+		// RFC 2136 §3.1.1: not authoritative for the zone.
+		return reply(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
 	}
 	rep := c.rep.Load()
 	if rep == nil {
 		return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is starting")
-	}
-	if rep.Zone(origin) == nil {
-		// RFC 2136 §3.1.1: not authoritative for the zone.
-		return reply(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
 	}
 	if len(c.cfg.allow) == 0 {
 		return reply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "updates are not enabled (no allow rules)")
@@ -144,7 +144,8 @@ func (c *Craftstore) permits(zone, key, name string, qtype uint16) bool {
 }
 
 // reply answers r with rcode and, when why is set, an Extended DNS Error
-// (RFC 8914) saying why.
+// (RFC 8914) saying why. The answer is written: like CoreDNS's acl plugin it
+// returns success, since an error rcode would make the server answer again.
 func reply(w dns.ResponseWriter, r *dns.Msg, rcode int, ede uint16, why string) (int, error) {
 	m := new(dns.Msg)
 	m.SetRcode(r, rcode)
@@ -155,5 +156,5 @@ func reply(w dns.ResponseWriter, r *dns.Msg, rcode int, ede uint16, why string) 
 		}
 	}
 	w.WriteMsg(m)
-	return rcode, nil
+	return dns.RcodeSuccess, nil
 }

@@ -285,25 +285,37 @@ func singleton(t uint16) bool {
 
 // addRR adds rr to the RRs of one name, as a change does. A duplicate (RFC
 // 2181 §5: equal but for the TTL) is not added twice; the TTL of the added RR
-// becomes the TTL of its whole RRset (RFC 2181 §5.2).
+// becomes the TTL of its whole RRset (RFC 2181 §5.2); a singleton type (SOA,
+// CNAME, DNAME) is replaced. RRs keep their places, so adding what is there
+// already changes nothing.
 func addRR(rrs []dns.RR, rr dns.RR) []dns.RR {
-	t := rr.Header().Rrtype
+	t, ttl := rr.Header().Rrtype, rr.Header().Ttl
 	out := make([]dns.RR, 0, len(rrs)+1)
+	found := false
 	for _, old := range rrs {
 		if old.Header().Rrtype != t {
 			out = append(out, old)
 			continue
 		}
-		if singleton(t) || dns.IsDuplicate(old, rr) {
-			continue
+		switch {
+		case singleton(t):
+			if found {
+				continue
+			}
+			old, found = rr, true
+		case dns.IsDuplicate(old, rr):
+			found = true
 		}
-		if old.Header().Ttl != rr.Header().Ttl {
+		if old.Header().Ttl != ttl {
 			old = dns.Copy(old)
-			old.Header().Ttl = rr.Header().Ttl
+			old.Header().Ttl = ttl
 		}
 		out = append(out, old)
 	}
-	return append(out, rr)
+	if !found {
+		out = append(out, rr)
+	}
+	return out
 }
 
 // checkName enforces RFC 1034 §3.6.2 and RFC 2181 §10.1: a CNAME is the only

@@ -1,0 +1,70 @@
+package integration
+
+import (
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-acme/lego/v4/challenge/dns01"
+	"github.com/go-acme/lego/v4/providers/dns/rfc2136"
+	"github.com/miekg/dns"
+)
+
+// TestLegoRFC2136 solves DNS-01 challenges through a three-member cluster
+// with lego's RFC 2136 provider, as lego (and Traefik, which embeds it)
+// does: Present adds the _acme-challenge TXT record through one member (a
+// follower), every member must answer it, and CleanUp removes it everywhere.
+func TestLegoRFC2136(t *testing.T) {
+	c := startUpdateCluster(t)
+	follower := c.leader(t)%3 + 1
+
+	// lego looks for CNAMEs at the challenge name and for the zone's SOA
+	// with these resolvers: keep them on loopback, at the member.
+	if err := dns01.AddRecursiveNameservers([]string{c.addr(follower)})(nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rfc2136.NewDefaultConfig()
+	cfg.Nameserver = c.addr(follower)
+	cfg.TSIGFile = filepath.Join(repo, "Corefile.examples/keys/update.key") // BIND's format
+	cfg.DNSTimeout = 10 * time.Second
+	cfg.PropagationTimeout = 10 * time.Second
+	cfg.PollingInterval = 100 * time.Millisecond
+	cfg.SequenceInterval = 0
+	cfg.TTL = 60
+	provider, err := rfc2136.NewDNSProviderConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const domain = "example.org"
+	fqdn := "_acme-challenge." + domain + "."
+	for i, keyAuth := range []string{"token1.thumbprint", "token2.thumbprint"} {
+		info := dns01.GetChallengeInfo(domain, keyAuth)
+		if info.EffectiveFQDN != fqdn {
+			t.Fatalf("expected the challenge at %s, got %s", fqdn, info.EffectiveFQDN)
+		}
+		// A second Present (a renewal) replaces the first value: lego deletes
+		// the RRset and adds its record in one UPDATE.
+		if err := provider.Present(domain, "token"+strconv.Itoa(i), keyAuth); err != nil {
+			t.Fatalf("Present: %v", err)
+		}
+		c.everywhere(t, fqdn, dns.TypeTXT, strconv.Quote(info.Value))
+	}
+	info := dns01.GetChallengeInfo(domain, "token2.thumbprint")
+	if err := provider.CleanUp(domain, "token1", "token2.thumbprint"); err != nil {
+		t.Fatalf("CleanUp: %v", err)
+	}
+	c.everywhere(t, fqdn, dns.TypeTXT, "NXDOMAIN")
+
+	// A name below the apex: lego finds the zone by asking for the SOA.
+	info = dns01.GetChallengeInfo("host.example.org", "token3.thumbprint")
+	if err := provider.Present("host.example.org", "token3", "token3.thumbprint"); err != nil {
+		t.Fatalf("Present for a name below the apex: %v", err)
+	}
+	c.everywhere(t, info.EffectiveFQDN, dns.TypeTXT, strconv.Quote(info.Value))
+	if err := provider.CleanUp("host.example.org", "token3", "token3.thumbprint"); err != nil {
+		t.Fatalf("CleanUp: %v", err)
+	}
+	c.everywhere(t, info.EffectiveFQDN, dns.TypeTXT, "NXDOMAIN")
+}
