@@ -5,6 +5,7 @@
 #   make run-cluster  three members on loopback from Corefile.examples/cluster/
 #   make test       unit and integration tests
 #   make bench      Go benchmarks and the dnsperf comparison (bench/README.md)
+#   make bench-updates  RFC 2136 updates/s: craftstore cluster vs dynupdate (bench/updates/run.sh)
 #   make lint       gofmt and go vet
 
 GO      ?= go
@@ -15,7 +16,7 @@ TESTTIMEOUT ?= 20m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster test bench lint clean
+.PHONY: build coredns generate run run-cluster test bench bench-updates lint clean
 
 build: coredns
 
@@ -42,6 +43,18 @@ test: coredns
 bench: coredns
 	$(GO) test -run '^$$' -bench . -benchmem ./plugin/...
 	./bench/dnsperf.sh
+
+# Longer runs (bench/README.md): write throughput of three members, and
+# memory with a million records.
+.PHONY: bench-writes bench-rss
+bench-writes: coredns
+	./bench/writes.sh
+
+bench-rss: coredns
+	./bench/rss.sh
+
+bench-updates: coredns
+	./bench/updates/run.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

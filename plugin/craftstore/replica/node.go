@@ -59,6 +59,15 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		r.term.Store(rd.HardState.GetTerm())
 		r.commit.Store(rd.HardState.GetCommit())
 	}
+	if len(rd.Entries) == 0 && len(rd.CommittedEntries) == 0 && raft.IsEmptySnap(rd.Snapshot) &&
+		(rd.HardState == nil || raft.IsEmptyHardState(rd.HardState)) {
+		// Nothing to persist or apply (heartbeats, votes in flight): no
+		// transaction, no fsync.
+		r.tr.Send(r.mergeSnapshots(rd.Messages, r.applied.Load()))
+		r.markReady()
+		r.node.Advance()
+		return nil
+	}
 	start := time.Now()
 	p := pending{results: map[uint64]applied{}}
 	var lastIndex, lastTerm uint64
@@ -122,11 +131,17 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	if o := r.cfg.Observer; o != nil && len(rd.CommittedEntries) > 0 {
 		o.Applied(len(rd.CommittedEntries), time.Since(start))
 	}
+	r.markReady()
+	r.node.Advance()
+	return nil
+}
+
+// markReady latches readiness once a leader is known and what was committed
+// at start is applied.
+func (r *Replica) markReady() {
 	if !r.ready.Load() && r.leader.Load() != raft.None && r.applied.Load() >= r.readyIndex {
 		r.ready.Store(true)
 	}
-	r.node.Advance()
-	return nil
 }
 
 // mergeSnapshots rewrites outgoing snapshot messages to describe the state
