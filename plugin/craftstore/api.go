@@ -262,6 +262,22 @@ func absName(origin, name string) (string, error) {
 	return n, nil
 }
 
+// decodeBody decodes a JSON request body of at most maxRecordsBody bytes
+// into v, refusing unknown fields: a *replica.Error (400) for a bad body, an
+// *http.MaxBytesError (413) for one over the limit.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRecordsBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return err
+		}
+		return badRequest("body: %v", err)
+	}
+	return nil
+}
+
 // changeRequest is the body of POST /v1/zones/{zone}/records.
 type changeRequest struct {
 	Add    []string          `json:"add"`
@@ -275,15 +291,8 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req changeRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRecordsBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			fail(w, err)
-		} else {
-			fail(w, badRequest("body: %v", err))
-		}
+	if err := decodeBody(w, r, &req); err != nil {
+		fail(w, err)
 		return
 	}
 	if len(req.Add) == 0 && len(req.Delete) == 0 {
@@ -358,10 +367,8 @@ func (a *apiServer) cluster(w http.ResponseWriter, r *http.Request) {
 
 func (a *apiServer) addMember(w http.ResponseWriter, r *http.Request) {
 	var m replica.Member
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRecordsBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		fail(w, badRequest("body: %v", err))
+	if err := decodeBody(w, r, &m); err != nil {
+		fail(w, err)
 		return
 	}
 	if m.ID == 0 {

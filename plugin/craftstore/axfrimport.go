@@ -3,7 +3,6 @@ package craftstore
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -97,10 +96,8 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req axfrRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRecordsBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		fail(w, badRequest("body: %v", err))
+	if err := decodeBody(w, r, &req); err != nil {
+		fail(w, err)
 		return
 	}
 	primary, err := primaryAddr(req.Primary)
