@@ -19,8 +19,9 @@ import (
 
 // nsdConf is NSD's configuration: one zone, one server process on
 // 127.0.0.1, no chroot, no privilege drop, no rate limiting, everything in
-// one directory. Extra server options follow the last %s.
-const nsdConf = `server:
+// dir. server and zone are extra lines for the server and zone clauses.
+func nsdConf(dir string, port int, origin, server, zone string) string {
+	return fmt.Sprintf(`server:
 	ip-address: 127.0.0.1@%[2]d
 	server-count: 1
 	username: ""
@@ -31,7 +32,6 @@ const nsdConf = `server:
 	xfrdfile: "%[1]s/xfrd.state"
 	xfrdir: "%[1]s"
 	pidfile: "%[1]s/nsd.pid"
-	verbosity: 1
 	hide-version: yes
 	rrl-ratelimit: 0
 	rrl-whitelist-ratelimit: 0
@@ -42,7 +42,9 @@ remote-control:
 zone:
 	name: "%[3]s"
 	zonefile: "%[1]s/zone"
-`
+%[5]s
+`, dir, port, dns.Fqdn(origin), server, zone)
+}
 
 // nsdBinary finds nsd, in $PATH or in /usr/sbin (not in every user's $PATH).
 func nsdBinary() string {
@@ -89,7 +91,7 @@ func StartNSD(t testing.TB, origin, zoneText string, options ...string) (addr st
 			t.Fatal(err)
 		}
 		conf := filepath.Join(dir, "nsd.conf")
-		text := fmt.Sprintf(nsdConf, dir, port, dns.Fqdn(origin), opts.String())
+		text := nsdConf(dir, port, origin, "\tverbosity: 1\n"+opts.String(), "")
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -15,35 +15,6 @@ import (
 	"github.com/miekg/dns"
 )
 
-// nsdSecondaryConf is NSD as a secondary of one primary: it transfers the
-// zone from the primary (IXFR, falling back to AXFR) and takes NOTIFY from
-// 127.0.0.1. It logs to a file, with verbosity 2 (transfers and NOTIFYs).
-const nsdSecondaryConf = `server:
-	ip-address: 127.0.0.1@%[2]d
-	server-count: 1
-	username: ""
-	chroot: ""
-	database: ""
-	zonesdir: "%[1]s"
-	zonelistfile: "%[1]s/zone.list"
-	xfrdfile: "%[1]s/xfrd.state"
-	xfrdir: "%[1]s"
-	pidfile: "%[1]s/nsd.pid"
-	logfile: "%[1]s/nsd.log"
-	verbosity: 2
-	hide-version: yes
-	rrl-ratelimit: 0
-	rrl-whitelist-ratelimit: 0
-remote-control:
-	control-enable: no
-
-zone:
-	name: "%[3]s"
-	zonefile: "%[1]s/zone"
-	request-xfr: %[4]s NOKEY
-	allow-notify: 127.0.0.1 NOKEY
-`
-
 // FreePort returns a port that is free for both UDP and TCP on 127.0.0.1.
 func FreePort(t testing.TB) int {
 	t.Helper()
@@ -85,7 +56,12 @@ func StartNSDSecondary(t testing.TB, origin, primary string, port int) *Secondar
 	}
 	s := &Secondary{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
 	conf := filepath.Join(s.dir, "nsd.conf")
-	text := fmt.Sprintf(nsdSecondaryConf, s.dir, port, dns.Fqdn(origin), host+"@"+pport)
+	// A secondary of one primary: it transfers the zone from it (IXFR,
+	// falling back to AXFR) and takes NOTIFY from 127.0.0.1; it logs
+	// transfers and NOTIFYs (verbosity 2) to a file.
+	text := nsdConf(s.dir, port, origin,
+		fmt.Sprintf("\tlogfile: \"%s/nsd.log\"\n\tverbosity: 2", s.dir),
+		fmt.Sprintf("\trequest-xfr: %s@%s NOKEY\n\tallow-notify: 127.0.0.1 NOKEY", host, pport))
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
