@@ -5,6 +5,8 @@
 #   make run-cluster  three members on loopback from Corefile.examples/cluster/
 #   make test       unit and integration tests
 #   make bench      Go benchmarks and the dnsperf comparison (bench/README.md)
+#   make bench-writes   committed API writes/s of a three-member group, reads meanwhile
+#   make bench-rss      memory with 1,000,000 records: craftstore vs file
 #   make bench-updates  RFC 2136 updates/s: craftstore cluster vs dynupdate (bench/updates/run.sh)
 #   make lint       gofmt and go vet
 
