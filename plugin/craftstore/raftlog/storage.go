@@ -105,12 +105,6 @@ func Open(db *bolt.DB) (*Storage, error) {
 	return s, nil
 }
 
-// Committed is a no-op. The in-memory log bounds are published by a commit
-// hook (bolt.Tx.OnCommit) registered by every write, so they change exactly
-// when a transaction commits and never after a rollback. Owners need not call
-// it; it is kept for callers written against the first version of this API.
-func (s *Storage) Committed() {}
-
 // loadState reads the log bounds visible in tx.
 func loadState(tx *bolt.Tx) (*logState, error) {
 	st, err := loadMarker(tx)

@@ -109,7 +109,6 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	if err != nil {
 		return err
 	}
-	r.store.Committed()
 
 	r.tr.Send(r.mergeSnapshots(rd.Messages, lastIndex))
 
