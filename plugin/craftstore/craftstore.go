@@ -11,6 +11,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
+	"github.com/craftdns/craftdns/plugin/craftstore/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
@@ -67,7 +68,12 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// RFC 6891 §7: an EDNS query gets an OPT record back.
 		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
 	}
-	z.Lookup(m, qname, q.Qtype)
+	if partition.Requested(r) {
+		// craftroute asks what this member holds about the name.
+		partition.Attach(m, z.Partition(m, qname, q.Qtype))
+	} else {
+		z.Lookup(m, qname, q.Qtype)
+	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
 }

@@ -28,17 +28,13 @@ func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) {
 	z.mu.RLock()
 	defer z.mu.RUnlock()
 
-	m.Rcode = dns.RcodeSuccess
-	if z.soa == nil {
-		m.Rcode = dns.RcodeServerFailure // configured, not loaded
+	if !z.begin(m) {
 		return
 	}
-	m.Authoritative = true
-
 	var c chain
 	name := qname
 	for step := 0; step < maxChain; step++ {
-		next, follow := z.answer(m, name, qtype, step, &c)
+		next, follow, _ := z.answer(m, name, qtype, step, &c)
 		if !follow {
 			return
 		}
@@ -46,10 +42,41 @@ func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) {
 	}
 }
 
+// begin sets the rcode and AA of an answer. It answers SERVFAIL and returns
+// false when the zone has no SOA: configured, not loaded. Callers hold the
+// read lock.
+func (z *Zone) begin(m *dns.Msg) bool {
+	m.Rcode = dns.RcodeSuccess
+	if z.soa == nil {
+		m.Rcode = dns.RcodeServerFailure
+		return false
+	}
+	m.Authoritative = true
+	return true
+}
+
+// found is what one step of a lookup learned about its name: the facts that
+// partition mode reports (partition.go).
+type found struct {
+	where where
+	encl  int  // whereAbsent: the offset of the closest encloser in the name
+	wild  bool // whereAbsent: a wildcard synthesized the answer
+}
+
+// where says where a step of a lookup found its name.
+type where uint8
+
+const (
+	whereOutside where = iota // not in the zone
+	whereCut                  // at or below a zone cut: a referral
+	whereName                 // the name exists, with data or as an empty non-terminal
+	whereAbsent               // the name does not exist
+)
+
 // answer answers for one name of a lookup: the query name (step 0) or the
 // target of the CNAME answered in the previous step. It returns the next
-// CNAME target to follow, if any.
-func (z *Zone) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain) (string, bool) {
+// CNAME target to follow, if any, and where it found the name.
+func (z *Zone) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain) (string, bool, found) {
 	var buf [256]byte
 	name := appendLower(buf[:0], qname)
 
@@ -59,24 +86,28 @@ func (z *Zone) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain
 			m.Rcode = dns.RcodeRefused
 			m.Authoritative = false
 		}
-		return "", false // a CNAME target outside the zone ends the chain
+		return "", false, found{where: whereOutside} // a CNAME target outside the zone ends the chain
 	}
 	if cut := z.delegation(name, encl, off, qtype); cut != nil {
 		z.referral(m, cut, step)
-		return "", false
+		return "", false, found{where: whereCut}
+	}
+	if off == 0 {
+		next, follow := z.fromNode(m, encl, qname, "", qtype, step, c)
+		return next, follow, found{where: whereName}
 	}
 
-	n, owner := encl, ""
-	if off > 0 {
-		// RFC 4592 §3.3.1: qname does not exist; a wildcard child of the
-		// closest encloser synthesizes the answer, owned by qname.
-		if n = z.wildcard(encl); n == nil {
-			z.negative(m, dns.RcodeNameError)
-			return "", false
-		}
-		owner = qname
+	// RFC 4592 §3.3.1: qname does not exist; a wildcard child of the closest
+	// encloser synthesizes the answer, owned by qname.
+	f := found{where: whereAbsent, encl: off}
+	n := z.wildcard(encl)
+	if n == nil {
+		z.negative(m, dns.RcodeNameError)
+		return "", false, f
 	}
-	return z.fromNode(m, n, qname, owner, qtype, step, c)
+	f.wild = true
+	next, follow := z.fromNode(m, n, qname, qname, qtype, step, c)
+	return next, follow, f
 }
 
 // fromNode answers from n, the node at qname or the source of synthesis when

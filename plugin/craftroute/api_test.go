@@ -1,0 +1,584 @@
+package craftroute
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
+	"github.com/miekg/dns"
+)
+
+const shardToken = "shard-secret"
+
+// fakeAPI is one shard as the router sees it through craftstore's HTTP API
+// and partition-mode DNS: zones in memory, every request recorded.
+type fakeAPI struct {
+	name string
+	srv  *httptest.Server
+
+	mu    sync.Mutex
+	zones map[string][]dns.RR
+	reqs  []fakeReq
+	fail  map[string]int // method → status to answer with
+}
+
+type fakeReq struct {
+	method, path, body string
+}
+
+func newFakeAPI(t *testing.T, name string) *fakeAPI {
+	f := &fakeAPI{name: name, zones: map[string][]dns.RR{}, fail: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/zones", f.list)
+	mux.HandleFunc("PUT /v1/zones/{zone}", f.put)
+	mux.HandleFunc("GET /v1/zones/{zone}", f.get)
+	mux.HandleFunc("DELETE /v1/zones/{zone}", f.del)
+	mux.HandleFunc("POST /v1/zones/{zone}/records", f.change)
+	mux.HandleFunc("GET /v1/zones/{zone}/records", f.records)
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		f.mu.Lock()
+		f.reqs = append(f.reqs, fakeReq{r.Method, r.URL.Path, string(body)})
+		status := f.fail[r.Method]
+		f.mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer "+shardToken {
+			respondError(w, http.StatusUnauthorized, "shard token missing")
+			return
+		}
+		if status != 0 {
+			respondError(w, status, "injected failure")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeAPI) setFail(method string, status int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[method] = status
+}
+
+func (f *fakeAPI) requests(method string) []fakeReq {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []fakeReq
+	for _, r := range f.reqs {
+		if method == "" || r.method == method {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (f *fakeAPI) zone(origin string) []dns.RR {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.zones[origin])
+}
+
+func soaOf(rrs []dns.RR) *dns.SOA {
+	for _, rr := range rrs {
+		if s, ok := rr.(*dns.SOA); ok {
+			return s
+		}
+	}
+	return nil
+}
+
+func (f *fakeAPI) list(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []zoneInfo{}
+	for o, rrs := range f.zones {
+		out = append(out, zoneInfo{Zone: o, Serial: soaOf(rrs).Serial, Records: len(rrs)})
+	}
+	respondJSON(w, http.StatusOK, out)
+}
+
+func (f *fakeAPI) put(w http.ResponseWriter, r *http.Request) {
+	origin := dns.CanonicalName(r.PathValue("zone"))
+	body, _ := io.ReadAll(r.Body)
+	rrs, err := parseZoneText(origin, string(body))
+	if err != nil {
+		respondError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	f.mu.Lock()
+	f.zones[origin] = rrs
+	f.mu.Unlock()
+	respondJSON(w, http.StatusOK, zoneInfo{Zone: origin, Serial: soaOf(rrs).Serial, Records: len(rrs)})
+}
+
+func (f *fakeAPI) get(w http.ResponseWriter, r *http.Request) {
+	rrs := f.zone(dns.CanonicalName(r.PathValue("zone")))
+	if rrs == nil {
+		respondError(w, http.StatusNotFound, "zone not found")
+		return
+	}
+	w.Header().Set("Content-Type", "text/dns")
+	w.Write(zoneText(rrs))
+}
+
+func (f *fakeAPI) del(w http.ResponseWriter, r *http.Request) {
+	origin := dns.CanonicalName(r.PathValue("zone"))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.zones[origin] == nil {
+		respondError(w, http.StatusNotFound, "zone not found")
+		return
+	}
+	delete(f.zones, origin)
+	respondJSON(w, http.StatusOK, map[string]string{"zone": origin})
+}
+
+func (f *fakeAPI) change(w http.ResponseWriter, r *http.Request) {
+	origin := dns.CanonicalName(r.PathValue("zone"))
+	var req changeRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		respondError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rrs := f.zones[origin]
+	if rrs == nil {
+		respondError(w, http.StatusNotFound, "zone not found")
+		return
+	}
+	for _, raw := range req.Delete {
+		pl, err := deletionPlacement(origin, raw)
+		if err != nil {
+			respondError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		rrs = slices.DeleteFunc(rrs, func(rr dns.RR) bool {
+			return zone.Lower(rr.Header().Name) == pl.name && (pl.rrtype == dns.TypeANY || pl.rrtype == rr.Header().Rrtype)
+		})
+	}
+	for _, text := range req.Add {
+		rr, err := parseRecord(origin, text)
+		if err != nil {
+			respondError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		rrs = append(rrs, rr)
+	}
+	soa := soaOf(rrs)
+	soa.Serial++
+	f.zones[origin] = rrs
+	respondJSON(w, http.StatusOK, map[string]any{"zone": origin, "serial": soa.Serial})
+}
+
+func (f *fakeAPI) records(w http.ResponseWriter, r *http.Request) {
+	origin := dns.CanonicalName(r.PathValue("zone"))
+	name, _ := absName(origin, r.URL.Query().Get("name"))
+	texts := []string{}
+	for _, rr := range f.zone(origin) {
+		if zone.Lower(rr.Header().Name) == name {
+			texts = append(texts, rr.String())
+		}
+	}
+	respondJSON(w, http.StatusOK, map[string]any{"zone": origin, "name": name, "records": texts})
+}
+
+// exchange answers a partition-mode query from the shard's current zones.
+func (f *fakeAPI) exchange(req *dns.Msg) *dns.Msg {
+	q := req.Question[0]
+	qname := zone.Lower(q.Name)
+	f.mu.Lock()
+	origin := ""
+	for o := range f.zones {
+		if dns.IsSubDomain(o, qname) && len(o) > len(origin) {
+			origin = o
+		}
+	}
+	rrs := slices.Clone(f.zones[origin])
+	f.mu.Unlock()
+	m := new(dns.Msg)
+	m.SetReply(req)
+	m.SetEdns0(dns.DefaultMsgSize, false)
+	if origin == "" {
+		m.Rcode = dns.RcodeRefused
+		partition.Attach(m, partition.Facts{Kind: partition.Final})
+		return m
+	}
+	z := zone.New(origin)
+	z.Load(rrs)
+	partition.Attach(m, z.Partition(m, qname, q.Qtype))
+	return m
+}
+
+// fakeFleet is the shards of a test router.
+type fakeFleet map[string]*fakeAPI
+
+func (ff fakeFleet) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Msg, error) {
+	return ff[s.Name].exchange(req), nil
+}
+
+// apiRouter starts the API of a router over n fake shards on loopback.
+func apiRouter(t *testing.T, key string, n int, token string) (*Craftroute, fakeFleet, string) {
+	t.Helper()
+	c := splitRouter(t, key, n)
+	c.cfg.api, c.cfg.token, c.cfg.shardToken = "127.0.0.1:0", token, shardToken
+	ff := fakeFleet{}
+	for _, s := range c.cfg.shards {
+		f := newFakeAPI(t, s.Name)
+		ff[s.Name] = f
+		s.API = []string{f.srv.URL}
+	}
+	c.ex = ff
+	if err := c.startAPI(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.stopAPI)
+	return c, ff, "http://" + c.apiAddr()
+}
+
+func call(t *testing.T, method, url, token, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func decode[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return v
+}
+
+func rrSet(rrs []dns.RR) []string {
+	out := make([]string, len(rrs))
+	for i, rr := range rrs {
+		out[i] = rrKey(rr)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+func TestAPIZoneNameMode(t *testing.T) {
+	c, ff, base := apiRouter(t, keyName, 3, "")
+	status, body := call(t, "PUT", base+"/v1/zones/example.org", "", splitZone())
+	if status != http.StatusOK {
+		t.Fatalf("PUT: expected 200, got %d %s", status, body)
+	}
+	rep := decode[zoneReport](t, body)
+	if rep.Zone != splitOrigin || rep.Serial != 1 || len(rep.Shards) != 3 {
+		t.Errorf("PUT: unexpected report %s", body)
+	}
+	rrs, _ := parseZoneText(splitOrigin, splitZone())
+	if rep.Records != len(rrs) {
+		t.Errorf("PUT: expected %d records, got %d", len(rrs), rep.Records)
+	}
+	for s, part := range c.split(splitOrigin, rrs) {
+		if got, want := rrSet(ff[s.Name].zone(splitOrigin)), rrSet(part); !slices.Equal(got, want) {
+			t.Errorf("shard %s holds %d records, expected its %d", s.Name, len(got), len(want))
+		}
+	}
+	if c.zones.longest("www.example.org.") != splitOrigin {
+		t.Errorf("expected the zone to be known after PUT")
+	}
+
+	status, body = call(t, "GET", base+"/v1/zones", "", "")
+	list := decode[[]routedZone](t, body)
+	if status != http.StatusOK || len(list) != 1 || list[0].Zone != splitOrigin || len(list[0].Shards) != 3 || list[0].Serial != 1 {
+		t.Errorf("GET /v1/zones: unexpected %d %s", status, body)
+	}
+
+	status, body = call(t, "GET", base+"/v1/zones/example.org.", "", "")
+	if status != http.StatusOK {
+		t.Fatalf("GET zone: expected 200, got %d %s", status, body)
+	}
+	got, err := parseZoneText(splitOrigin, string(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rrs) || !slices.Equal(rrSet(got), rrSet(rrs)) {
+		t.Errorf("GET zone: expected the %d records put, got %d", len(rrs), len(got))
+	}
+	if _, ok := got[0].(*dns.SOA); !ok {
+		t.Errorf("GET zone: expected the SOA first, got %s", got[0])
+	}
+
+	status, body = call(t, "GET", base+"/v1/zones/example.org./records?name=host5", "", "")
+	if status != http.StatusOK || !strings.Contains(string(body), "198.51.100.5") {
+		t.Errorf("GET records: unexpected %d %s", status, body)
+	}
+
+	status, body = call(t, "DELETE", base+"/v1/zones/example.org.", "", "")
+	if status != http.StatusOK {
+		t.Errorf("DELETE: expected 200, got %d %s", status, body)
+	}
+	for name, f := range ff {
+		if f.zone(splitOrigin) != nil {
+			t.Errorf("DELETE: zone still on shard %s", name)
+		}
+	}
+	if status, body = call(t, "DELETE", base+"/v1/zones/example.org.", "", ""); status != http.StatusNotFound {
+		t.Errorf("DELETE again: expected 404, got %d %s", status, body)
+	}
+	if status, body = call(t, "GET", base+"/v1/zones/example.org.", "", ""); status != http.StatusNotFound {
+		t.Errorf("GET deleted zone: expected 404, got %d %s", status, body)
+	}
+}
+
+func TestAPIPutBadZone(t *testing.T) {
+	_, ff, base := apiRouter(t, keyName, 2, "")
+	status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", "www 300 IN A 192.0.2.1\n")
+	if status != http.StatusBadRequest || !strings.Contains(string(body), "no SOA") {
+		t.Errorf("expected 400 for a zone without SOA, got %d %s", status, body)
+	}
+	for name, f := range ff {
+		if n := len(f.requests("PUT")); n != 0 {
+			t.Errorf("shard %s got %d PUTs for a bad zone", name, n)
+		}
+	}
+}
+
+func TestAPIPutPartialFailure(t *testing.T) {
+	_, ff, base := apiRouter(t, keyName, 3, "")
+	ff["s1"].setFail("PUT", http.StatusServiceUnavailable)
+	status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone())
+	if status != http.StatusBadGateway {
+		t.Fatalf("expected 502, got %d %s", status, body)
+	}
+	rep := decode[zoneReport](t, body)
+	if !strings.Contains(rep.Error, "s1") || !strings.Contains(rep.Error, "stay") {
+		t.Errorf("expected an error naming s1 and saying the other parts stay, got %q", rep.Error)
+	}
+	for _, sr := range rep.Shards {
+		want := statusCommitted
+		if sr.Shard == "s1" {
+			want = statusFailed
+		}
+		if sr.Status != want {
+			t.Errorf("shard %s: expected %s, got %s", sr.Shard, want, sr.Status)
+		}
+	}
+}
+
+func TestAPIChangeNameMode(t *testing.T) {
+	c, ff, base := apiRouter(t, keyName, 3, "")
+	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, body)
+	}
+	// Two names on two different shards.
+	a, b := "", ""
+	for i := 0; i < 100 && b == ""; i++ {
+		n := fmt.Sprintf("n%d.example.org.", i)
+		switch {
+		case a == "":
+			a = n
+		case c.shardFor(n) != c.shardFor(a):
+			b = n
+		}
+	}
+	sa, sb := c.shardFor(a), c.shardFor(b)
+
+	// One name: the body goes as it is to its shard.
+	one := `{"add":["` + a + ` 300 IN A 192.0.2.7"]}`
+	status, body := call(t, "POST", base+"/v1/zones/example.org./records", "", one)
+	if status != http.StatusOK {
+		t.Fatalf("POST one: expected 200, got %d %s", status, body)
+	}
+	if got := ff[sa.Name].requests("POST"); len(got) != 1 || got[0].body != one {
+		t.Errorf("POST one: expected the body as is on %s, got %v", sa.Name, got)
+	}
+	for name, f := range ff {
+		if name != sa.Name && len(f.requests("POST")) != 0 {
+			t.Errorf("POST one: shard %s got a part", name)
+		}
+	}
+
+	// Two names and a glue record below the existing cut.
+	two := `{"add":["` + a + ` 300 IN TXT \"x\"","` + b + ` 300 IN A 192.0.2.8","ns2.sub 300 IN A 192.0.2.9"],"delete":[{"name":"host1"}]}`
+	status, body = call(t, "POST", base+"/v1/zones/example.org./records", "", two)
+	if status != http.StatusOK {
+		t.Fatalf("POST two: expected 200, got %d %s", status, body)
+	}
+	rep := decode[zoneReport](t, body)
+	if len(rep.Shards) != 3 || rep.Serial == 0 {
+		t.Errorf("POST two: expected a report of 3 shards and a serial, got %s", body)
+	}
+	if !slices.IsSortedFunc(rep.Shards, func(x, y shardReport) int { return strings.Compare(x.Shard, y.Shard) }) {
+		t.Errorf("POST two: expected shards in name order, got %s", body)
+	}
+	has := func(s *Shard, name string) bool {
+		return slices.ContainsFunc(ff[s.Name].zone(splitOrigin), func(rr dns.RR) bool { return zone.Lower(rr.Header().Name) == name })
+	}
+	for _, s := range c.cfg.shards {
+		if !has(s, "ns2.sub.example.org.") {
+			t.Errorf("glue below the cut missing on shard %s", s.Name)
+		}
+		if has(s, b) != (s == sb) {
+			t.Errorf("%s on shard %s: expected only on %s", b, s.Name, sb.Name)
+		}
+		if has(s, "host1.example.org.") {
+			t.Errorf("host1 not deleted on shard %s", s.Name)
+		}
+	}
+}
+
+func TestAPIChangePartialFailure(t *testing.T) {
+	_, ff, base := apiRouter(t, keyName, 3, "")
+	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, body)
+	}
+	// An apex change goes to every shard; the second in name order fails.
+	ff["s1"].setFail("POST", http.StatusServiceUnavailable)
+	status, body := call(t, "POST", base+"/v1/zones/example.org./records", "", `{"add":["@ 300 IN TXT \"more\""]}`)
+	if status != http.StatusBadGateway {
+		t.Fatalf("expected 502, got %d %s", status, body)
+	}
+	rep := decode[zoneReport](t, body)
+	want := map[string]string{"s0": statusCommitted, "s1": statusFailed, "s2": statusNotSent}
+	for _, sr := range rep.Shards {
+		if sr.Status != want[sr.Shard] {
+			t.Errorf("shard %s: expected %s, got %s", sr.Shard, want[sr.Shard], sr.Status)
+		}
+	}
+	if !strings.Contains(rep.Error, "s1") || !strings.Contains(rep.Error, "s0") {
+		t.Errorf("expected the error to name the failed and the written shards, got %q", rep.Error)
+	}
+	if n := len(ff["s2"].requests("POST")); n != 0 {
+		t.Errorf("expected nothing sent to s2 after the failure, got %d", n)
+	}
+
+	// A refusal by the first shard writes nothing and keeps its status.
+	ff["s0"].setFail("POST", http.StatusBadRequest)
+	status, body = call(t, "POST", base+"/v1/zones/example.org./records", "", `{"add":["@ 300 IN TXT \"more\""]}`)
+	if status != http.StatusBadRequest || !strings.Contains(string(body), "nothing was written") {
+		t.Errorf("expected 400 with nothing written, got %d %s", status, body)
+	}
+}
+
+func TestAPIChangeBadRequests(t *testing.T) {
+	_, _, base := apiRouter(t, keyName, 2, "")
+	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, body)
+	}
+	for _, body := range []string{`{}`, `{"add":["www IN A"]}`, `{"nope":1}`, `{"delete":[{"type":"A"}]}`, `{"delete":[{"name":"www.example.net."}]}`} {
+		if status, out := call(t, "POST", base+"/v1/zones/example.org./records", "", body); status != http.StatusBadRequest {
+			t.Errorf("%s: expected 400, got %d %s", body, status, out)
+		}
+	}
+	if status, out := call(t, "POST", base+"/v1/zones/example.net./records", "", `{"add":["www.example.net. 300 IN A 192.0.2.1"]}`); status != http.StatusNotFound {
+		t.Errorf("change of an unknown zone: expected 404, got %d %s", status, out)
+	}
+}
+
+func TestAPIZoneMode(t *testing.T) {
+	c, ff, base := apiRouter(t, keyZone, 3, "")
+	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, body)
+	}
+	s := c.zoneShard(splitOrigin)
+	for name, f := range ff {
+		if held := f.zone(splitOrigin) != nil; held != (name == s.Name) {
+			t.Errorf("shard %s holds the zone: %v, expected only on %s", name, held, s.Name)
+		}
+	}
+	if c.shardFor("host1.example.org.") != s {
+		t.Errorf("expected the zone's names keyed to its shard")
+	}
+	body := `{"add":["a.b.c 300 IN A 192.0.2.1","x 300 IN A 192.0.2.2"]}`
+	if status, out := call(t, "POST", base+"/v1/zones/example.org./records", "", body); status != http.StatusOK {
+		t.Errorf("POST: expected 200, got %d %s", status, out)
+	}
+	if got := ff[s.Name].requests("POST"); len(got) != 1 || got[0].body != body {
+		t.Errorf("POST: expected the body as is on %s, got %v", s.Name, got)
+	}
+	if status, out := call(t, "GET", base+"/v1/zones/example.org.", "", ""); status != http.StatusOK || !strings.Contains(string(out), "a.b.c.example.org.") {
+		t.Errorf("GET zone: unexpected %d %s", status, out)
+	}
+	if status, out := call(t, "DELETE", base+"/v1/zones/example.org.", "", ""); status != http.StatusOK {
+		t.Errorf("DELETE: expected 200, got %d %s", status, out)
+	}
+	if c.zones.longest("host1.example.org.") != splitOrigin {
+		t.Errorf("expected the server block's zone to stay known")
+	}
+}
+
+func TestAPIToken(t *testing.T) {
+	_, _, base := apiRouter(t, keyName, 2, "router-secret")
+	if status, _ := call(t, "GET", base+"/v1/zones", "", ""); status != http.StatusUnauthorized {
+		t.Errorf("expected 401 without a token, got %d", status)
+	}
+	if status, _ := call(t, "GET", base+"/v1/zones", "wrong", ""); status != http.StatusUnauthorized {
+		t.Errorf("expected 401 with a wrong token, got %d", status)
+	}
+	if status, body := call(t, "GET", base+"/v1/zones", "router-secret", ""); status != http.StatusOK {
+		t.Errorf("expected 200 with the token, got %d %s", status, body)
+	}
+
+	c := splitRouter(t, keyName, 1)
+	c.cfg.api = "192.0.2.1:8053"
+	if err := c.startAPI(); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Errorf("expected a non-loopback API without token refused, got %v", err)
+	}
+}
+
+func TestAPIFailover(t *testing.T) {
+	c, ff, base := apiRouter(t, keyName, 2, "")
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	for _, s := range c.cfg.shards {
+		s.API = []string{dead.URL, ff[s.Name].srv.URL}
+	}
+	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
+		t.Fatalf("PUT through a dead API: expected 200, got %d %s", status, body)
+	}
+	for _, s := range c.cfg.shards {
+		s.API = []string{dead.URL}
+	}
+	if status, body := call(t, "GET", base+"/v1/zones", "", ""); status != http.StatusBadGateway {
+		t.Errorf("expected 502 when no API answers, got %d %s", status, body)
+	}
+}
+
+func TestAPIShards(t *testing.T) {
+	c, _, base := apiRouter(t, keyZone, 2, "")
+	c.cfg.shards[0].Members = []*Member{newMember("s0", "127.0.0.1:1", 0)}
+	c.cfg.shards[0].Members[0].Failed(time.Now(), time.Minute)
+	status, body := call(t, "GET", base+"/v1/shards", "", "")
+	if status != http.StatusOK {
+		t.Fatalf("expected 200, got %d %s", status, body)
+	}
+	view := decode[struct {
+		Key    string      `json:"key"`
+		Shards []shardView `json:"shards"`
+	}](t, body)
+	if view.Key != keyZone || len(view.Shards) != 2 || len(view.Shards[0].Members) != 1 || !view.Shards[0].Members[0].Down {
+		t.Errorf("unexpected view %s", body)
+	}
+}

@@ -1,0 +1,290 @@
+package craftroute
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/coredns/plugin/pkg/proxy"
+	"github.com/coredns/coredns/plugin/pkg/transport"
+	"github.com/coredns/coredns/request"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Shard is one craftstore Raft group: its members' DNS addresses and,
+// optionally, their HTTP API base URLs (same order).
+type Shard struct {
+	Name    string
+	Members []*Member
+	API     []string
+}
+
+// Member is one craftstore member as the router sees it.
+//
+// Its liveness is one time, the last time it was known alive: a success sets
+// it to now, a failure sets it into the future (now + down-for). While that
+// time is after now the member is down: it is tried only after the live
+// members of its shard.
+type Member struct {
+	Shard string
+	Addr  string // host:port
+
+	proxy   *proxy.Proxy // persistent UDP and TCP connections; its health checker is not used
+	timeout time.Duration
+
+	alive  atomic.Int64 // unix nanoseconds: last known alive, or the end of a down period
+	marked atomic.Bool  // the member_down gauge says 1
+	mu     sync.Mutex   // orders the updates of marked and the gauge
+
+	down     prometheus.Gauge
+	requests [16]atomic.Value // prometheus.Counter of requests_total by rcode, made on first use
+	stopOnce sync.Once
+}
+
+// proxyInterval is what the proxies are started with. It is the interval of
+// their health checker, which the router never starts: probe.go probes.
+const proxyInterval = 500 * time.Millisecond
+
+// newMember returns the member at addr (host:port) of shard; one try at it
+// waits at most timeout for a response. It starts nothing: see start.
+func newMember(shard, addr string, timeout time.Duration) *Member {
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
+	p := proxy.NewProxy("craftroute", addr, transport.DNS)
+	p.SetReadTimeout(timeout)
+	return &Member{
+		Shard:   shard,
+		Addr:    addr,
+		proxy:   p,
+		timeout: timeout,
+		down:    memberDown.WithLabelValues(shard, addr),
+	}
+}
+
+// start starts the proxy's connection manager, which closes idle connections.
+func (m *Member) start() {
+	m.down.Set(0)
+	m.proxy.Start(proxyInterval)
+}
+
+// stop closes the member's connections. The member must not be used after.
+func (m *Member) stop() {
+	m.stopOnce.Do(func() {
+		m.proxy.Stop()
+		// Proxy.Stop leaves the connections to the proxy's finalizer, which
+		// stops the transport when the proxy is collected, and stopping it
+		// twice panics: close them now and drop the finalizer.
+		runtime.SetFinalizer(m.proxy, nil)
+		m.proxy.GetTransport().Stop()
+	})
+}
+
+// Exchange sends req to one member: UDP, TCP again when the answer is truncated.
+//
+// req is not modified (the proxy works on a shallow copy), so one request
+// may be sent to several members at once. The response has req's Id. One
+// try waits at most the member's timeout; when ctx has an earlier deadline,
+// Exchange returns ctx.Err() at that deadline. A cancellation of ctx without
+// a deadline is seen between tries.
+func (m *Member) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
+	resp, err := m.exchange(ctx, req)
+	if err == nil {
+		m.count(resp.Rcode)
+	}
+	return resp, err
+}
+
+// exchange is Exchange without the requests_total metric (probes count apart).
+func (m *Member) exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
+	r := new(dns.Msg)
+	*r = *req // Connect sets a random Id and restores it afterwards
+	resp, err := m.connect(ctx, r, proxy.Options{PreferUDP: true})
+	if err != nil || !resp.Truncated {
+		return resp, err
+	}
+	return m.connect(ctx, r, proxy.Options{ForceTCP: true})
+}
+
+// connectSlack is what dialing and writing may take on top of the read timeout.
+const connectSlack = 10 * time.Millisecond
+
+// connect is one Proxy.Connect bounded by ctx's deadline. The proxy sets
+// its read deadline from its read timeout alone: when ctx ends sooner, the
+// answer is awaited in a goroutine that is abandoned at ctx's end (it ends
+// by itself at the read timeout).
+func (m *Member) connect(ctx context.Context, r *dns.Msg, opts proxy.Options) (*dns.Msg, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) >= m.timeout+connectSlack {
+		resp, _, _, err := m.proxy.Connect(ctx, request.Request{W: udpWriter, Req: r}, opts)
+		return resp, err
+	}
+
+	type result struct {
+		resp *dns.Msg
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		resp, _, _, err := m.proxy.Connect(ctx, request.Request{W: udpWriter, Req: r}, opts)
+		ch <- result{resp, err}
+	}()
+	select {
+	case res := <-ch:
+		return res.resp, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// udpWriter stands in for the client's ResponseWriter in the request the
+// proxy gets: request.Request.Size asks it for the transport (a nil W
+// panics), and UDP makes the proxy size its UDP buffer from the request's
+// EDNS0 buffer size (512 without EDNS0). Nothing else of it is used.
+var udpWriter dns.ResponseWriter = udpOnly{}
+
+type udpOnly struct{ dns.ResponseWriter }
+
+func (udpOnly) RemoteAddr() net.Addr { return udpAddr }
+
+var udpAddr = &net.UDPAddr{IP: net.IPv4zero}
+
+// count counts an answer in requests_total.
+func (m *Member) count(rcode int) {
+	if rcode < 0 || rcode >= len(m.requests) {
+		requestCount.WithLabelValues(m.Shard, m.Addr, rcodeString(rcode)).Inc()
+		return
+	}
+	c, ok := m.requests[rcode].Load().(prometheus.Counter)
+	if !ok {
+		c = requestCount.WithLabelValues(m.Shard, m.Addr, rcodeString(rcode))
+		m.requests[rcode].Store(c)
+	}
+	c.Inc()
+}
+
+func rcodeString(rcode int) string {
+	if s, ok := dns.RcodeToString[rcode]; ok {
+		return s
+	}
+	return strconv.Itoa(rcode)
+}
+
+// Succeeded records that the member answered at now: it is alive.
+func (m *Member) Succeeded(now time.Time) {
+	n := now.UnixNano()
+	if old := m.alive.Swap(n); old <= n && !m.marked.Load() {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.alive.Load() <= n { // not failed again meanwhile
+		m.marked.Store(false)
+		m.down.Set(0)
+	}
+}
+
+// Failed records that the member failed at now: it is down until now+downFor
+// (or later, when it already was). A downFor of 0 does not mark it down.
+func (m *Member) Failed(now time.Time, downFor time.Duration) {
+	until := now.Add(downFor).UnixNano()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if until > m.alive.Load() {
+		m.alive.Store(until)
+	}
+	if downFor > 0 {
+		m.marked.Store(true)
+		m.down.Set(1)
+	}
+}
+
+// Down reports whether the member is down at now.
+func (m *Member) Down(now time.Time) bool { return m.alive.Load() > now.UnixNano() }
+
+// Order puts the shard's members into dst (overwriting it; it allocates
+// only when dst has too little capacity) and returns it: the members that
+// are not down at now first, in a random order that differs per call so
+// that no member gets all the traffic, then the down members, the soonest
+// back first.
+func (s *Shard) Order(now time.Time, dst []*Member) []*Member {
+	dst = append(dst[:0], s.Members...)
+	n := now.UnixNano()
+	live := 0
+	for i, m := range dst {
+		if m.alive.Load() <= n {
+			dst[i], dst[live] = dst[live], dst[i]
+			live++
+		}
+	}
+	for i := live - 1; i > 0; i-- {
+		j := rand.IntN(i + 1)
+		dst[i], dst[j] = dst[j], dst[i]
+	}
+	// Insertion sort of the few down members by the end of their down period.
+	for i := live + 1; i < len(dst); i++ {
+		for j := i; j > live && dst[j].alive.Load() < dst[j-1].alive.Load(); j-- {
+			dst[j], dst[j-1] = dst[j-1], dst[j]
+		}
+	}
+	return dst
+}
+
+// Exchange sends req to the shard's members in order of liveness until one answers.
+//
+// An error, a timeout or a SERVFAIL marks the member failed (down for
+// downFor) and the next member is tried; an answer marks it alive and is
+// returned with the member. When no member answers without SERVFAIL, the
+// last SERVFAIL is returned if there was one, else the last error. The
+// whole exchange ends at ctx's deadline; a member cut short by it is not
+// marked failed.
+func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duration) (*dns.Msg, *Member, error) {
+	var buf [8]*Member
+	order := s.Order(time.Now(), buf[:0])
+
+	var (
+		servfail *dns.Msg
+		from     *Member
+		err      error
+	)
+	for i, m := range order {
+		if i > 0 {
+			if ctx.Err() != nil {
+				break
+			}
+			failoverCount.WithLabelValues(s.Name).Inc()
+		}
+		resp, e := m.Exchange(ctx, req)
+		now := time.Now()
+		switch {
+		case e != nil:
+			err = fmt.Errorf("shard %q member %s: %w", s.Name, m.Addr, e)
+			if ctx.Err() == nil {
+				m.Failed(now, downFor)
+			}
+		case resp.Rcode == dns.RcodeServerFailure:
+			m.Failed(now, downFor)
+			servfail, from = resp, m
+		default:
+			m.Succeeded(now)
+			return resp, m, nil
+		}
+	}
+	if servfail != nil {
+		return servfail, from, nil
+	}
+	if err == nil {
+		err = fmt.Errorf("shard %q has no members", s.Name)
+	}
+	return nil, nil, err
+}

@@ -1,0 +1,45 @@
+package craftroute
+
+import (
+	"github.com/coredns/coredns/plugin"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics of the router. Shards are labelled by name, members by their DNS
+// address.
+var (
+	requestCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "requests_total",
+		Help: "Responses received from shard members, by rcode.",
+	}, []string{"shard", "member", "rcode"})
+	failoverCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "failovers_total",
+		Help: "Queries sent to the next member of a shard after a timeout, error or SERVFAIL.",
+	}, []string{"shard"})
+	memberDown = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "member_down",
+		Help: "1 while a member is marked down (from a failure to the next success), 0 otherwise.",
+	}, []string{"shard", "member"})
+	probeCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "probes_total",
+		Help: "Probes of members marked down, by result: ok (any response) or fail.",
+	}, []string{"shard", "member", "result"})
+	broadcasts = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "broadcasts_total",
+		Help: "Negative answers of an owner shard that were checked with every shard.",
+	})
+	negativeMerged = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "negative_merged_total",
+		Help: "Answers merged from the facts of every shard, by the rcode of the merged answer.",
+	}, []string{"rcode"})
+	negCacheHits = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "negative_cache_hits_total",
+		Help: "Merged negative answers served from the negative cache.",
+	})
+	updatesForwarded = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "updates_total",
+		Help: "UPDATE messages forwarded to a shard, by the rcode of its response.",
+	}, []string{"shard", "rcode"})
+)

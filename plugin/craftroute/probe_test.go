@@ -1,0 +1,79 @@
+package craftroute
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestProbeRevives(t *testing.T) {
+	f := startTarget(t, targetServfail) // any response counts, SERVFAIL too
+	m := targetMember(t, "probe-revive", f, time.Second)
+	s := &Shard{Name: "probe-revive", Members: []*Member{m}}
+	m.Failed(time.Now(), time.Hour)
+
+	stop := startProbes([]*Shard{s}, 20*time.Millisecond, time.Hour, "example.org")
+	defer stop()
+	for i := 0; i < 200 && m.Down(time.Now()); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m.Down(time.Now()) {
+		t.Fatal("expected the probe to bring the member back")
+	}
+	if f.soa.Load() == 0 || f.other.Load() != 0 {
+		t.Errorf("expected only SOA probes, got %d SOA and %d other queries", f.soa.Load(), f.other.Load())
+	}
+	if got := memberMetric(probeCount.WithLabelValues(m.Shard, m.Addr, "ok")); got < 1 {
+		t.Errorf("expected probes_total{result=ok} ≥ 1, got %v", got)
+	}
+	if got := memberMetric(memberDown.WithLabelValues(m.Shard, m.Addr)); got != 0 {
+		t.Errorf("expected member_down 0, got %v", got)
+	}
+}
+
+func TestProbeKeepsDeadDown(t *testing.T) {
+	dead, good := startTarget(t, targetSilent), startTarget(t, targetAnswer)
+	const downFor = 60 * time.Millisecond
+	s := &Shard{Name: "probe-dead", Members: []*Member{
+		targetMember(t, "probe-dead", dead, 40*time.Millisecond),
+		targetMember(t, "probe-dead", good, time.Second),
+	}}
+	m := s.Members[0]
+	m.Failed(time.Now(), downFor)
+
+	stop := startProbes([]*Shard{s}, 20*time.Millisecond, downFor, "example.org.")
+	defer stop()
+
+	// Live traffic for several down periods never reaches the dead member.
+	for i := 0; i < 40; i++ {
+		resp, from, err := s.Exchange(context.Background(), targetQuery(uint16(i)), downFor)
+		if err != nil || from != s.Members[1] || resp.Id != uint16(i) {
+			t.Fatalf("expected the answer of %s, got %v from %v, %v", good.addr, resp, from, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := dead.other.Load(); n != 0 {
+		t.Errorf("expected no live query at the dead member, got %d", n)
+	}
+	if n := dead.soa.Load(); n < 2 {
+		t.Errorf("expected the dead member probed more than once, got %d", n)
+	}
+	if !m.Down(time.Now()) {
+		t.Errorf("expected the dead member down")
+	}
+	if got := memberMetric(probeCount.WithLabelValues(m.Shard, m.Addr, "fail")); got < 2 {
+		t.Errorf("expected probes_total{result=fail} ≥ 2, got %v", got)
+	}
+	if good.soa.Load() != 0 {
+		t.Errorf("expected no probe of the live member, got %d", good.soa.Load())
+	}
+
+	stop()
+	stop()
+	time.Sleep(20 * time.Millisecond) // queries sent before stop arrive
+	n := dead.soa.Load()
+	time.Sleep(50 * time.Millisecond)
+	if dead.soa.Load() != n {
+		t.Errorf("expected no probe after stop")
+	}
+}

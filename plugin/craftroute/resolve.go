@@ -1,0 +1,296 @@
+package craftroute
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
+	"github.com/miekg/dns"
+)
+
+// maxChain bounds the CNAME steps of one answer, as craftstore's lookup
+// does. Loops end earlier, on the first repeated (CNAME RRset, owner) pair.
+const maxChain = 64
+
+// errNoShard is returned when no member of a shard answered.
+type errNoShard struct {
+	shard string
+	err   error
+}
+
+func (e *errNoShard) Error() string {
+	return fmt.Sprintf("no member of shard %s answered: %v", e.shard, e.err)
+}
+
+func (e *errNoShard) Unwrap() error { return e.err }
+
+// exchanger sends a query to a shard; (*Shard).Exchange in production, an
+// in-memory shard in tests.
+type exchanger interface {
+	exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns.Msg, error)
+}
+
+// step is the answer for one name of a lookup: the query name or a CNAME
+// target.
+type step struct {
+	resp  *dns.Msg
+	facts partition.Facts
+	// broadcast is set when every shard was asked.
+	broadcast bool
+}
+
+// resolveName answers one question in key mode "name": the partition-mode
+// answer of the owner shard, merged with every other shard's when the owner
+// does not hold the name, and CNAME targets followed across shards (RFC 1034
+// §4.3.2 step 3a) as one unsharded server would follow them. r is the
+// client's single-question query; it is not modified. The response has r's
+// Id and question.
+func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, bool, error) {
+	q := r.Question[0]
+	first, err := c.step(ctx, r, q.Name, q.Qtype)
+	if err != nil {
+		return nil, false, err
+	}
+	out := first.resp
+	out.Id = r.Id
+	out.Question = r.Question
+	broadcast := first.broadcast
+
+	origin := first.facts.Origin
+	name, cur := zone.Lower(q.Name), first
+	var seen []visit
+	answer := out.Answer
+	for n := 0; ; n++ {
+		target, source, ok := cnameTarget(cur.resp, name, q.Qtype)
+		if !ok {
+			break
+		}
+		// craftstore's loop rule: a CNAME RRset is not added twice for the
+		// same owner; a wildcard synthesizing for the query name counts as
+		// an owner distinct from the same name reached later.
+		if cur.facts.Kind == partition.Absent && cur.facts.Wildcard {
+			source = "*." + suffix(name, int(cur.facts.Labels))
+		}
+		key := name
+		if n == 0 && cur.facts.Kind == partition.Absent {
+			key = ""
+		}
+		if hasVisit(seen, source, key) {
+			// The CNAME just answered repeats one: drop it, end without authority.
+			answer = answer[:len(answer)-len(cnameRRs(cur.resp, name))]
+			out.Ns, out.Extra = nil, nil
+			break
+		}
+		seen = append(seen, visit{source, key})
+		if n+1 >= maxChain || origin == "" || !dns.IsSubDomain(origin, zone.Lower(target)) {
+			out.Ns, out.Extra = nil, nil // a chain leaving the zone ends without authority
+			break
+		}
+		next, err := c.step(ctx, r, target, q.Qtype)
+		if err != nil {
+			return nil, false, err
+		}
+		broadcast = broadcast || next.broadcast
+		answer = append(answer, next.resp.Answer...)
+		out.Rcode = next.resp.Rcode
+		out.Ns, out.Extra = next.resp.Ns, next.resp.Extra
+		name, cur = zone.Lower(target), next
+	}
+	out.Answer = answer
+	// One OPT record, the first answer's, and only for an EDNS client.
+	var opt *dns.OPT
+	if r.IsEdns0() != nil {
+		opt = first.resp.IsEdns0()
+	}
+	extra := out.Extra[:0:0]
+	for _, rr := range out.Extra {
+		if rr.Header().Rrtype != dns.TypeOPT {
+			extra = append(extra, rr)
+		}
+	}
+	if opt != nil {
+		extra = append(extra, opt)
+	}
+	out.Extra = extra
+	return out, broadcast, nil
+}
+
+type visit struct{ source, key string }
+
+func hasVisit(seen []visit, source, key string) bool {
+	for _, v := range seen {
+		if v.source == source && v.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// cnameTarget returns the target of the CNAME that ends the answer of resp
+// for name, and the CNAME's owner, when it is to be followed: the query type
+// is neither CNAME nor ANY and the answer's last RR is a CNAME owned by name.
+func cnameTarget(resp *dns.Msg, name string, qtype uint16) (target, owner string, ok bool) {
+	if qtype == dns.TypeCNAME || qtype == dns.TypeANY || len(resp.Answer) == 0 {
+		return "", "", false
+	}
+	cn, ok := resp.Answer[len(resp.Answer)-1].(*dns.CNAME)
+	if !ok || !strings.EqualFold(cn.Hdr.Name, name) {
+		return "", "", false
+	}
+	return cn.Target, zone.Lower(cn.Hdr.Name), true
+}
+
+// cnameRRs returns the CNAME RRs at the end of resp's answer owned by name.
+func cnameRRs(resp *dns.Msg, name string) []dns.RR {
+	a := resp.Answer
+	i := len(a)
+	for i > 0 && a[i-1].Header().Rrtype == dns.TypeCNAME && strings.EqualFold(a[i-1].Header().Name, name) {
+		i--
+	}
+	return a[i:]
+}
+
+// suffix returns the last labels labels of canonical name.
+func suffix(name string, labels int) string {
+	idx := dns.Split(name)
+	if labels <= 0 || len(idx) == 0 {
+		return "."
+	}
+	if labels >= len(idx) {
+		return name
+	}
+	return name[idx[len(idx)-labels]:]
+}
+
+// step answers name/qtype with the facts of every shard that may hold them:
+// the owner shard first, all the others when the owner reports the name
+// absent. The response's sections are those of one unsharded server for
+// this name, its CNAME not followed.
+func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype uint16) (*step, error) {
+	owner := c.shardFor(name)
+	req := query(r, name, qtype)
+	resp, err := c.exchange(ctx, owner, req)
+	if err != nil {
+		return nil, &errNoShard{owner.Name, err}
+	}
+	facts, err := partition.Parse(resp)
+	if err != nil || facts.Kind == partition.Final {
+		// No facts: the member does not hold the zone, or does not speak
+		// partition mode; its answer is all there is.
+		partition.Strip(resp)
+		return &step{resp: resp, facts: facts}, nil
+	}
+	broadcasts.Inc()
+
+	// Absent on the owner: ask every other shard.
+	type result struct {
+		resp  *dns.Msg
+		facts partition.Facts
+		err   error
+	}
+	shards := c.cfg.shards
+	results := make([]result, len(shards))
+	done := make(chan struct{}, len(shards))
+	for i, s := range shards {
+		if s == owner {
+			results[i] = result{resp: resp, facts: facts}
+			done <- struct{}{}
+			continue
+		}
+		go func() {
+			resp, err := c.exchange(ctx, s, query(r, name, qtype))
+			res := result{resp: resp, err: err}
+			if err == nil {
+				res.facts, res.err = partition.Parse(resp)
+				if res.err != nil && resp.Rcode == dns.RcodeRefused {
+					res.err = errNotHere // the shard does not hold the zone
+				}
+			}
+			results[i] = res
+			done <- struct{}{}
+		}()
+	}
+	for range shards {
+		<-done
+	}
+
+	// Merge. A name that exists anywhere (an empty non-terminal over another
+	// shard's names) is final; else the deepest closest encloser over all
+	// shards is the zone's, and only its wildcard synthesizes (RFC 4592
+	// §3.3.1); else the name does not exist.
+	best := -1
+	for i, res := range results {
+		if errors.Is(res.err, errNotHere) {
+			continue
+		}
+		if res.err != nil {
+			return nil, &errNoShard{shards[i].Name, res.err}
+		}
+		switch {
+		case res.facts.Kind == partition.Final:
+			partition.Strip(res.resp)
+			return &step{resp: res.resp, facts: res.facts, broadcast: true}, nil
+		case best < 0:
+			best = i
+		case res.facts.Labels > results[best].facts.Labels,
+			res.facts.Labels == results[best].facts.Labels && res.facts.Wildcard && !results[best].facts.Wildcard:
+			best = i
+		}
+	}
+	if best < 0 {
+		best = indexOf(shards, owner)
+	}
+	if results[best].facts.Wildcard {
+		// The wildcard's data lives on the shard owning "*.<encloser>";
+		// other shards may hold it only as an empty non-terminal above
+		// their names, which synthesizes NODATA.
+		labels := results[best].facts.Labels
+		wild := indexOf(shards, c.shardFor("*."+suffix(zone.Lower(name), int(labels))))
+		if w := results[wild]; w.err == nil && w.facts.Labels == labels && w.facts.Wildcard {
+			best = wild
+		}
+	}
+	// The deepest encloser's wildcard answer, or NXDOMAIN with the SOA.
+	out := results[best]
+	partition.Strip(out.resp)
+	return &step{resp: out.resp, facts: out.facts, broadcast: true}, nil
+}
+
+var errNotHere = errors.New("zone not on this shard")
+
+func indexOf(shards []*Shard, s *Shard) int {
+	for i, x := range shards {
+		if x == s {
+			return i
+		}
+	}
+	return 0
+}
+
+// query builds the partition-mode query for name/qtype from the client's
+// query r: its flags, EDNS0 buffer size, DO bit and options travel along.
+func query(r *dns.Msg, name string, qtype uint16) *dns.Msg {
+	m := new(dns.Msg)
+	m.Id = dns.Id()
+	m.Opcode = dns.OpcodeQuery
+	m.RecursionDesired = r.RecursionDesired
+	m.CheckingDisabled = r.CheckingDisabled
+	m.Question = []dns.Question{{Name: name, Qtype: qtype, Qclass: r.Question[0].Qclass}}
+	if opt := r.IsEdns0(); opt != nil {
+		o := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		o.SetUDPSize(opt.UDPSize())
+		o.SetDo(opt.Do())
+		for _, e := range opt.Option {
+			if e.Option() != partition.Code && e.Option() != dns.EDNS0COOKIE {
+				o.Option = append(o.Option, e)
+			}
+		}
+		m.Extra = append(m.Extra, o)
+	}
+	partition.Request(m)
+	return m
+}

@@ -1,0 +1,195 @@
+package craftroute
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/craftdns/craftdns/integration/dnsdiff"
+	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
+	"github.com/miekg/dns"
+)
+
+// memShards answers partition-mode queries from in-memory zones, one per
+// shard, as craftstore members do.
+type memShards map[string]*zone.Zone
+
+func (ms memShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Msg, error) {
+	z := ms[s.Name]
+	m := new(dns.Msg)
+	m.SetReply(req)
+	if opt := req.IsEdns0(); opt != nil {
+		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
+	}
+	q := req.Question[0]
+	if !dns.IsSubDomain(z.Origin(), zone.Lower(q.Name)) {
+		m.Rcode = dns.RcodeRefused
+		return m, nil
+	}
+	if partition.Requested(req) {
+		partition.Attach(m, z.Partition(m, zone.Lower(q.Name), q.Qtype))
+	} else {
+		z.Lookup(m, zone.Lower(q.Name), q.Qtype)
+	}
+	return m, nil
+}
+
+// layout places rrs on shards by the rule of key mode "name": the apex,
+// delegations, everything at or below a cut and the names of the name
+// servers of delegations (glue) on every shard, other names
+// on the shard of their canonical owner name.
+func layout(t testing.TB, c *Craftroute, origin string, rrs []dns.RR) map[string][]dns.RR {
+	t.Helper()
+	cuts, targets := map[string]bool{}, map[string]bool{}
+	for _, rr := range rrs {
+		if n := zone.Lower(rr.Header().Name); rr.Header().Rrtype == dns.TypeNS && n != origin {
+			cuts[n] = true
+			targets[zone.Lower(rr.(*dns.NS).Ns)] = true
+		}
+	}
+	below := func(name string) bool {
+		for off, end := 0, false; !end; off, end = dns.NextLabel(name, off) {
+			if cuts[name[off:]] {
+				return true
+			}
+		}
+		return false
+	}
+	parts := map[string][]dns.RR{}
+	for _, rr := range rrs {
+		n := zone.Lower(rr.Header().Name)
+		if n == origin || below(n) || targets[n] {
+			for _, s := range c.cfg.shards {
+				parts[s.Name] = append(parts[s.Name], rr)
+			}
+			continue
+		}
+		s := c.shardFor(n)
+		parts[s.Name] = append(parts[s.Name], rr)
+	}
+	return parts
+}
+
+func parseZone(t testing.TB, origin, text string) []dns.RR {
+	t.Helper()
+	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
+	var rrs []dns.RR
+	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+		rrs = append(rrs, rr)
+	}
+	if err := zp.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rrs
+}
+
+// testRouter returns a router over n in-memory shards holding the zone text.
+func testRouter(t testing.TB, origin, text string, n int) (*Craftroute, *zone.Zone) {
+	t.Helper()
+	rrs := parseZone(t, origin, text)
+	whole := zone.New(origin)
+	whole.Load(rrs)
+
+	c := &Craftroute{Zones: []string{origin}, cfg: config{key: keyName}}
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("s%d", i)
+		names = append(names, name)
+		c.cfg.shards = append(c.cfg.shards, &Shard{Name: name})
+	}
+	ring, err := newRing(names, defaultPartitions, defaultLoad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ring, c.zones, c.neg = ring, newZoneSet([]string{origin}), newNegCache(0)
+	ms := memShards{}
+	for name, part := range layout(t, c, origin, rrs) {
+		z := zone.New(origin)
+		z.Load(part)
+		ms[name] = z
+	}
+	for _, name := range names {
+		if ms[name] == nil {
+			t.Fatalf("shard %s holds nothing", name)
+		}
+	}
+	c.ex = ms
+	return c, whole
+}
+
+// diffMsg describes how got differs from want, "" if it does not: rcode, AA
+// and the sections as sets.
+func diffMsg(want, got *dns.Msg) string {
+	var d []string
+	if want.Rcode != got.Rcode {
+		d = append(d, fmt.Sprintf("rcode %s, want %s", dns.RcodeToString[got.Rcode], dns.RcodeToString[want.Rcode]))
+	}
+	if want.Authoritative != got.Authoritative {
+		d = append(d, fmt.Sprintf("AA %v, want %v", got.Authoritative, want.Authoritative))
+	}
+	for i, sec := range []string{"answer", "authority", "additional"} {
+		w, g := rrStrings(want, i), rrStrings(got, i)
+		if !slices.Equal(w, g) {
+			d = append(d, fmt.Sprintf("%s %q, want %q", sec, g, w))
+		}
+	}
+	return strings.Join(d, "; ")
+}
+
+func rrStrings(m *dns.Msg, section int) []string {
+	rrs := [][]dns.RR{m.Answer, m.Ns, m.Extra}[section]
+	var out []string
+	for _, rr := range rrs {
+		if rr.Header().Rrtype == dns.TypeOPT {
+			continue
+		}
+		out = append(out, strings.ToLower(rr.String()))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestMergeEqualsUnsharded: for generated zones spread over 2, 3 and 5
+// shards, every answer through the merge equals the unsharded lookup's.
+func TestMergeEqualsUnsharded(t *testing.T) {
+	const origin = "example.org."
+	for _, seed := range []int64{1, 2} {
+		text, queries := dnsdiff.GenerateZone(origin, seed, 1500)
+		for _, n := range []int{2, 3, 5} {
+			c, whole := testRouter(t, origin, text, n)
+			bad, broadcast := 0, 0
+			for _, q := range queries {
+				r := new(dns.Msg)
+				r.SetQuestion(q.Name, q.Type)
+				r.SetEdns0(1232, false)
+				want := new(dns.Msg)
+				want.SetReply(r)
+				whole.Lookup(want, zone.Lower(q.Name), q.Type)
+				got, b, err := c.resolveName(context.Background(), r)
+				if err != nil {
+					t.Fatalf("%v: %v", q, err)
+				}
+				if b {
+					broadcast++
+				}
+				if got.Id != r.Id || got.Question[0] != r.Question[0] {
+					t.Fatalf("%v: id/question not restored: %v", q, got.Question)
+				}
+				if d := diffMsg(want, got); d != "" {
+					bad++
+					if bad <= 10 {
+						t.Errorf("seed %d, %d shards, %v: %s", seed, n, q, d)
+					}
+				}
+			}
+			if bad > 0 {
+				t.Errorf("seed %d, %d shards: %d of %d answers differ", seed, n, bad, len(queries))
+			}
+			t.Logf("seed %d, %d shards: %d queries, %d broadcast", seed, n, len(queries), broadcast)
+		}
+	}
+}

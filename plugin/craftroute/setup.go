@@ -1,0 +1,316 @@
+package craftroute
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+
+	"github.com/miekg/dns"
+)
+
+func init() { plugin.Register("craftroute", setup) }
+
+// Defaults of the Corefile properties.
+const (
+	defaultTimeout    = 500 * time.Millisecond
+	defaultDownFor    = 5 * time.Second
+	defaultProbe      = time.Second
+	defaultPartitions = 271
+	defaultLoad       = 1.25
+	defaultNegCache   = 10000
+	minPartitions     = 271
+)
+
+func setup(c *caddy.Controller) error {
+	cr, err := parse(c)
+	if err != nil {
+		return plugin.Error("craftroute", err)
+	}
+	cfg := dnsserver.GetConfig(c)
+	cfg.AllowOpcode(dns.OpcodeUpdate)
+
+	c.OnStartup(cr.start)
+	c.OnShutdown(cr.stop)
+	cfg.AddPlugin(func(next plugin.Handler) plugin.Handler {
+		cr.Next = next
+		return cr
+	})
+	return nil
+}
+
+func parse(c *caddy.Controller) (*Craftroute, error) {
+	cr := &Craftroute{cfg: config{
+		key:        keyName,
+		timeout:    defaultTimeout,
+		downFor:    defaultDownFor,
+		probe:      defaultProbe,
+		partitions: defaultPartitions,
+		load:       defaultLoad,
+		negCache:   defaultNegCache,
+		keys:       map[string]string{},
+		keyAlgs:    map[string]string{},
+		seeds:      map[string]string{},
+	}}
+	i := 0
+	for c.Next() {
+		if i > 0 {
+			return nil, plugin.ErrOnce
+		}
+		i++
+		cr.Zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
+		apis := map[string][]string{}
+		for c.NextBlock() {
+			if err := parseProperty(c, cr, apis); err != nil {
+				return nil, err
+			}
+		}
+		if len(cr.cfg.shards) == 0 {
+			return nil, c.Err("at least one shard is needed")
+		}
+		for name, urls := range apis {
+			s := cr.shard(name)
+			if s == nil {
+				return nil, c.Errf("shard_api for unknown shard %q", name)
+			}
+			s.API = urls
+		}
+	}
+	cfg := &cr.cfg
+	if cfg.api != "" && cfg.token == "" && !loopback(cfg.api) {
+		return nil, c.Errf("api on %q is not loopback: it needs a token", cfg.api)
+	}
+	if cfg.partitions < minPartitions {
+		return nil, c.Errf("partitions must be at least %d for an even spread", minPartitions)
+	}
+	names := make([]string, len(cfg.shards))
+	for i, s := range cfg.shards {
+		names[i] = s.Name
+	}
+	ring, err := newRing(names, cfg.partitions, cfg.load)
+	if err != nil {
+		return nil, c.Err(err.Error())
+	}
+	cr.ring = ring
+	fixed := []string{}
+	for _, z := range cr.Zones {
+		if z != "." {
+			fixed = append(fixed, z)
+		}
+	}
+	for z := range cfg.seeds {
+		fixed = append(fixed, z)
+	}
+	cr.zones = newZoneSet(fixed)
+	cr.neg = newNegCache(cfg.negCache)
+	return cr, nil
+}
+
+func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string) error {
+	cfg := &cr.cfg
+	prop := c.Val()
+	args := c.RemainingArgs()
+	one := func() (string, error) {
+		if len(args) != 1 {
+			return "", c.ArgErr()
+		}
+		return args[0], nil
+	}
+	duration := func(zeroOK bool) (time.Duration, error) {
+		v, err := one()
+		if err != nil {
+			return 0, err
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, c.Errf("%s: %v", prop, err)
+		}
+		if d < 0 || (d == 0 && !zeroOK) {
+			return 0, c.Errf("%s must be positive", prop)
+		}
+		return d, nil
+	}
+	var err error
+	switch prop {
+	case "shard":
+		if len(args) < 2 {
+			return c.Errf("shard needs a name and at least one member address")
+		}
+		if cr.shard(args[0]) != nil {
+			return c.Errf("shard %q listed twice", args[0])
+		}
+		s := &Shard{Name: args[0]}
+		for _, a := range args[1:] {
+			addr, err := memberAddr(a)
+			if err != nil {
+				return c.Err(err.Error())
+			}
+			s.Members = append(s.Members, newMember(s.Name, addr, cfg.timeout))
+		}
+		cfg.shards = append(cfg.shards, s)
+	case "shard_api":
+		if len(args) < 2 {
+			return c.Errf("shard_api needs a shard name and at least one URL")
+		}
+		for _, u := range args[1:] {
+			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+				return c.Errf("shard_api %q: not an http(s) URL", u)
+			}
+			apis[args[0]] = append(apis[args[0]], strings.TrimRight(u, "/"))
+		}
+	case "key":
+		var v string
+		if v, err = one(); err == nil {
+			if v != keyName && v != keyZone {
+				return c.Errf("key must be %q or %q", keyName, keyZone)
+			}
+			cfg.key = v
+		}
+	case "timeout":
+		cfg.timeout, err = duration(false)
+		for _, s := range cfg.shards { // members listed before the timeout
+			for i, m := range s.Members {
+				s.Members[i] = newMember(s.Name, m.Addr, cfg.timeout)
+			}
+		}
+	case "down_for":
+		cfg.downFor, err = duration(false)
+	case "probe":
+		cfg.probe, err = duration(true)
+	case "partitions":
+		var v string
+		if v, err = one(); err == nil {
+			cfg.partitions, err = strconv.Atoi(v)
+		}
+	case "load":
+		var v string
+		if v, err = one(); err == nil {
+			cfg.load, err = strconv.ParseFloat(v, 64)
+			if err == nil && cfg.load <= 1 {
+				err = fmt.Errorf("load must be above 1")
+			}
+		}
+	case "negative_cache":
+		var v string
+		if v, err = one(); err == nil {
+			cfg.negCache, err = strconv.Atoi(v)
+			if err == nil && cfg.negCache < 0 {
+				err = fmt.Errorf("negative_cache must not be negative")
+			}
+		}
+	case "tsig":
+		var v string
+		if v, err = one(); err == nil {
+			err = readKeyFile(v, cfg.keys, cfg.keyAlgs)
+		}
+	case "api":
+		cfg.api, err = one()
+	case "token":
+		cfg.token, err = one()
+	case "shard_token":
+		cfg.shardToken, err = one()
+	case "seed":
+		if len(args) != 2 {
+			return c.ArgErr()
+		}
+		cfg.seeds[dns.CanonicalName(args[0])] = args[1]
+	default:
+		return c.Errf("unknown property %q", prop)
+	}
+	return err
+}
+
+// memberAddr normalises a member address: host:port, port 53 by default.
+func memberAddr(s string) (string, error) {
+	if _, _, err := net.SplitHostPort(s); err == nil {
+		return s, nil
+	}
+	if net.ParseIP(strings.Trim(s, "[]")) == nil {
+		return "", fmt.Errorf("member %q: not an IP address or IP:port", s)
+	}
+	return net.JoinHostPort(strings.Trim(s, "[]"), "53"), nil
+}
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// readKeyFile reads TSIG keys in the format of the tsig plugin's secrets
+// file (BIND's): key "name." { algorithm hmac-sha256; secret "base64"; };
+func readKeyFile(path string, keys, algs map[string]string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var text strings.Builder
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.IndexAny(line, "#"); i >= 0 {
+			line = line[:i]
+		}
+		if i := strings.Index(line, "//"); i >= 0 {
+			line = line[:i]
+		}
+		text.WriteString(line)
+		text.WriteByte(' ')
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	toks := strings.Fields(strings.NewReplacer("{", " { ", "}", " } ", ";", " ; ").Replace(text.String()))
+	for i := 0; i < len(toks); {
+		if toks[i] == ";" {
+			i++
+			continue
+		}
+		if toks[i] != "key" || i+2 >= len(toks) || toks[i+2] != "{" {
+			return fmt.Errorf("%s: expected key \"name\" { ... }", path)
+		}
+		name := dns.CanonicalName(strings.Trim(toks[i+1], `"`))
+		alg, secret := dns.HmacSHA256, ""
+		j := i + 3
+		for ; j < len(toks) && toks[j] != "}"; j++ {
+			switch toks[j] {
+			case "algorithm":
+				if j+1 < len(toks) {
+					alg = dns.CanonicalName(strings.Trim(toks[j+1], `"`))
+					j++
+				}
+			case "secret":
+				if j+1 < len(toks) {
+					secret = strings.Trim(toks[j+1], `"`)
+					j++
+				}
+			}
+		}
+		if j == len(toks) {
+			return fmt.Errorf("%s: key %s: missing }", path, name)
+		}
+		if secret == "" {
+			return fmt.Errorf("%s: key %s has no secret", path, name)
+		}
+		keys[name], algs[name] = secret, alg
+		i = j + 1
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("%s: no keys", path)
+	}
+	return nil
+}

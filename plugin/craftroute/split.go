@@ -1,0 +1,415 @@
+package craftroute
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
+	"github.com/miekg/dns"
+)
+
+// The layout of a zone over the shards in key mode "name" (package
+// partition): every shard holds the apex RRsets, every delegation (the NS
+// RRset at a zone cut and the DS beside it) and every name at or below a cut
+// (glue, occluded names); any other name lives only on the shard the ring
+// gives its canonical owner name. In key mode "zone" the whole zone lives on
+// the shard of its origin.
+
+// defaultTTL is the TTL of records written without one, as in craftstore.
+const defaultTTL = 3600
+
+// cutQueryParallel bounds the concurrent partition-mode queries that place
+// the names of one change.
+const cutQueryParallel = 16
+
+// zoneShard returns the shard of zone origin (canonical) in key mode "zone".
+func (c *Craftroute) zoneShard(origin string) *Shard {
+	return c.shard(c.ring.Locate(origin))
+}
+
+// split places the records of zone origin (canonical) on the shards: in key
+// mode "zone" all on the zone's shard, in key mode "name" by the layout
+// above, the cuts being the owners of the NS RRsets below the apex in rrs.
+// Every record is placed at least once; a zone with its SOA gives every
+// shard of key mode "name" a part.
+func (c *Craftroute) split(origin string, rrs []dns.RR) map[*Shard][]dns.RR {
+	if c.cfg.key == keyZone {
+		return map[*Shard][]dns.RR{c.zoneShard(origin): rrs}
+	}
+	cuts := cutSet(origin, rrs)
+	parts := make(map[*Shard][]dns.RR, len(c.cfg.shards))
+	for _, rr := range rrs {
+		name := zone.Lower(rr.Header().Name)
+		if name == origin || underCut(origin, name, cuts) {
+			for _, s := range c.cfg.shards {
+				parts[s] = append(parts[s], rr)
+			}
+			continue
+		}
+		s := c.shardFor(name)
+		parts[s] = append(parts[s], rr)
+	}
+	return parts
+}
+
+// cutSet returns the zone cuts of origin in rrs: the canonical owners of NS
+// records below the apex.
+func cutSet(origin string, rrs []dns.RR) map[string]bool {
+	cuts := map[string]bool{}
+	for _, rr := range rrs {
+		if rr.Header().Rrtype != dns.TypeNS {
+			continue
+		}
+		if name := zone.Lower(rr.Header().Name); name != origin && dns.IsSubDomain(origin, name) {
+			cuts[name] = true
+		}
+	}
+	return cuts
+}
+
+// underCut reports whether canonical name is at or below one of cuts; the
+// origin and the names above it are never cuts.
+func underCut(origin, name string, cuts map[string]bool) bool {
+	if len(cuts) == 0 {
+		return false
+	}
+	for off, end := 0, false; !end; off, end = dns.NextLabel(name, off) {
+		n := name[off:]
+		if len(n) <= len(origin) {
+			return false
+		}
+		if cuts[n] {
+			return true
+		}
+	}
+	return false
+}
+
+// parseZoneText parses zone file text for origin (canonical) as craftstore
+// does and checks what every part of a split needs: every record inside the
+// zone and of class IN, one SOA at the apex, NS records at the apex. The
+// shards check the rest.
+func parseZoneText(origin, text string) ([]dns.RR, error) {
+	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
+	zp.SetIncludeAllowed(false)
+	zp.SetDefaultTTL(defaultTTL)
+	var rrs []dns.RR
+	soa, ns := 0, 0
+	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+		h := rr.Header()
+		name := zone.Lower(h.Name)
+		if h.Class != dns.ClassINET {
+			return nil, fmt.Errorf("record %q: class must be IN", rr.String())
+		}
+		if !dns.IsSubDomain(origin, name) {
+			return nil, fmt.Errorf("record %q: name is outside zone %q", h.Name, origin)
+		}
+		switch h.Rrtype {
+		case dns.TypeSOA:
+			if name != origin {
+				return nil, fmt.Errorf("SOA record at %q is not at the zone apex %q", h.Name, origin)
+			}
+			soa++
+		case dns.TypeNS:
+			if name == origin {
+				ns++
+			}
+		}
+		rrs = append(rrs, rr)
+	}
+	if err := zp.Err(); err != nil {
+		return nil, err
+	}
+	switch {
+	case soa == 0:
+		return nil, fmt.Errorf("zone %q has no SOA record at its apex", origin)
+	case soa > 1:
+		return nil, fmt.Errorf("zone %q has %d SOA records", origin, soa)
+	case ns == 0:
+		return nil, fmt.Errorf("zone %q has no NS records at its apex", origin)
+	}
+	return rrs, nil
+}
+
+// zoneText writes rrs as zone file text, one record per line.
+func zoneText(rrs []dns.RR) []byte {
+	var b strings.Builder
+	for _, rr := range rrs {
+		b.WriteString(rr.String())
+		b.WriteByte('\n')
+	}
+	return []byte(b.String())
+}
+
+// errZoneAbsent is returned by placer when a shard does not hold the zone.
+var errZoneAbsent = errors.New("zone not found")
+
+// placer decides which shards a change to one zone reaches in key mode
+// "name": every shard for a name at the apex, an NS or DS record, or a name
+// at or below a zone cut, the cut existing or made by the change itself;
+// else the owner shard of the name. Whether an existing cut covers a name is
+// asked of the name's owner shard in partition mode: every shard holds every
+// delegation.
+type placer struct {
+	c       *Craftroute
+	origin  string
+	newCuts map[string]bool // names the change gives an NS record
+
+	mu    sync.Mutex
+	below map[string]bool // name → an existing cut covers it
+}
+
+func newPlacer(c *Craftroute, origin string) *placer {
+	return &placer{c: c, origin: origin, newCuts: map[string]bool{}, below: map[string]bool{}}
+}
+
+// addCut notes that the change adds an NS record at canonical name.
+func (p *placer) addCut(name string) {
+	if name != p.origin && dns.IsSubDomain(p.origin, name) {
+		p.newCuts[name] = true
+	}
+}
+
+// local reports whether the name/rrtype placement needs no query: the
+// second result is then whether every shard holds it.
+func (p *placer) local(name string, rrtype uint16) (every, known bool) {
+	switch {
+	case name == p.origin, rrtype == dns.TypeNS, rrtype == dns.TypeDS, underCut(p.origin, name, p.newCuts):
+		return true, true
+	case len(p.c.cfg.shards) == 1 || !dns.IsSubDomain(p.origin, name):
+		return false, true // one shard, or a name the shard will reject
+	}
+	return false, false
+}
+
+// placement is a name and type of a change to place.
+type placement struct {
+	name   string // canonical
+	rrtype uint16 // dns.TypeANY: every RRset at the name
+}
+
+// resolve asks, concurrently, whether existing cuts cover the names of
+// items that local cannot place.
+func (p *placer) resolve(ctx context.Context, items []placement) error {
+	var todo []string
+	seen := map[string]bool{}
+	for _, it := range items {
+		if _, known := p.local(it.name, it.rrtype); known || seen[it.name] {
+			continue
+		}
+		seen[it.name] = true
+		todo = append(todo, it.name)
+	}
+	errs := make([]error, len(todo))
+	sem := make(chan struct{}, cutQueryParallel)
+	var wg sync.WaitGroup
+	for i, n := range todo {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			below, err := p.c.coveredByCut(ctx, p.origin, n)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			p.mu.Lock()
+			p.below[n] = below
+			p.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// shards returns the shards a change at canonical name of rrtype reaches
+// (dns.TypeANY for a deletion of every RRset at name); resolve must have
+// been given it.
+func (p *placer) shards(name string, rrtype uint16) []*Shard {
+	every, known := p.local(name, rrtype)
+	if !known {
+		p.mu.Lock()
+		every = p.below[name]
+		p.mu.Unlock()
+	}
+	if every {
+		return p.c.cfg.shards
+	}
+	return []*Shard{p.c.shardFor(name)}
+}
+
+// coveredByCut reports whether a zone cut of origin covers canonical name
+// (the name is at or below it), asking the owner shard of the name in
+// partition mode: a Final, non-authoritative answer with an NS RRset below
+// the apex in the authority section is a referral. An answer from a zone
+// below origin also counts: origin delegates it.
+func (c *Craftroute) coveredByCut(ctx context.Context, origin, name string) (bool, error) {
+	s := c.shardFor(name)
+	q := new(dns.Msg)
+	q.Id = dns.Id()
+	q.Question = []dns.Question{{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}}
+	partition.Request(q)
+	resp, err := c.exchange(ctx, s, q)
+	if err != nil {
+		return false, &errNoShard{s.Name, err}
+	}
+	facts, err := partition.Parse(resp)
+	switch {
+	case err != nil && resp.Rcode == dns.RcodeRefused, err == nil && facts.Origin == "":
+		return false, fmt.Errorf("shard %s: %w: %s", s.Name, errZoneAbsent, origin)
+	case err != nil:
+		return false, fmt.Errorf("shard %s: %w", s.Name, err)
+	case facts.Origin != origin:
+		if dns.IsSubDomain(origin, facts.Origin) {
+			return true, nil
+		}
+		return false, fmt.Errorf("shard %s: %w: %s", s.Name, errZoneAbsent, origin)
+	case facts.Kind != partition.Final || resp.Authoritative:
+		return false, nil
+	}
+	for _, rr := range resp.Ns {
+		owner := zone.Lower(rr.Header().Name)
+		if rr.Header().Rrtype == dns.TypeNS && owner != origin && dns.IsSubDomain(owner, name) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// changeRequest is the body of POST /v1/zones/{zone}/records.
+type changeRequest struct {
+	Add    []string          `json:"add,omitempty"`
+	Delete []json.RawMessage `json:"delete,omitempty"`
+}
+
+// splitChange parses a record change of zone origin (the body of POST
+// /v1/zones/{zone}/records) and groups its additions and deletions by the
+// shards that hold their names (key mode "name"). Errors are apiErrors for
+// a bad body, errZoneAbsent, or failures to reach the shards.
+func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte) (map[*Shard]*changeRequest, error) {
+	var req changeRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, apiErrorf(http.StatusBadRequest, "body: %v", err)
+	}
+	if len(req.Add) == 0 && len(req.Delete) == 0 {
+		return nil, apiErrorf(http.StatusBadRequest, "nothing to add or delete")
+	}
+	p := newPlacer(c, origin)
+	adds := make([]placement, len(req.Add))
+	for i, text := range req.Add {
+		rr, err := parseRecord(origin, text)
+		if err == nil && !dns.IsSubDomain(origin, zone.Lower(rr.Header().Name)) {
+			err = fmt.Errorf("record %q: name is outside zone %q", rr.Header().Name, origin)
+		}
+		if err != nil {
+			return nil, apiErrorf(http.StatusBadRequest, "add[%d]: %v", i, err)
+		}
+		adds[i] = placement{zone.Lower(rr.Header().Name), rr.Header().Rrtype}
+		if adds[i].rrtype == dns.TypeNS {
+			p.addCut(adds[i].name)
+		}
+	}
+	dels := make([]placement, len(req.Delete))
+	for i, raw := range req.Delete {
+		pl, err := deletionPlacement(origin, raw)
+		if err != nil {
+			return nil, apiErrorf(http.StatusBadRequest, "delete[%d]: %v", i, err)
+		}
+		dels[i] = pl
+	}
+	if err := p.resolve(ctx, append(slices.Clip(adds), dels...)); err != nil {
+		return nil, err
+	}
+	parts := map[*Shard]*changeRequest{}
+	part := func(s *Shard) *changeRequest {
+		if parts[s] == nil {
+			parts[s] = &changeRequest{}
+		}
+		return parts[s]
+	}
+	for i, pl := range adds {
+		for _, s := range p.shards(pl.name, pl.rrtype) {
+			part(s).Add = append(part(s).Add, req.Add[i])
+		}
+	}
+	for i, pl := range dels {
+		for _, s := range p.shards(pl.name, pl.rrtype) {
+			part(s).Delete = append(part(s).Delete, req.Delete[i])
+		}
+	}
+	return parts, nil
+}
+
+// parseRecord parses one record in zone file syntax, relative to origin.
+func parseRecord(origin, text string) (dns.RR, error) {
+	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
+	zp.SetIncludeAllowed(false)
+	zp.SetDefaultTTL(defaultTTL)
+	rr, ok := zp.Next()
+	if err := zp.Err(); err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errors.New("empty record")
+	}
+	if _, more := zp.Next(); more {
+		return nil, fmt.Errorf("%q holds more than one record", text)
+	}
+	return rr, nil
+}
+
+// deletionPlacement reads a deletion, "RR text", {"name","type"} or
+// {"name"}, for its name and type (dns.TypeANY: every RRset).
+func deletionPlacement(origin string, raw json.RawMessage) (placement, error) {
+	var text string
+	if json.Unmarshal(raw, &text) == nil {
+		rr, err := parseRecord(origin, text)
+		if err != nil {
+			return placement{}, err
+		}
+		name := zone.Lower(rr.Header().Name)
+		if !dns.IsSubDomain(origin, name) {
+			return placement{}, fmt.Errorf("record %q: name is outside zone %q", rr.Header().Name, origin)
+		}
+		return placement{name, rr.Header().Rrtype}, nil
+	}
+	var sel struct {
+		Name string `json:"name"`
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &sel); err != nil || sel.Name == "" {
+		return placement{}, errors.New(`want "RR text", {"name","type"} or {"name"}`)
+	}
+	name, err := absName(origin, sel.Name)
+	if err != nil {
+		return placement{}, err
+	}
+	pl := placement{name: name, rrtype: dns.TypeANY}
+	if sel.Type != "" {
+		t, ok := dns.StringToType[strings.ToUpper(sel.Type)]
+		if !ok {
+			return placement{}, fmt.Errorf("unknown type %q", sel.Type)
+		}
+		pl.rrtype = t
+	}
+	return pl, nil
+}
+
+// byName returns shards sorted by name.
+func byName(shards []*Shard) []*Shard {
+	out := append([]*Shard(nil), shards...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

@@ -1,0 +1,86 @@
+package craftstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+
+	"github.com/miekg/dns"
+)
+
+const partitionZone = `$ORIGIN example.org.
+$TTL 300
+@ IN SOA ns1 hostmaster 1 7200 3600 1209600 300
+@ IN NS ns1
+ns1 IN A 192.0.2.53
+www IN A 192.0.2.10
+alias IN CNAME www
+*.w IN TXT "wild"
+`
+
+// TestServePartition asks a member in partition mode and in the ordinary
+// one, through ServeDNS and the wire format.
+func TestServePartition(t *testing.T) {
+	_, rep := newAPI(t, "")
+	rrs, err := parseZone("example.org.", partitionZone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rep.PutZone(context.Background(), "example.org.", rrs, false); err != nil {
+		t.Fatal(err)
+	}
+	cs := &Craftstore{Zones: []string{"org."}}
+	cs.rep.Store(rep)
+
+	for _, tc := range []struct {
+		qname     string
+		qtype     uint16
+		partition bool
+		rcode     int
+		answer    int // RRs in the answer section
+		facts     partition.Facts
+		err       error // of partition.Parse
+	}{
+		// A CNAME is not followed in partition mode.
+		{"alias.example.org.", dns.TypeA, true, dns.RcodeSuccess, 1, partition.Facts{Kind: partition.Final, Origin: "example.org."}, nil},
+		{"alias.example.org.", dns.TypeA, false, dns.RcodeSuccess, 2, partition.Facts{}, partition.ErrMissing},
+		{"X.w.example.org.", dns.TypeTXT, true, dns.RcodeSuccess, 1, partition.Facts{Kind: partition.Absent, Labels: 3, Wildcard: true, Origin: "example.org."}, nil},
+		{"a.nope.example.org.", dns.TypeA, true, dns.RcodeNameError, 0, partition.Facts{Kind: partition.Absent, Labels: 2, Origin: "example.org."}, nil},
+		{"a.nope.example.org.", dns.TypeA, false, dns.RcodeNameError, 0, partition.Facts{}, partition.ErrMissing},
+		// A zone this member does not hold is refused before any zone answers.
+		{"www.other.org.", dns.TypeA, true, dns.RcodeRefused, 0, partition.Facts{}, partition.ErrMissing},
+	} {
+		name := tc.qname + " " + dns.TypeToString[tc.qtype]
+		r := new(dns.Msg)
+		r.SetQuestion(tc.qname, tc.qtype)
+		r.SetEdns0(1232, false)
+		if tc.partition {
+			partition.Request(r)
+		}
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		if _, err := cs.ServeDNS(context.Background(), rec, r); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		buf, err := rec.Msg.Pack()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		m := new(dns.Msg)
+		if err := m.Unpack(buf); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if m.Rcode != tc.rcode || len(m.Answer) != tc.answer {
+			t.Errorf("%s: expected %s with %d answers, got\n%s", name, dns.RcodeToString[tc.rcode], tc.answer, m)
+		}
+		f, err := partition.Parse(m)
+		if !errors.Is(err, tc.err) || f != tc.facts {
+			t.Errorf("%s: expected facts %+v (%v), got %+v (%v)", name, tc.facts, tc.err, f, err)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+// Package partition is the private EDNS0 protocol between craftroute and
+// craftstore for zones whose names are spread over several shards by a hash
+// of the owner name (craftroute's key mode "name").
+//
+// Each shard of such a zone holds the zone's apex RRsets, every delegation
+// (the NS RRset at a zone cut, the DS beside it and all names at or below
+// the cut, glue included) and the names that hash to it. A shard then knows
+// for certain that a name exists, as data or as an empty non-terminal above
+// its own names, and it knows every referral; it cannot know that a name is
+// absent, nor that the closest encloser it sees is the zone's, so neither a
+// NXDOMAIN nor a wildcard answer from one shard is final.
+//
+// A query carrying the option asks a craftstore member for what it holds
+// about the query name instead of a conclusion:
+//
+//   - Final: the name exists here (data, or an empty non-terminal), a zone cut
+//     covers it, or the query is refused. The sections are those of an
+//     ordinary answer except that a CNAME is not followed: the answer ends
+//     with the CNAME RRset and the router follows the target.
+//   - Absent: the name does not exist here. The response carries the number
+//     of labels of the deepest ancestor of the name that exists here (its
+//     closest encloser on this shard) and, when "*.<that ancestor>" exists
+//     here, the answer that wildcard synthesizes (RFC 4592; again without
+//     following a CNAME), else NXDOMAIN with the SOA.
+//
+// The router asks the owner shard first and every other shard only when the
+// owner reports Absent; the deepest closest encloser over all shards is the
+// zone's, and only its wildcard may synthesize (RFC 4592 §3.3.1).
+package partition
+
+import (
+	"errors"
+
+	"github.com/miekg/dns"
+)
+
+// Code is the EDNS0 option code, from the range for local or experimental
+// use (RFC 6891 §9).
+const Code uint16 = 65473
+
+// version of the payload layout.
+const version = 1
+
+// Kind says what a partition-mode response holds.
+type Kind uint8
+
+const (
+	// Final: the response is the answer for the query name (CNAMEs not followed).
+	Final Kind = 1
+	// Absent: the name does not exist on this member; see Facts.
+	Absent Kind = 2
+)
+
+// Facts is the payload of a partition-mode response.
+type Facts struct {
+	Kind Kind
+	// Labels is, for Absent, the label count (dns.CountLabel) of the deepest
+	// existing ancestor of the query name on this member.
+	Labels uint8
+	// Wildcard is set, for Absent, when "*.<that ancestor>" exists on this
+	// member and the sections hold what it synthesizes.
+	Wildcard bool
+	// Origin is the zone the member answered from, in canonical form; empty
+	// when the query was refused.
+	Origin string
+}
+
+const flagWildcard = 1
+
+// Request adds the partition option to m, creating an OPT record if m has
+// none. It is idempotent.
+func Request(m *dns.Msg) {
+	opt := m.IsEdns0()
+	if opt == nil {
+		m.SetEdns0(dns.DefaultMsgSize, false)
+		opt = m.IsEdns0()
+	}
+	for _, o := range opt.Option {
+		if o.Option() == Code {
+			return
+		}
+	}
+	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: Code, Data: []byte{version}})
+}
+
+// Requested reports whether query r asks for partition mode.
+func Requested(r *dns.Msg) bool {
+	opt := r.IsEdns0()
+	if opt == nil {
+		return false
+	}
+	for _, o := range opt.Option {
+		if l, ok := o.(*dns.EDNS0_LOCAL); ok && l.Code == Code {
+			return true
+		}
+	}
+	return false
+}
+
+// Attach adds f to response m, creating an OPT record if m has none.
+func Attach(m *dns.Msg, f Facts) {
+	opt := m.IsEdns0()
+	if opt == nil {
+		m.SetEdns0(dns.DefaultMsgSize, false)
+		opt = m.IsEdns0()
+	}
+	data := make([]byte, 4, 4+len(f.Origin)+1)
+	data[0], data[1], data[2] = version, byte(f.Kind), f.Labels
+	if f.Wildcard {
+		data[3] = flagWildcard
+	}
+	if f.Origin != "" {
+		buf := make([]byte, 256)
+		n, err := dns.PackDomainName(dns.Fqdn(f.Origin), buf, 0, nil, false)
+		if err == nil {
+			data = append(data, buf[:n]...)
+		}
+	}
+	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: Code, Data: data})
+}
+
+// ErrMissing is returned by Parse when a response carries no facts: the
+// server does not speak partition mode.
+var ErrMissing = errors.New("partition: response carries no partition option")
+
+// Parse returns the facts of partition-mode response m.
+func Parse(m *dns.Msg) (Facts, error) {
+	opt := m.IsEdns0()
+	if opt == nil {
+		return Facts{}, ErrMissing
+	}
+	for _, o := range opt.Option {
+		l, ok := o.(*dns.EDNS0_LOCAL)
+		if !ok || l.Code != Code {
+			continue
+		}
+		d := l.Data
+		if len(d) < 4 || d[0] != version {
+			return Facts{}, errors.New("partition: malformed or unknown option version")
+		}
+		f := Facts{Kind: Kind(d[1]), Labels: d[2], Wildcard: d[3]&flagWildcard != 0}
+		if f.Kind != Final && f.Kind != Absent {
+			return Facts{}, errors.New("partition: unknown kind")
+		}
+		if len(d) > 4 {
+			name, _, err := dns.UnpackDomainName(d, 4)
+			if err != nil {
+				return Facts{}, errors.New("partition: malformed origin")
+			}
+			f.Origin = name
+		}
+		return f, nil
+	}
+	return Facts{}, ErrMissing
+}
+
+// Strip removes the partition option from m's OPT record.
+func Strip(m *dns.Msg) {
+	opt := m.IsEdns0()
+	if opt == nil {
+		return
+	}
+	kept := opt.Option[:0]
+	for _, o := range opt.Option {
+		if o.Option() != Code {
+			kept = append(kept, o)
+		}
+	}
+	opt.Option = kept
+}
