@@ -24,6 +24,7 @@ type negCache struct {
 type negKey struct {
 	name  string // canonical
 	qtype uint16
+	edns  bool // the answer carries an OPT record
 	do    bool
 }
 
@@ -40,11 +41,11 @@ func newNegCache(max int) *negCache {
 
 // get returns a copy of the cached answer for name/qtype, its TTLs lowered
 // by the time spent in the cache, or nil.
-func (nc *negCache) get(name string, qtype uint16, do bool) *dns.Msg {
+func (nc *negCache) get(name string, qtype uint16, edns, do bool) *dns.Msg {
 	if nc.max == 0 {
 		return nil
 	}
-	k := negKey{zone.Lower(name), qtype, do}
+	k := negKey{zone.Lower(name), qtype, edns, do}
 	now := nc.now()
 	nc.mu.Lock()
 	e := nc.m[k]
@@ -69,7 +70,7 @@ func (nc *negCache) get(name string, qtype uint16, do bool) *dns.Msg {
 }
 
 // put caches negative answer m for the TTL of its SOA.
-func (nc *negCache) put(name string, qtype uint16, do bool, m *dns.Msg) {
+func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg) {
 	if nc.max == 0 {
 		return
 	}
@@ -85,7 +86,7 @@ func (nc *negCache) put(name string, qtype uint16, do bool, m *dns.Msg) {
 	now := nc.now()
 	e := &negEntry{msg: m.Copy(), origin: zone.Lower(soa.Hdr.Name), stored: now,
 		expires: now.Add(time.Duration(soa.Hdr.Ttl) * time.Second)}
-	k := negKey{zone.Lower(name), qtype, do}
+	k := negKey{zone.Lower(name), qtype, edns, do}
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if _, ok := nc.m[k]; !ok && len(nc.m) >= nc.max {

@@ -111,11 +111,9 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 		}
 		return resp, nil
 	}
-	do := false
-	if opt := r.IsEdns0(); opt != nil {
-		do = opt.Do()
-	}
-	if m := c.neg.get(q.Name, q.Qtype, do); m != nil {
+	opt := r.IsEdns0()
+	edns, do := opt != nil, opt != nil && opt.Do()
+	if m := c.neg.get(q.Name, q.Qtype, edns, do); m != nil {
 		negCacheHits.Inc()
 		m.Id, m.Question = r.Id, r.Question
 		return m, nil
@@ -127,7 +125,7 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 	if broadcast {
 		if neg := negativeKind(resp); neg != "" {
 			negativeMerged.WithLabelValues(neg).Inc()
-			c.neg.put(q.Name, q.Qtype, do, resp)
+			c.neg.put(q.Name, q.Qtype, edns, do, resp)
 		}
 	}
 	return resp, nil
@@ -135,7 +133,7 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 
 // resolveEach answers a query of several questions, one by one, each from
 // the shard owning it, joined into one response: the sections in question
-// order, the first non-NOERROR rcode. (CoreDNS's own listeners refuse such
+// order (authority and additional RRs once), the first non-NOERROR rcode. (CoreDNS's own listeners refuse such
 // messages with FORMERR before any plugin runs; other servers embedding the
 // plugin may pass them.)
 func (c *Craftroute) resolveEach(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
@@ -166,6 +164,8 @@ func (c *Craftroute) resolveEach(ctx context.Context, r *dns.Msg) (*dns.Msg, err
 			out.Extra = append(out.Extra, rr)
 		}
 	}
+	out.Question = r.Question
+	out.Ns, out.Extra = dns.Dedup(out.Ns, nil), dns.Dedup(out.Extra, nil)
 	if opt != nil && r.IsEdns0() != nil {
 		out.Extra = append(out.Extra, opt)
 	}

@@ -1,0 +1,77 @@
+package craftroute
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+func negAnswer(t *testing.T, name string, soaTTL uint32) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	m.Rcode = dns.RcodeNameError
+	soa, err := dns.NewRR(fmt.Sprintf("example.org. %d IN SOA ns1.example.org. h.example.org. 1 2 3 4 300", soaTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Ns = []dns.RR{soa}
+	return m
+}
+
+func TestNegCache(t *testing.T) {
+	now := time.Unix(1000, 0)
+	nc := newNegCache(3)
+	nc.now = func() time.Time { return now }
+
+	nc.put("Nx.Example.org.", dns.TypeA, true, false, negAnswer(t, "nx.example.org.", 60))
+	if nc.get("nx.example.org.", dns.TypeA, true, false) == nil {
+		t.Fatal("miss right after put (case must not matter)")
+	}
+	for _, k := range []struct {
+		qtype    uint16
+		edns, do bool
+	}{{dns.TypeAAAA, true, false}, {dns.TypeA, false, false}, {dns.TypeA, true, true}} {
+		if nc.get("nx.example.org.", k.qtype, k.edns, k.do) != nil {
+			t.Errorf("hit for another key %+v", k)
+		}
+	}
+
+	// TTLs count down; the entry expires with its SOA's TTL.
+	now = now.Add(20 * time.Second)
+	m := nc.get("nx.example.org.", dns.TypeA, true, false)
+	if m == nil || m.Ns[0].Header().Ttl != 40 {
+		t.Fatalf("after 20 s: %v", m)
+	}
+	now = now.Add(40 * time.Second)
+	if nc.get("nx.example.org.", dns.TypeA, true, false) != nil {
+		t.Fatal("hit after the negative TTL")
+	}
+
+	// Bounded, and purged per zone.
+	for i := range 10 {
+		nc.put(fmt.Sprintf("n%d.example.org.", i), dns.TypeA, true, false, negAnswer(t, "x.", 60))
+	}
+	if n := nc.len(); n != 3 {
+		t.Fatalf("%d entries, want the bound 3", n)
+	}
+	nc.purge("other.org")
+	if n := nc.len(); n != 3 {
+		t.Fatalf("purging another zone dropped entries: %d left", n)
+	}
+	nc.purge("Example.ORG")
+	if n := nc.len(); n != 0 {
+		t.Fatalf("%d entries left after the purge", n)
+	}
+
+	// No SOA or a zero TTL: not cached; a disabled cache caches nothing.
+	nc.put("z.example.org.", dns.TypeA, true, false, new(dns.Msg))
+	nc.put("y.example.org.", dns.TypeA, true, false, negAnswer(t, "y.", 0))
+	off := newNegCache(0)
+	off.put("z.example.org.", dns.TypeA, true, false, negAnswer(t, "z.", 60))
+	if nc.len() != 0 || off.get("z.example.org.", dns.TypeA, true, false) != nil {
+		t.Fatal("cached what must not be")
+	}
+}

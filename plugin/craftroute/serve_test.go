@@ -1,0 +1,92 @@
+package craftroute
+
+import (
+	"context"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+
+	"github.com/miekg/dns"
+)
+
+const serveZone = `$ORIGIN example.org.
+@ 3600 IN SOA ns1 h 1 7200 3600 1209600 300
+@ 3600 IN NS ns1
+ns1 IN A 192.0.2.1
+www IN A 192.0.2.10
+a.b.c IN A 192.0.2.11
+*.w IN TXT "wild"
+alias IN CNAME www
+`
+
+func serve(t *testing.T, c *Craftroute, r *dns.Msg) *dns.Msg {
+	t.Helper()
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	if _, err := c.ServeDNS(context.Background(), rec, r); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Msg == nil {
+		t.Fatal("nothing written")
+	}
+	return rec.Msg
+}
+
+func TestServeDNS(t *testing.T) {
+	c, _ := testRouter(t, "example.org.", serveZone, 3)
+	c.neg = newNegCache(100)
+
+	// A client without EDNS gets no OPT record, from the merge and from the cache.
+	for i := range 2 {
+		r := new(dns.Msg)
+		r.SetQuestion("nothere.example.org.", dns.TypeA)
+		m := serve(t, c, r)
+		if m.Rcode != dns.RcodeNameError || m.IsEdns0() != nil || m.Id != r.Id {
+			t.Fatalf("try %d: %v", i, m)
+		}
+	}
+	if c.neg.len() != 1 {
+		t.Fatalf("negative cache holds %d entries, want 1", c.neg.len())
+	}
+	// An EDNS client with DO gets its OPT, DO set.
+	r := new(dns.Msg)
+	r.SetQuestion("b.c.example.org.", dns.TypeA) // an empty non-terminal
+	r.SetEdns0(1232, true)
+	m := serve(t, c, r)
+	if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 || m.IsEdns0() == nil || !m.IsEdns0().Do() {
+		t.Fatalf("ENT: %v", m)
+	}
+	for _, rr := range m.Extra {
+		if o, ok := rr.(*dns.OPT); ok {
+			for _, e := range o.Option {
+				if e.Option() == 65473 {
+					t.Fatal("partition option leaked to the client")
+				}
+			}
+		}
+	}
+
+	// Several questions: split and joined.
+	r = new(dns.Msg)
+	r.SetQuestion("www.example.org.", dns.TypeA)
+	r.Question = append(r.Question, dns.Question{Name: "x.w.example.org.", Qtype: dns.TypeTXT, Qclass: dns.ClassINET},
+		dns.Question{Name: "alias.example.org.", Qtype: dns.TypeA, Qclass: dns.ClassINET})
+	m = serve(t, c, r)
+	if m.Rcode != dns.RcodeSuccess || len(m.Answer) != 4 || len(m.Question) != 3 {
+		t.Fatalf("multi-question: %v", m)
+	}
+
+	// Transfers go to the members.
+	r = new(dns.Msg)
+	r.SetAxfr("example.org.")
+	r.SetEdns0(1232, false)
+	if m = serve(t, c, r); m.Rcode != dns.RcodeRefused || len(m.IsEdns0().Option) == 0 {
+		t.Fatalf("AXFR: %v", m)
+	}
+
+	// A write through the router purges the zone's negative answers.
+	c.purgeNegative("example.org.")
+	if c.neg.len() != 0 {
+		t.Fatal("not purged")
+	}
+}
