@@ -59,6 +59,7 @@ var directives = []string{
 	"secondary",
 	"etcd",
 	"loop",
+	"craftroute",
 	"forward",
 	"grpc",
 	"erratic",

@@ -67,5 +67,6 @@ import (
 	_ "github.com/coredns/coredns/plugin/whoami"
 
 	_ "github.com/coredns/caddy/onevent"
+	_ "github.com/craftdns/craftdns/plugin/craftroute"
 	_ "github.com/craftdns/craftdns/plugin/craftstore"
 )

@@ -18,7 +18,8 @@ import (
 const splitOrigin = "example.org."
 
 // splitZone has the apex, a delegation with DS, glue and an occluded name
-// below it, a wildcard and many ordinary names.
+// below it, a delegation to in-zone name servers outside it, a wildcard and
+// many ordinary names.
 func splitZone() string {
 	var b strings.Builder
 	b.WriteString(`$TTL 300
@@ -31,6 +32,8 @@ sub      IN NS  ns.sub
 sub      IN NS  ns.other.net.
 sub      IN DS  12345 13 2 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 ns.sub   IN A   192.0.2.53
+del      IN NS  ns1
+del      IN NS  ns.sub
 deep.x.sub IN A 192.0.2.54
 *.wild   IN A   192.0.2.99
 `)
@@ -71,7 +74,11 @@ func TestSplitNameMode(t *testing.T) {
 		t.Fatalf("expected parts for 3 shards, got %d", len(parts))
 	}
 	every := func(name string) bool {
-		return name == splitOrigin || name == "sub.example.org." || strings.HasSuffix(name, ".sub.example.org.")
+		switch {
+		case name == splitOrigin, name == "ns1.example.org.", name == "del.example.org.", name == "sub.example.org.":
+			return true
+		}
+		return strings.HasSuffix(name, ".sub.example.org.")
 	}
 	union := map[string]bool{}
 	spread := map[string]bool{}
@@ -251,7 +258,7 @@ func TestPlacer(t *testing.T) {
 	c.ex = zs
 
 	p := newPlacer(c, splitOrigin)
-	p.addCut("new.example.org.")
+	p.addNS(&dns.NS{Hdr: dns.RR_Header{Name: "new.example.org.", Rrtype: dns.TypeNS, Class: dns.ClassINET}, Ns: "ns.elsewhere.example.org."})
 	items := []placement{
 		{"example.org.", dns.TypeTXT},
 		{"host7.example.org.", dns.TypeA},
@@ -261,11 +268,12 @@ func TestPlacer(t *testing.T) {
 		{"glue2.sub.example.org.", dns.TypeAAAA},
 		{"sub.example.org.", dns.TypeANY},
 		{"fresh.example.org.", dns.TypeANY},
+		{"ns.elsewhere.example.org.", dns.TypeA},
 	}
 	if err := p.resolve(context.Background(), items); err != nil {
 		t.Fatal(err)
 	}
-	want := []bool{true, false, true, true, true, true, true, false}
+	want := []bool{true, false, true, true, true, true, true, false, true}
 	for i, it := range items {
 		got := p.shards(it.name, it.rrtype)
 		every := len(got) == len(c.cfg.shards)

@@ -121,8 +121,8 @@ func (c *Craftroute) updateShard(ctx context.Context, origin string, r *dns.Msg)
 		for _, rr := range sec {
 			h := rr.Header()
 			pl := placement{zone.Lower(h.Name), h.Rrtype}
-			if i == 1 && h.Rrtype == dns.TypeNS && h.Class == dns.ClassINET {
-				p.addCut(pl.name)
+			if ns, ok := rr.(*dns.NS); ok && i == 1 && h.Class == dns.ClassINET {
+				p.addNS(ns)
 			}
 			items = append(items, pl)
 		}
