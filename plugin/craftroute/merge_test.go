@@ -47,6 +47,10 @@ func TestMergeCases(t *testing.T) {
 		func(n string) bool { return owner(n) != owner("target") })
 	walias := pick(func(i int) string { return fmt.Sprintf("walias%d", i) },
 		func(n string) bool { return owner(n) != owner("*.w") && owner(n) != owner("x.w") })
+	// A delegation whose name server is a name of the zone outside the cut,
+	// on another shard than the query name's.
+	sib := pick(func(i int) string { return fmt.Sprintf("ns%d.sib", i) },
+		func(n string) bool { return owner(n) != owner("x.sub2") })
 	missing := pick(func(i int) string { return fmt.Sprintf("nx%d", i) }, func(string) bool { return true })
 
 	text := fmt.Sprintf(`$ORIGIN %s
@@ -64,7 +68,11 @@ sub IN NS ns.sub
 ns.sub IN A 192.0.2.6
 loop1 IN CNAME loop2
 loop2 IN CNAME loop1
-`, origin, ent, deepChild, alias, walias)
+sub2 IN NS %s
+sub2 IN NS ns.sub
+%s IN A 192.0.2.7
+%s IN AAAA 2001:db8::7
+`, origin, ent, deepChild, alias, walias, sib, sib, sib)
 	c, whole := testRouter(t, origin, text, 2)
 
 	for _, tc := range []struct {
@@ -82,6 +90,7 @@ loop2 IN CNAME loop1
 		{"CNAME target on another shard", alias, dns.TypeA, dns.RcodeSuccess, 2, false},
 		{"CNAME to a wildcard on another shard", walias, dns.TypeTXT, dns.RcodeSuccess, 2, true},
 		{"referral below a delegation", "x.sub", dns.TypeA, dns.RcodeSuccess, 0, false},
+		{"referral with glue from another shard", "x.sub2", dns.TypeA, dns.RcodeSuccess, 0, false},
 		{"NXDOMAIN", missing, dns.TypeA, dns.RcodeNameError, 0, true},
 		{"CNAME loop across shards", "loop1", dns.TypeA, dns.RcodeSuccess, 2, false},
 		{"existing name", "a." + ent, dns.TypeA, dns.RcodeSuccess, 1, false},

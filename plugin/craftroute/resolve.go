@@ -182,6 +182,11 @@ func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype ui
 		// No facts: the member does not hold the zone, or does not speak
 		// partition mode; its answer is all there is.
 		partition.Strip(resp)
+		if err == nil {
+			if err := c.addGlue(ctx, r, owner, resp, facts.Origin); err != nil {
+				return nil, err
+			}
+		}
 		return &step{resp: resp, facts: facts}, nil
 	}
 	broadcasts.Inc()
@@ -293,4 +298,81 @@ func query(r *dns.Msg, name string, qtype uint16) *dns.Msg {
 	}
 	partition.Request(m)
 	return m
+}
+
+// addGlue completes referral resp, answered by shard answered, with the
+// addresses of its name servers that are names of the zone outside every
+// cut: they live on their own shard only, while one unsharded server adds
+// them (RFC 1034 §4.3.2 step 3b). Names below a cut live on every shard and
+// are in resp already. The additional section is rebuilt in the order of
+// the NS RRset, A before AAAA, as craftstore builds it.
+func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, resp *dns.Msg, origin string) error {
+	if origin == "" || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 0 || len(resp.Ns) == 0 {
+		return nil
+	}
+	var missing []string
+	for _, rr := range resp.Ns {
+		ns, ok := rr.(*dns.NS)
+		if !ok || zone.Lower(ns.Hdr.Name) == origin {
+			return nil // not a referral
+		}
+		t := zone.Lower(ns.Ns)
+		if dns.IsSubDomain(origin, t) && c.shardFor(t) != answered && !hasAddr(resp.Extra, t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	found := map[string][]dns.RR{}
+	for _, t := range missing {
+		for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+			s := c.shardFor(t)
+			g, err := c.exchange(ctx, s, query(r, t, qtype))
+			if err != nil {
+				return &errNoShard{s.Name, err}
+			}
+			if f, err := partition.Parse(g); err != nil || f.Kind != partition.Final || g.Rcode != dns.RcodeSuccess {
+				continue // absent (wildcards do not make glue), or below another cut
+			}
+			for _, rr := range g.Answer {
+				if rr.Header().Rrtype == qtype && strings.EqualFold(rr.Header().Name, t) {
+					found[t] = append(found[t], rr)
+				}
+			}
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	var extra []dns.RR
+	for _, rr := range resp.Ns {
+		t := zone.Lower(rr.(*dns.NS).Ns)
+		if rrs, ok := found[t]; ok {
+			extra = append(extra, rrs...)
+			continue
+		}
+		for _, x := range resp.Extra {
+			if x.Header().Rrtype != dns.TypeOPT && strings.EqualFold(x.Header().Name, t) {
+				extra = append(extra, x)
+			}
+		}
+	}
+	for _, x := range resp.Extra {
+		if x.Header().Rrtype == dns.TypeOPT {
+			extra = append(extra, x)
+		}
+	}
+	resp.Extra = extra
+	return nil
+}
+
+// hasAddr reports whether rrs hold an A or AAAA record owned by name.
+func hasAddr(rrs []dns.RR, name string) bool {
+	for _, rr := range rrs {
+		if t := rr.Header().Rrtype; (t == dns.TypeA || t == dns.TypeAAAA) && strings.EqualFold(rr.Header().Name, name) {
+			return true
+		}
+	}
+	return false
 }

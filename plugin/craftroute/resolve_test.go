@@ -39,16 +39,14 @@ func (ms memShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Ms
 }
 
 // layout places rrs on shards by the rule of key mode "name": the apex,
-// delegations, everything at or below a cut and the names of the name
-// servers of delegations (glue) on every shard, other names
+// delegations and everything at or below a cut on every shard, other names
 // on the shard of their canonical owner name.
 func layout(t testing.TB, c *Craftroute, origin string, rrs []dns.RR) map[string][]dns.RR {
 	t.Helper()
-	cuts, targets := map[string]bool{}, map[string]bool{}
+	cuts := map[string]bool{}
 	for _, rr := range rrs {
 		if n := zone.Lower(rr.Header().Name); rr.Header().Rrtype == dns.TypeNS && n != origin {
 			cuts[n] = true
-			targets[zone.Lower(rr.(*dns.NS).Ns)] = true
 		}
 	}
 	below := func(name string) bool {
@@ -62,7 +60,7 @@ func layout(t testing.TB, c *Craftroute, origin string, rrs []dns.RR) map[string
 	parts := map[string][]dns.RR{}
 	for _, rr := range rrs {
 		n := zone.Lower(rr.Header().Name)
-		if n == origin || below(n) || targets[n] {
+		if n == origin || below(n) {
 			for _, s := range c.cfg.shards {
 				parts[s.Name] = append(parts[s.Name], rr)
 			}

@@ -21,10 +21,10 @@ import (
 // The layout of a zone over the shards in key mode "name" (package
 // partition): every shard holds the apex RRsets, every delegation (the NS
 // RRset at a zone cut and the DS beside it), every name at or below a cut
-// (glue, occluded names) and every name in the zone that a delegation's NS
-// records point to (so that any shard's referral carries the same
-// additional addresses as one unsharded server's); any other name lives
-// only on the shard the ring gives its canonical owner name. In key mode
+// (glue, occluded names); any other name lives only on the shard the ring
+// gives its canonical owner name, name servers of delegations named outside
+// their cut included: the router adds their addresses to referrals
+// (resolve.go), so that no copy of them can go stale. In key mode
 // "zone" the whole zone lives on the shard of its origin.
 
 // defaultTTL is the TTL of records written without one, as in craftstore.
@@ -48,11 +48,11 @@ func (c *Craftroute) split(origin string, rrs []dns.RR) map[*Shard][]dns.RR {
 	if c.cfg.key == keyZone {
 		return map[*Shard][]dns.RR{c.zoneShard(origin): rrs}
 	}
-	cuts, targets := cutSet(origin, rrs)
+	cuts := cutSet(origin, rrs)
 	parts := make(map[*Shard][]dns.RR, len(c.cfg.shards))
 	for _, rr := range rrs {
 		name := zone.Lower(rr.Header().Name)
-		if name == origin || targets[name] || underCut(origin, name, cuts) {
+		if name == origin || underCut(origin, name, cuts) {
 			for _, s := range c.cfg.shards {
 				parts[s] = append(parts[s], rr)
 			}
@@ -64,24 +64,18 @@ func (c *Craftroute) split(origin string, rrs []dns.RR) map[*Shard][]dns.RR {
 	return parts
 }
 
-// cutSet returns the zone cuts of origin in rrs, the canonical owners of NS
-// records below the apex, and the canonical names inside the zone that
-// those NS records point to.
-func cutSet(origin string, rrs []dns.RR) (cuts, targets map[string]bool) {
-	cuts, targets = map[string]bool{}, map[string]bool{}
+// cutSet returns the zone cuts of origin in rrs: the canonical owners of NS
+// records below the apex.
+func cutSet(origin string, rrs []dns.RR) map[string]bool {
+	cuts := map[string]bool{}
 	for _, rr := range rrs {
-		ns, ok := rr.(*dns.NS)
-		if !ok {
-			continue
-		}
-		if name := zone.Lower(ns.Hdr.Name); name != origin && dns.IsSubDomain(origin, name) {
-			cuts[name] = true
-			if t := zone.Lower(ns.Ns); dns.IsSubDomain(origin, t) {
-				targets[t] = true
+		if ns, ok := rr.(*dns.NS); ok {
+			if name := zone.Lower(ns.Hdr.Name); name != origin && dns.IsSubDomain(origin, name) {
+				cuts[name] = true
 			}
 		}
 	}
-	return cuts, targets
+	return cuts
 }
 
 // underCut reports whether canonical name is at or below one of cuts; the
@@ -163,44 +157,37 @@ var errZoneAbsent = errors.New("zone not found")
 
 // placer decides which shards a change to one zone reaches in key mode
 // "name": every shard for a name at the apex, an NS or DS record, a name at
-// or below a zone cut, the cut existing or made by the change itself, or a
-// name the change's own delegations point to; else the owner shard of the
-// name. Whether an existing cut covers a name is asked of the name's owner
-// shard in partition mode: every shard holds every delegation. Whether an
-// existing delegation points to a name cannot be asked that way (see
-// targets).
+// or below a zone cut, the cut existing or made by the change itself; else
+// the owner shard of the name. Whether an existing cut covers a name is
+// asked of the name's owner shard in partition mode: every shard holds every
+// delegation.
 type placer struct {
-	c          *Craftroute
-	origin     string
-	newCuts    map[string]bool // names the change gives an NS record
-	newTargets map[string]bool // names inside the zone those NS records point to
+	c       *Craftroute
+	origin  string
+	newCuts map[string]bool // names the change gives an NS record
 
 	mu    sync.Mutex
 	below map[string]bool // name → an existing cut covers it
 }
 
 func newPlacer(c *Craftroute, origin string) *placer {
-	return &placer{c: c, origin: origin, newCuts: map[string]bool{}, newTargets: map[string]bool{}, below: map[string]bool{}}
+	return &placer{c: c, origin: origin, newCuts: map[string]bool{}, below: map[string]bool{}}
 }
 
-// addNS notes an NS record the change adds: below the apex it makes a cut
-// and its target, inside the zone, lives on every shard.
+// addNS notes an NS record the change adds: below the apex it makes a cut.
 func (p *placer) addNS(ns *dns.NS) {
 	name := zone.Lower(ns.Hdr.Name)
 	if name == p.origin || !dns.IsSubDomain(p.origin, name) {
 		return
 	}
 	p.newCuts[name] = true
-	if t := zone.Lower(ns.Ns); dns.IsSubDomain(p.origin, t) {
-		p.newTargets[t] = true
-	}
 }
 
 // local reports whether the name/rrtype placement needs no query: the
 // second result is then whether every shard holds it.
 func (p *placer) local(name string, rrtype uint16) (every, known bool) {
 	switch {
-	case name == p.origin, rrtype == dns.TypeNS, rrtype == dns.TypeDS, p.newTargets[name], underCut(p.origin, name, p.newCuts):
+	case name == p.origin, rrtype == dns.TypeNS, rrtype == dns.TypeDS, underCut(p.origin, name, p.newCuts):
 		return true, true
 	case len(p.c.cfg.shards) == 1 || !dns.IsSubDomain(p.origin, name):
 		return false, true // one shard, or a name the shard will reject
