@@ -52,6 +52,7 @@ type Craftroute struct {
 	ring  *Ring
 	zones *zoneSet
 	neg   *negCache
+	soa   serials   // key mode name: one serial per zone
 	ex    exchanger // tests: in-memory shards
 
 	stopProbes     func()
@@ -116,6 +117,7 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 	if m := c.neg.get(q.Name, q.Qtype, edns, do); m != nil {
 		negCacheHits.Inc()
 		m.Id, m.Question = r.Id, r.Question
+		c.soa.present(m)
 		return m, nil
 	}
 	resp, broadcast, err := c.resolveName(ctx, r)

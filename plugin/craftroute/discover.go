@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+	"github.com/miekg/dns"
 	"io"
 	"net/http"
 	"net/url"
@@ -124,6 +126,9 @@ func (c *Craftroute) refreshZones(ctx context.Context, sc *shardClient) []routed
 		return nil
 	}
 	c.zones.replace(names)
+	for _, rz := range merged {
+		c.soa.observe(zone.Lower(dns.Fqdn(rz.Zone)), rz.Serial)
+	}
 	return merged
 }
 

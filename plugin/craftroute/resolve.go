@@ -116,6 +116,7 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 		extra = append(extra, opt)
 	}
 	out.Extra = extra
+	c.soa.present(out)
 	return out, broadcast, nil
 }
 

@@ -35,7 +35,8 @@ func (ms memShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Ms
 	} else {
 		z.Lookup(m, zone.Lower(q.Name), q.Qtype)
 	}
-	return m, nil
+	// As over the wire: the answer's records are the router's own.
+	return m.Copy(), nil
 }
 
 // layout places rrs on shards by the rule of key mode "name": the apex,
