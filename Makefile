@@ -3,11 +3,13 @@
 #   make            build ./coredns (static, CGO_ENABLED=0)
 #   make run        build and start one member from Corefile.examples/single.Corefile
 #   make run-cluster  three members on loopback from Corefile.examples/cluster/
+#   make run-sharded  two shards of three members and a craftroute router (Corefile.examples/sharded/)
 #   make test       unit and integration tests
 #   make bench      Go benchmarks and the dnsperf comparison (bench/README.md)
 #   make bench-writes   committed API writes/s of a three-member group, reads meanwhile
 #   make bench-rss      memory with 1,000,000 records: craftstore vs file
 #   make bench-updates  RFC 2136 updates/s: craftstore cluster vs dynupdate (bench/updates/run.sh)
+#   make bench-router   craftroute's CPU per forwarded query vs dnsdist and forward (bench/router.sh)
 #   make lint       gofmt and go vet
 
 GO      ?= go
@@ -18,7 +20,7 @@ TESTTIMEOUT ?= 20m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster test bench bench-updates lint clean
+.PHONY: build coredns generate run run-cluster run-sharded test bench bench-updates bench-router lint clean
 
 build: coredns
 
@@ -39,6 +41,18 @@ run-cluster: coredns
 	for i in 1 2 3; do ./coredns -conf Corefile.examples/cluster/member$$i.Corefile & done; \
 	wait
 
+# Six members (shards a and b) and the router; the router imports
+# example.org through its API, split over the shards, when they are new.
+run-sharded: coredns
+	mkdir -p data/sharded
+	@trap 'kill 0' INT TERM; \
+	for m in a1 a2 a3 b1 b2 b3; do ./coredns -conf Corefile.examples/sharded/$$m.Corefile >data/sharded/$$m.log 2>&1 & done; \
+	./coredns -conf Corefile.examples/sharded/router.Corefile & \
+	echo "shard a: DNS 127.0.0.1:1161-1163, API :8161-8163; shard b: DNS :1171-1173, API :8171-8173"; \
+	echo "members' logs in data/sharded/*.log, data in data/sharded/{a,b}{1,2,3}"; \
+	echo "router: DNS 127.0.0.1:1053, API 127.0.0.1:8053 (GET /v1/shards), metrics 127.0.0.1:9253; Ctrl-C stops all"; \
+	wait
+
 test: coredns
 	COREDNS_BINARY=$(CURDIR)/coredns $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...
 
@@ -57,6 +71,9 @@ bench-rss: coredns
 
 bench-updates: coredns
 	./bench/updates/run.sh
+
+bench-router: coredns
+	./bench/router.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# router.sh: the CPU a front costs per forwarded query. One craftstore member
+# (the backend) holds a generated zone; three fronts take turns forwarding
+# dnsperf's queries to it: craftroute (one shard of that one member, key
+# mode name), dnsdist (no packet cache) and CoreDNS's forward plugin. Each
+# front runs alone on CPU $SERVER_CPU; the backend and dnsperf share CPU
+# $LOAD_CPU. Then a craftroute with two shards of one member each gets a
+# query file with 10% missing names: the share of queries it broadcast to
+# every shard, and checks that names that exist never are. See
+# bench/README.md.
+#
+# Knobs (environment): RECORDS (100000), QUERIES (200000 lines), DURATION
+# (seconds per run, 10), ROUNDS (3), CLIENTS (dnsperf -c, 4), OUTSTANDING
+# (dnsperf -q, 200), SERVER_CPU (0), LOAD_CPU (1), COREDNS_BINARY, KEEP=1.
+#
+# It fails when a server does not start or load the zone, when any answer
+# has an unexpected rcode, or when over 1% of the queries are lost.
+
+. "$(dirname "$0")/lib.sh"
+
+RECORDS=${RECORDS:-100000}
+QUERIES=${QUERIES:-200000}
+DURATION=${DURATION:-10}
+ROUNDS=${ROUNDS:-3}
+CLIENTS=${CLIENTS:-4}
+OUTSTANDING=${OUTSTANDING:-200}
+MISSING=0.10
+
+if ! command -v dnsdist >/dev/null; then
+	echo "# installing dnsdist (apt-get)" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnsdist >&2 ||
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends dnsdist >&2; } ||
+		die "dnsdist is not installed and apt-get install dnsdist failed"
+fi
+need dnsperf dig curl taskset ss dnsdist
+
+"$COREDNS" -plugins | grep -q craftroute || die "$BINARY has no craftroute plugin"
+
+echo "# zone of $RECORDS records, $QUERIES queries (none and $MISSING for missing names); work dir $WORK" >&2
+"$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries" \
+	-nqueries "$QUERIES" -missing 0
+"$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries.missing" \
+	-nqueries "$QUERIES" -missing "$MISSING"
+nx_lines=$(grep -c '^nx-' "$WORK/queries.missing")
+
+# member NAME: a lone craftstore member on CPU $LOAD_CPU; sets NAME_dns,
+# NAME_api, NAME_pid.
+member() {
+	local name=$1 dns api ready
+	dns=$(free_port) api=$(free_port) ready=$(free_port)
+	cat >"$WORK/$name.Corefile" <<EOF
+example.org:$dns {
+    bind 127.0.0.1
+    craftstore {
+        cluster $name
+        data $WORK/$name
+        api 127.0.0.1:$api
+    }
+    ready 127.0.0.1:$ready
+}
+EOF
+	start "$name" "$LOAD_CPU"
+	wait_http "$LAST_PID" "$name" "http://127.0.0.1:$ready/ready"
+	eval "${name}_dns=$dns ${name}_api=$api ${name}_pid=$LAST_PID"
+}
+
+# put NAME URL: PUT the zone to an API (a member's or a router's).
+put() {
+	local out
+	out=$(curl -sS --max-time 300 -X PUT --data-binary @"$WORK/zone" \
+		-w ' %{http_code} %{time_total}' "$2/v1/zones/example.org") || die "$1: PUT of the zone failed: $out"
+	case "$out" in *' 200 '*) ;; *) die "$1: PUT of the zone failed: $out" ;; esac
+	echo "# $1: PUT /v1/zones/example.org in ${out##* }s" >&2
+}
+
+# The backend of the three fronts.
+member backend
+put backend "http://127.0.0.1:$backend_api"
+wait_dns "$backend_pid" backend "$backend_dns" host-1.example.org A
+
+# (a) craftroute: one shard, the backend its only member.
+route_dns=$(free_port)
+cat >"$WORK/craftroute.Corefile" <<EOF
+example.org:$route_dns {
+    bind 127.0.0.1
+    craftroute {
+        shard a 127.0.0.1:$backend_dns
+        key name
+    }
+}
+EOF
+start craftroute "$SERVER_CPU"
+route_pid=$LAST_PID
+
+# (b) dnsdist: no packet cache (it has none unless a pool is given one).
+dd_dns=$(free_port)
+cat >"$WORK/dnsdist.conf" <<EOF
+setLocal("127.0.0.1:$dd_dns")
+setSecurityPollSuffix("")
+newServer({address="127.0.0.1:$backend_dns", name="backend"})
+EOF
+taskset -c "$SERVER_CPU" dnsdist --supervised --disable-syslog -C "$WORK/dnsdist.conf" >"$WORK/dnsdist.log" 2>&1 &
+dd_pid=$!
+PIDS+=("$dd_pid")
+
+# (c) CoreDNS's forward plugin.
+fwd_dns=$(free_port)
+cat >"$WORK/forward.Corefile" <<EOF
+example.org:$fwd_dns {
+    bind 127.0.0.1
+    forward . 127.0.0.1:$backend_dns
+}
+EOF
+start forward "$SERVER_CPU"
+fwd_pid=$LAST_PID
+
+wait_dns "$route_pid" craftroute "$route_dns" host-1.example.org A
+wait_dns "$dd_pid" dnsdist "$dd_dns" host-1.example.org A
+wait_dns "$fwd_pid" forward "$fwd_dns" host-1.example.org A
+
+# The same answers through every front as from the backend (rcode and answer
+# section of a sample of the queries with missing names).
+sample() {
+	head -n 300 "$WORK/queries.missing" | dig -p "$1" @127.0.0.1 +norec +noall +answer +comments +time=2 -f - 2>&1 |
+		awk '/status:/ { sub(/,.*/, "", $6); print $6; next } /^[^;]/ && NF { print $1, $2, $4, $5 }'
+}
+sample "$backend_dns" >"$WORK/sample.backend"
+for f in craftroute:$route_dns dnsdist:$dd_dns forward:$fwd_dns; do
+	if ! diff "$WORK/sample.backend" <(sample "${f#*:}") >"$WORK/sample.${f%:*}.diff"; then
+		head -n 20 "$WORK/sample.${f%:*}.diff" >&2
+		die "${f%:*} answers differently from the backend (diff above)"
+	fi
+done
+
+# run NAME PORT PID ROUND QUERYFILE NXSHARE: one dnsperf run against a front;
+# appends "qps us_per_query cpu% others% completed" to $WORK/NAME.results.
+run() {
+	local name=$1 port=$2 pid=$3 round=$4 qfile=$5 want=$6 out="$WORK/$1.$4.dnsperf"
+	local t0 t1 j0 j1
+	alive "$pid" "$name"
+	j0=$(cpu_jiffies "$SERVER_CPU")
+	t0=$(cpu_ticks "$pid")
+	taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "$port" -d "$qfile" -l "$DURATION" -n 50 \
+		-c "$CLIENTS" -q "$OUTSTANDING" -t 2 >"$out" 2>&1 || {
+		cat "$out" >&2
+		die "dnsperf against $name failed"
+	}
+	t1=$(cpu_ticks "$pid")
+	j1=$(cpu_jiffies "$SERVER_CPU")
+	local done lost qps noerror nxdomain got
+	done=$(dnsperf_field "$out" completed)
+	lost=$(dnsperf_field "$out" lost)
+	qps=$(dnsperf_field "$out" qps)
+	noerror=$(rcode_count "$out" NOERROR)
+	nxdomain=$(rcode_count "$out" NXDOMAIN)
+	[ "${done:-0}" -gt 0 ] || { cat "$out" >&2; die "$name: no query completed"; }
+	[ $((noerror + nxdomain)) -eq "$done" ] || die "$name: unexpected rcodes: $(rcodes "$out")"
+	got=$(calc %.4f "$nxdomain / $done")
+	if [ "$(calc %d "($got - $want) > 0.01 || ($want - $got) > 0.01")" = 1 ]; then
+		die "$name: NXDOMAIN share $got, expected $want: $(rcodes "$out")"
+	fi
+	if [ "$(calc %d "$lost > 0.01 * ($done + $lost)")" = 1 ]; then
+		die "$name: $lost queries lost of $((done + lost))"
+	fi
+	local us cpu other
+	us=$(calc %.2f "($t1 - $t0) / $TICK_HZ * 1e6 / $done")
+	set -- $j0 $j1
+	cpu=$(calc %.0f "($t1 - $t0) / ($4 - $2) * 100")
+	other=$(calc %.0f "(o = (($3 - $1) - ($t1 - $t0)) / ($4 - $2) * 100) < 0 ? 0 : o")
+	printf '# round %d %-12s %9.0f qps %7s us/query cpu %3s%% others %3s%%  %s\n' "$round" "$name" "$qps" "$us" "$cpu" "$other" "$(rcodes "$out")" >&2
+	echo "$qps $us $cpu $other $done" >>"$WORK/$name.results"
+}
+
+for round in $(seq "$ROUNDS"); do
+	run craftroute "$route_dns" "$route_pid" "$round" "$WORK/queries" 0
+	run dnsdist "$dd_dns" "$dd_pid" "$round" "$WORK/queries" 0
+	run forward "$fwd_dns" "$fwd_pid" "$round" "$WORK/queries" 0
+done
+
+# Broadcasts: two shards of one member each, the zone split through the
+# router's API; the fronts of the first part are stopped.
+for p in "$route_pid" "$dd_pid" "$fwd_pid" "$backend_pid"; do kill "$p"; done
+member sha
+member shb
+split_dns=$(free_port) split_api=$(free_port) split_metrics=$(free_port)
+cat >"$WORK/craftroute-2.Corefile" <<EOF
+example.org:$split_dns {
+    bind 127.0.0.1
+    craftroute {
+        shard a 127.0.0.1:$sha_dns
+        shard b 127.0.0.1:$shb_dns
+        shard_api a http://127.0.0.1:$sha_api
+        shard_api b http://127.0.0.1:$shb_api
+        key name
+        api 127.0.0.1:$split_api
+    }
+    prometheus 127.0.0.1:$split_metrics
+}
+EOF
+start craftroute-2 "$SERVER_CPU"
+split_pid=$LAST_PID
+wait_http "$split_pid" craftroute-2 "http://127.0.0.1:$split_metrics/metrics"
+put craftroute-2 "http://127.0.0.1:$split_api"
+wait_dns "$split_pid" craftroute-2 "$split_dns" host-1.example.org A
+for s in sha shb; do
+	eval "echo \"# shard ${s#sh}: \$(curl -fsS http://127.0.0.1:\$${s}_api/v1/zones)\"" >&2
+done
+
+# metric NAME: the sum of a craftroute metric's series.
+metric() {
+	curl -fsS "http://127.0.0.1:$split_metrics/metrics" | awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $NF } END { printf "%d\n", s }'
+}
+nx_want=$(calc %.4f "$nx_lines / $QUERIES")
+for round in $(seq "$ROUNDS"); do
+	b0=$(metric coredns_craftroute_broadcasts_total)
+	run craftroute-2 "$split_dns" "$split_pid" "$round" "$WORK/queries.missing" "$nx_want"
+	b1=$(metric coredns_craftroute_broadcasts_total)
+	echo "$((b1 - b0)) $(awk 'END { print $5 }' "$WORK/craftroute-2.results")" >>"$WORK/broadcasts"
+done
+
+# Names that exist must not broadcast: one run with the first query file
+# less its wildcard queries (a name that a wildcard answers does not exist:
+# every shard is asked for the closest encloser).
+grep -v '\.wild\.' "$WORK/queries" >"$WORK/queries.existing"
+b0=$(metric coredns_craftroute_broadcasts_total)
+run craftroute-2-existing "$split_dns" "$split_pid" 1 "$WORK/queries.existing" 0
+b1=$(metric coredns_craftroute_broadcasts_total)
+existing_b=$((b1 - b0))
+
+col() { median $(awk -v c="$2" '{ print $c }' "$WORK/$1.results"); }
+for s in craftroute dnsdist forward craftroute-2; do
+	v=${s//-/_}
+	eval "${v}_qps=\$(col $s 1) ${v}_us=\$(col $s 2) ${v}_cpu=\$(col $s 3) ${v}_other=\$(col $s 4)"
+done
+bshare=$(median $(awk '{ printf "%.4f\n", $1 / $2 }' "$WORK/broadcasts"))
+
+echo
+echo "fronts, $RECORDS records, ${DURATION}s x $ROUNDS rounds, medians; front on CPU $SERVER_CPU, backend and dnsperf -c $CLIENTS -q $OUTSTANDING on CPU $LOAD_CPU"
+printf '%-24s %10s %14s %8s %9s %10s %12s\n' front qps 'us CPU/query' 'CPU %' 'others %' 'qps/dnsdist' 'CPU/dnsdist'
+for s in craftroute dnsdist forward craftroute-2; do
+	v=${s//-/_}
+	label=$s
+	[ "$s" = craftroute-2 ] && label="craftroute 2 shards*"
+	eval "printf '%-24s %10.0f %14.2f %8.0f %9.0f %10s %12s\n' \"\$label\" \$${v}_qps \$${v}_us \$${v}_cpu \$${v}_other \
+		x\$(calc %.2f \"\$${v}_qps / \$dnsdist_qps\") x\$(calc %.2f \"\$${v}_us / \$dnsdist_us\")"
+done
+printf '* %s missing names; broadcast to both shards: %s of the queries (%s of the missing ones)\n' \
+	"$MISSING" "$bshare" "$(calc %.2f "$bshare / $nx_want")"
+printf '  existing names only (no wildcard queries): %d broadcasts in %d queries\n' "$existing_b" "$(awk '{ print $5 }' "$WORK/craftroute-2-existing.results")"
+[ "$existing_b" -eq 0 ] || die "names that exist were broadcast"

@@ -1,0 +1,1062 @@
+package integration
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/craftdns/craftdns/integration/dnsdiff"
+
+	"github.com/miekg/dns"
+)
+
+// A sharded setup as Corefile.examples/sharded/ has it, on free ports: shards
+// of craftstore members (one Raft group each, no seed) and craftroute
+// routers in front of them, every process with its Corefile in the test's
+// working directory.
+
+// shardMember is one craftstore member of a shard.
+type shardMember struct {
+	name                  string // a1, b2, ...
+	shard                 string
+	dns, api, raft, ready int
+	p                     *proc
+}
+
+func (m *shardMember) addr() string { return fmt.Sprintf("127.0.0.1:%d", m.dns) }
+func (m *shardMember) client() api  { return api{base: fmt.Sprintf("http://127.0.0.1:%d", m.api)} }
+
+// routerSpec is what a router's craftroute block says beyond the shards.
+type routerSpec struct {
+	zones   []string // the server block's zones
+	key     string   // name or zone
+	timeout string
+	downFor string
+	probe   string
+}
+
+// router is one craftroute process.
+type router struct {
+	name                   string
+	spec                   routerSpec
+	dns, api, metrics, rdy int
+	p                      *proc
+}
+
+func (r *router) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.dns) }
+func (r *router) client() api  { return api{base: fmt.Sprintf("http://127.0.0.1:%d", r.api)} }
+
+// sharded is a running set of shards and routers.
+type sharded struct {
+	t       *testing.T
+	wd      string
+	shards  []string                  // shard names in order: a, b, ...
+	members map[string][]*shardMember // shard → members
+	routers []*router
+	procs   []*proc // all of them, for logs
+}
+
+// memberCorefile is the Corefile of a shard member serving zones: the
+// sharded example's, on the member's ports.
+func memberCorefile(zones []string, m *shardMember, peers []*shardMember) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s {\n    bind 127.0.0.1\n", serverKeys(zones, m.dns))
+	b.WriteString("    tsig {\n        secrets Corefile.examples/keys/update.key\n        require_opcode UPDATE\n    }\n")
+	fmt.Fprintf(&b, "    craftstore {\n        id %s\n        cluster craftdns-%s\n        data data/%s\n", m.name[1:], m.shard, m.name)
+	for i, p := range peers {
+		fmt.Fprintf(&b, "        peer %d 127.0.0.1:%d\n", i+1, p.raft)
+	}
+	fmt.Fprintf(&b, "        api 127.0.0.1:%d\n        allow update. * *\n    }\n", m.api)
+	fmt.Fprintf(&b, "    ready 127.0.0.1:%d\n    errors\n}\n", m.ready)
+	return b.String()
+}
+
+// routerCorefile is router.Corefile of the sharded example on r's ports.
+func (s *sharded) routerCorefile(r *router) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s {\n    bind 127.0.0.1\n", serverKeys(r.spec.zones, r.dns))
+	b.WriteString("    tsig {\n        secrets Corefile.examples/keys/update.key\n        require_opcode UPDATE\n    }\n")
+	b.WriteString("    craftroute {\n")
+	for _, sh := range s.shards {
+		var dnsAddrs, apis []string
+		for _, m := range s.members[sh] {
+			dnsAddrs = append(dnsAddrs, m.addr())
+			apis = append(apis, m.client().base)
+		}
+		fmt.Fprintf(&b, "        shard %s %s\n", sh, strings.Join(dnsAddrs, " "))
+		fmt.Fprintf(&b, "        shard_api %s %s\n", sh, strings.Join(apis, " "))
+	}
+	fmt.Fprintf(&b, "        key %s\n", r.spec.key)
+	for _, kv := range [][2]string{{"timeout", r.spec.timeout}, {"down_for", r.spec.downFor}, {"probe", r.spec.probe}} {
+		if kv[1] != "" {
+			fmt.Fprintf(&b, "        %s %s\n", kv[0], kv[1])
+		}
+	}
+	b.WriteString("        tsig Corefile.examples/keys/update.key\n")
+	fmt.Fprintf(&b, "        api 127.0.0.1:%d\n    }\n", r.api)
+	fmt.Fprintf(&b, "    prometheus 127.0.0.1:%d\n    ready 127.0.0.1:%d\n    errors\n}\n", r.metrics, r.rdy)
+	return b.String()
+}
+
+// serverKeys returns "z1:port z2:port".
+func serverKeys(zones []string, port int) string {
+	keys := make([]string, len(zones))
+	for i, z := range zones {
+		keys[i] = fmt.Sprintf("%s:%d", z, port)
+	}
+	return strings.Join(keys, " ")
+}
+
+// startSharded starts nshards shards of size members each, serving
+// memberZones, and one router per spec, and waits until all are ready.
+func startSharded(t *testing.T, wd string, nshards, size int, memberZones []string, specs ...routerSpec) *sharded {
+	t.Helper()
+	s := &sharded{t: t, wd: wd, members: map[string][]*shardMember{}}
+	for i := 0; i < nshards; i++ {
+		sh := string(rune('a' + i))
+		s.shards = append(s.shards, sh)
+		for j := 1; j <= size; j++ {
+			s.members[sh] = append(s.members[sh], &shardMember{name: fmt.Sprintf("%s%d", sh, j), shard: sh,
+				dns: listenPort(t), api: listenPort(t), raft: listenPort(t), ready: listenPort(t)})
+		}
+	}
+	for _, sh := range s.shards {
+		for _, m := range s.members[sh] {
+			writeFile(t, filepath.Join(wd, m.name+".Corefile"), memberCorefile(memberZones, m, s.members[sh]))
+			m.p = start(t, m.name, wd, m.name+".Corefile")
+			s.procs = append(s.procs, m.p)
+		}
+	}
+	for i, spec := range specs {
+		r := &router{name: fmt.Sprintf("router%d", i+1), spec: spec, dns: listenPort(t), api: listenPort(t), metrics: listenPort(t), rdy: listenPort(t)}
+		writeFile(t, filepath.Join(wd, r.name+".Corefile"), s.routerCorefile(r))
+		r.p = start(t, r.name, wd, r.name+".Corefile")
+		s.routers = append(s.routers, r)
+		s.procs = append(s.procs, r.p)
+	}
+	for _, sh := range s.shards {
+		for _, m := range s.members[sh] {
+			waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", m.ready), s.procs...)
+		}
+	}
+	for _, r := range s.routers {
+		waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", r.rdy), s.procs...)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, r := range s.routers {
+				t.Logf("%s log (last 4 KiB):\n%s", r.name, tail(r.p.logs(), 4096))
+			}
+		}
+	})
+	return s
+}
+
+// listenPort returns a loopback port, free for TCP and UDP a moment ago,
+// below the kernel's ephemeral range (32768 and up on Linux), so that the
+// UDP client sockets of the routers and the tests do not take it before
+// the server does, and not handed out before in this process.
+func listenPort(t *testing.T) int {
+	t.Helper()
+	portMu.Lock()
+	defer portMu.Unlock()
+	for try := 0; try < 1000; try++ {
+		p := 20000 + rand.IntN(12000)
+		if portsUsed[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+		ln.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		portsUsed[p] = true
+		return p
+	}
+	t.Fatal("no free port found")
+	return 0
+}
+
+var (
+	portMu    sync.Mutex
+	portsUsed = map[int]bool{}
+)
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// zoneRecords returns the record count of zone on a member's API, -1 when
+// the member does not list it.
+func zoneRecords(a api, zone string) (int, error) {
+	var zones []struct {
+		Zone    string
+		Records int
+	}
+	code, err := a.do("GET", "/v1/zones", nil, &zones)
+	if err != nil || code != http.StatusOK {
+		return 0, fmt.Errorf("GET /v1/zones: %d %v", code, err)
+	}
+	for _, z := range zones {
+		if strings.EqualFold(dns.Fqdn(z.Zone), dns.Fqdn(zone)) {
+			return z.Records, nil
+		}
+	}
+	return -1, nil
+}
+
+// shardRecords waits until every member of each shard lists the same record
+// count for zone and returns it per shard (-1: the shard lacks the zone).
+func (s *sharded) shardRecords(zone string) map[string]int {
+	s.t.Helper()
+	counts := map[string]int{}
+	for _, sh := range s.shards {
+		eventually(s.t, "the members of shard "+sh+" to agree on "+zone, 20*time.Second, func() bool {
+			n0 := 0
+			for i, m := range s.members[sh] {
+				n, err := zoneRecords(m.client(), zone)
+				if err != nil || (i > 0 && n != n0) {
+					return false
+				}
+				n0 = n
+			}
+			counts[sh] = n0
+			return true
+		})
+	}
+	return counts
+}
+
+// membersSay describes the rcode and answer count of every live member's
+// answer for name/qtype.
+func (s *sharded) membersSay(t *testing.T, name string, qtype uint16) string {
+	var out []string
+	for _, sh := range s.shards {
+		for _, m := range s.members[sh] {
+			r, err := query(m.addr(), name, qtype)
+			switch {
+			case err != nil:
+				out = append(out, m.name+" down")
+			default:
+				out = append(out, fmt.Sprintf("%s %s/%d", m.name, dns.RcodeToString[r.Rcode], len(r.Answer)))
+			}
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// putZone creates zone through a's PUT /v1/zones/{zone}.
+func putZone(t *testing.T, a api, zone, text string) {
+	t.Helper()
+	var out string
+	code, err := a.do("PUT", "/v1/zones/"+zone, text, &out)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("expected 200 from PUT /v1/zones/%s at %s, got %d %v %s", zone, a.base, code, err, tail(out, 500))
+	}
+}
+
+// startSingle starts one unsharded craftstore member serving zones and
+// returns its DNS address and API.
+func startSingle(t *testing.T, wd string, zones []string) (string, api) {
+	t.Helper()
+	dnsPort, apiPort, readyPort := listenPort(t), listenPort(t), listenPort(t)
+	corefile := fmt.Sprintf(`%s {
+    bind 127.0.0.1
+    craftstore {
+        data data/single
+        api 127.0.0.1:%d
+    }
+    ready 127.0.0.1:%d
+    errors
+}
+`, serverKeys(zones, dnsPort), apiPort, readyPort)
+	writeFile(t, filepath.Join(wd, "single.Corefile"), corefile)
+	p := start(t, "single", wd, "single.Corefile")
+	waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), p)
+	return fmt.Sprintf("127.0.0.1:%d", dnsPort), api{base: fmt.Sprintf("http://127.0.0.1:%d", apiPort)}
+}
+
+// sampleQueries keeps every query about the generator's fixed names and
+// those about one random name (rN, and the names below it) in every.
+func sampleQueries(qs []dnsdiff.Query, every int) []dnsdiff.Query {
+	rnd := regexp.MustCompile(`(?i)(^|\.)r(\d+)\.`)
+	var out []dnsdiff.Query
+	for _, q := range qs {
+		m := rnd.FindStringSubmatch(q.Name)
+		if m == nil {
+			out = append(out, q)
+			continue
+		}
+		if n, _ := strconv.Atoi(m[2]); n%every == 0 {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// exchangeFull asks q at addr over UDP, TCP when truncated, retrying twice.
+func exchangeFull(addr string, q dnsdiff.Query) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(q.Name, q.Type)
+	m.RecursionDesired = false
+	m.SetEdns0(4096, false)
+	var err error
+	for _, network := range []string{"udp", "tcp"} {
+		c := &dns.Client{Net: network, UDPSize: 4096, Timeout: 2 * time.Second}
+		var r *dns.Msg
+		for try := 0; try < 3; try++ {
+			if r, _, err = c.Exchange(m, addr); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !r.Truncated {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("truncated over TCP")
+}
+
+// shardedDiff counts what compareWithRef found.
+type shardedDiff struct {
+	differ  int            // queries whose answers differ beyond SOA serials
+	serials int            // queries whose answers differ only in SOA serials
+	kinds   map[string]int // what differs ("rcode, answer") → queries
+	report  []string       // the first few of each kind in full
+}
+
+// String summarizes the differences: counts by kind, then examples.
+func (d *shardedDiff) String() string {
+	kinds := make([]string, 0, len(d.kinds))
+	for k, n := range d.kinds {
+		kinds = append(kinds, fmt.Sprintf("%d: %s", n, k))
+	}
+	slices.Sort(kinds)
+	return fmt.Sprintf("by what differs:\n\t%s\nexamples:\n\n%s", strings.Join(kinds, "\n\t"), strings.Join(d.report, "\n"))
+}
+
+// compareWithRef asks every query of ref and of each of addrs and compares
+// rcode, AA and the answer, authority and additional sections (OPT left
+// out) as sets of RRs, TTLs included. With ignoreSerial, SOA RRs compare
+// without their serial (the shards of a zone split by name each bump their
+// own), and such differences are only counted.
+func compareWithRef(ref string, addrs []string, queries []dnsdiff.Query, ignoreSerial bool) map[string]*shardedDiff {
+	type job struct {
+		q    dnsdiff.Query
+		addr string
+	}
+	res := map[string]*shardedDiff{}
+	for _, a := range addrs {
+		res[a] = &shardedDiff{kinds: map[string]int{}}
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan dnsdiff.Query)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for q := range next {
+				want, errW := exchangeFull(ref, q)
+				for _, a := range addrs {
+					got, errG := exchangeFull(a, q)
+					why, d, serialOnly := diffMsg(want, errW, got, errG, ignoreSerial)
+					mu.Lock()
+					r := res[a]
+					switch {
+					case why != "":
+						r.differ++
+						r.kinds[why]++
+						if r.kinds[why] <= 3 && len(r.report) < 20 {
+							r.report = append(r.report, fmt.Sprintf(";; %s: %s differ\n%s", q, why, d))
+						}
+					case serialOnly:
+						r.serials++
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, q := range queries {
+		next <- q
+	}
+	close(next)
+	wg.Wait()
+	return res
+}
+
+// diffMsg says what differs between want and got ("" if nothing) and how,
+// and reports whether they differ in SOA serials only.
+func diffMsg(want *dns.Msg, errW error, got *dns.Msg, errG error, ignoreSerial bool) (why, detail string, serialOnly bool) {
+	if errW != nil || errG != nil {
+		return "error", fmt.Sprintf("reference: %v, router: %v\n", errOrOK(errW), errOrOK(errG)), false
+	}
+	var whys []string
+	if want.Rcode != got.Rcode {
+		whys = append(whys, "rcode")
+	}
+	if want.Authoritative != got.Authoritative {
+		whys = append(whys, "AA")
+	}
+	for _, s := range []struct {
+		name string
+		a, b []dns.RR
+	}{{"answer", want.Answer, got.Answer}, {"authority", want.Ns, got.Ns}, {"additional", noOPT(want.Extra), noOPT(got.Extra)}} {
+		if sameRRs(s.a, s.b, false) {
+			continue
+		}
+		if ignoreSerial && sameRRs(s.a, s.b, true) {
+			serialOnly = true
+			continue
+		}
+		whys = append(whys, s.name)
+	}
+	if len(whys) == 0 {
+		return "", "", serialOnly
+	}
+	return strings.Join(whys, ", "), fmt.Sprintf("-- reference:\n%s-- router:\n%s", msgSummary(want), msgSummary(got)), false
+}
+
+func errOrOK(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return err.Error()
+}
+
+func noOPT(rrs []dns.RR) []dns.RR {
+	var out []dns.RR
+	for _, rr := range rrs {
+		if rr.Header().Rrtype != dns.TypeOPT {
+			out = append(out, rr)
+		}
+	}
+	return out
+}
+
+// sameRRs reports whether a and b hold the same RRs in any order, names
+// case-insensitive, TTLs equal; SOA serials are ignored with noSerial.
+func sameRRs(a, b []dns.RR, noSerial bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	norm := func(rr dns.RR) dns.RR {
+		if soa, ok := rr.(*dns.SOA); ok && noSerial {
+			c := dns.Copy(soa).(*dns.SOA)
+			c.Serial = 0
+			return c
+		}
+		return rr
+	}
+	used := make([]bool, len(b))
+	for _, x := range a {
+		x = norm(x)
+		found := false
+		for j, y := range b {
+			y = norm(y)
+			if !used[j] && x.Header().Ttl == y.Header().Ttl && dns.IsDuplicate(x, y) {
+				used[j], found = true, true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func msgSummary(m *dns.Msg) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "   rcode %s, aa %t\n", dns.RcodeToString[m.Rcode], m.Authoritative)
+	for _, s := range []struct {
+		name string
+		rrs  []dns.RR
+	}{{"answer", m.Answer}, {"authority", m.Ns}, {"additional", noOPT(m.Extra)}} {
+		lines := make([]string, 0, len(s.rrs))
+		for _, rr := range s.rrs {
+			lines = append(lines, rr.String())
+		}
+		slices.Sort(lines)
+		for _, l := range lines {
+			fmt.Fprintf(&b, "   %s\t%s\n", s.name, l)
+		}
+	}
+	return b.String()
+}
+
+// TestShardedEquality loads a generated zone of 10,000 random names and the
+// generator's hard cases into one unsharded craftstore member and, through
+// a router's API, into two shards of three members split by name; every
+// answer through each of two routers must equal the unsharded one. A second
+// zone goes through a router in key mode "zone" onto one shard.
+func TestShardedEquality(t *testing.T) {
+	const (
+		byName = "byname.example."
+		byZone = "byzone.example."
+	)
+	wd := workdir(t)
+	zones := []string{byName, byZone}
+	s := startSharded(t, wd, 2, 3, zones,
+		routerSpec{zones: []string{byName}, key: "name"},
+		routerSpec{zones: []string{byName}, key: "name"},
+		routerSpec{zones: []string{byZone}, key: "zone"})
+	singleAddr, single := startSingle(t, wd, zones)
+
+	text, queries := dnsdiff.GenerateZone(byName, 11, 10000)
+	putZone(t, single, byName, text)
+	began := time.Now()
+	putZone(t, s.routers[0].client(), byName, text)
+	t.Logf("PUT of %d zone file bytes through the router took %v", len(text), time.Since(began).Round(time.Millisecond))
+	total, err := zoneRecords(single, byName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := s.shardRecords(byName)
+	t.Logf("%s: %d records unsharded; shard a holds %d, shard b %d", byName, total, counts["a"], counts["b"])
+	for _, sh := range s.shards {
+		if counts[sh] <= 0 || counts[sh] >= total {
+			t.Errorf("expected shard %s to hold part of the %d records, got %d", sh, total, counts[sh])
+		}
+	}
+	if counts["a"]+counts["b"] < total {
+		t.Errorf("expected the shards to hold at least the %d records together, got %d + %d", total, counts["a"], counts["b"])
+	}
+
+	// One write through the router bumps the serial of one shard only; SOA
+	// serials that differ from the unsharded server's are counted, not failed.
+	for _, a := range []api{single, s.routers[0].client()} {
+		var out string
+		code, err := a.do("POST", "/v1/zones/"+byName+"/records", map[string]any{"add": []string{"bump." + byName + " 300 IN A 192.0.2.250"}}, &out)
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("expected 200 adding bump.%s at %s, got %d %v %s", byName, a.base, code, err, out)
+		}
+	}
+	queries = append(queries, dnsdiff.Query{Name: "bump." + byName, Type: dns.TypeA})
+
+	sample := sampleQueries(queries, 8)
+	addrs := []string{s.routers[0].addr(), s.routers[1].addr()}
+	for _, a := range addrs {
+		eventually(t, "the zone through "+a, 20*time.Second, func() bool {
+			r, err := query(a, byName, dns.TypeSOA)
+			return err == nil && r.Rcode == dns.RcodeSuccess
+		})
+	}
+	began = time.Now()
+	res := compareWithRef(singleAddr, addrs, sample, true)
+	t.Logf("%d of %d queries compared through %d routers in %v", len(sample), len(queries), len(addrs), time.Since(began).Round(time.Millisecond))
+	for i, a := range addrs {
+		r := res[a]
+		if r.serials > 0 {
+			t.Logf("router %d: %d answers differ from the unsharded one in SOA serials only", i+1, r.serials)
+		}
+		if r.differ > 0 {
+			t.Errorf("router %d (%s): %d of %d answers differ from the unsharded server's, %s", i+1, a, r.differ, len(sample), r)
+		}
+	}
+
+	// Two questions in one message: CoreDNS's server (miekg/dns's default
+	// accept function) answers FORMERR before any plugin sees it; the
+	// router must do what the unsharded server does.
+	multi := new(dns.Msg)
+	multi.SetQuestion("www."+byName, dns.TypeA)
+	multi.Question = append(multi.Question, dns.Question{Name: "ns1." + byName, Qtype: dns.TypeA, Qclass: dns.ClassINET})
+	c := &dns.Client{Timeout: 2 * time.Second}
+	want, _, errW := c.Exchange(multi.Copy(), singleAddr)
+	for _, a := range addrs {
+		got, _, errG := c.Exchange(multi.Copy(), a)
+		switch {
+		case errW != nil || errG != nil:
+			t.Errorf("two questions: expected answers, got %v (unsharded) and %v (%s)", errW, errG, a)
+		case want.Rcode != got.Rcode || len(want.Answer) != len(got.Answer):
+			t.Errorf("two questions: expected %s with %d answers as unsharded, got %s with %d from %s",
+				dns.RcodeToString[want.Rcode], len(want.Answer), dns.RcodeToString[got.Rcode], len(got.Answer), a)
+		}
+	}
+
+	// Key mode "zone": the whole zone on one shard.
+	text2, queries2 := dnsdiff.GenerateZone(byZone, 5, 1000)
+	putZone(t, single, byZone, text2)
+	zr := s.routers[2]
+	putZone(t, zr.client(), byZone, text2)
+	total2, _ := zoneRecords(single, byZone)
+	counts2 := s.shardRecords(byZone)
+	t.Logf("%s: %d records unsharded; shard a holds %d, shard b %d (-1: none)", byZone, total2, counts2["a"], counts2["b"])
+	if !(counts2["a"] == total2 && counts2["b"] == -1) && !(counts2["b"] == total2 && counts2["a"] == -1) {
+		t.Errorf("expected all %d records of %s on one shard and none on the other, got a %d, b %d", total2, byZone, counts2["a"], counts2["b"])
+	}
+	sample2 := sampleQueries(queries2, 5)
+	res2 := compareWithRef(singleAddr, []string{zr.addr()}, sample2, false)[zr.addr()]
+	if res2.differ > 0 {
+		t.Errorf("key mode zone: %d of %d answers differ from the unsharded server's, %s", res2.differ, len(sample2), res2)
+	}
+}
+
+// TestShardedUpdate sends RFC 2136 updates through a router in key mode
+// "name": one whose names live on one shard is applied and seen through
+// both routers; one whose names span both shards is refused and writes
+// nothing. Through a router in key mode "zone", an update of several names
+// is one atomic change.
+func TestShardedUpdate(t *testing.T) {
+	const (
+		byName = "upd.example."
+		byZone = "updzone.example."
+	)
+	u := newUpdater(t, "nsupdate", "")
+	wd := workdir(t)
+	s := startSharded(t, wd, 2, 1, []string{byName, byZone},
+		routerSpec{zones: []string{byName}, key: "name"},
+		routerSpec{zones: []string{byName}, key: "name"},
+		routerSpec{zones: []string{byZone}, key: "zone"})
+	r1, r2, rz := s.routers[0], s.routers[1], s.routers[2]
+	putZone(t, r1.client(), byName, smallZone(byName, 64))
+	putZone(t, rz.client(), byZone, smallZone(byZone, 8))
+	signed := []string{"-k", u.keyfile}
+
+	// One name: one shard.
+	out, ok := u.send(t, wd, r1.addr(), byName, signed, "update add new."+byName+" 60 A 192.0.2.77")
+	if !ok {
+		t.Fatalf("expected the update through router 1 to succeed, got:\n%s", out)
+	}
+	for _, r := range []*router{r1, r2} {
+		eventually(t, "new."+byName+" through "+r.name, 10*time.Second, func() bool { return hasA(r.addr(), "new."+byName, "192.0.2.77") })
+	}
+
+	// Two names on two shards.
+	onShard := func(sh, name string) bool {
+		var res struct{ Records []string }
+		code, err := s.members[sh][0].client().do("GET", "/v1/zones/"+byName+"/records?name="+name, nil, &res)
+		return err == nil && code == http.StatusOK && len(res.Records) > 0
+	}
+	var x, y string
+	for i := 0; i < 64 && (x == "" || y == ""); i++ {
+		name := fmt.Sprintf("h%d.%s", i, byName)
+		switch {
+		case x == "" && onShard("a", name) && !onShard("b", name):
+			x = name
+		case y == "" && onShard("b", name) && !onShard("a", name):
+			y = name
+		}
+	}
+	if x == "" || y == "" {
+		t.Fatalf("expected names h0-h63 on both shards, got one on a %q, one on b %q", x, y)
+	}
+	before := soaSerial(r1.addr(), byName)
+	out, ok = u.send(t, wd, r1.addr(), byName, signed,
+		fmt.Sprintf("update add %s 60 TXT \"span\"\nupdate add %s 60 TXT \"span\"", x, y))
+	if ok || !strings.Contains(out, "REFUSED") {
+		t.Errorf("expected an update of %s (shard a) and %s (shard b) REFUSED, got success %v:\n%s", x, y, ok, out)
+	}
+	for _, name := range []string{x, y} {
+		for _, r := range []*router{r1, r2} {
+			if got := rdata(t, r.addr(), name, dns.TypeTXT); got != "NODATA" {
+				t.Errorf("expected no TXT at %s through %s after the refused update, got %s", name, r.name, got)
+			}
+		}
+		for _, sh := range s.shards {
+			var res struct{ Records []string }
+			s.members[sh][0].client().do("GET", "/v1/zones/"+byName+"/records?name="+name+"&type=TXT", nil, &res)
+			if len(res.Records) > 0 {
+				t.Errorf("expected no TXT at %s on shard %s, got %v", name, sh, res.Records)
+			}
+		}
+	}
+	if after := soaSerial(r1.addr(), byName); after != before {
+		t.Errorf("expected the serial %d unchanged by the refused update, got %d", before, after)
+	}
+
+	// Unsigned: refused by the router's tsig plugin.
+	m := new(dns.Msg)
+	m.SetUpdate(byName)
+	m.Insert([]dns.RR{mustRR(t, "unsigned."+byName+" 60 A 192.0.2.1")})
+	if r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, r1.addr()); err != nil || r.Rcode != dns.RcodeRefused {
+		t.Errorf("expected an unsigned update REFUSED, got %v %v", r, err)
+	}
+
+	// Key mode zone: several names at once, atomically.
+	out, ok = u.send(t, wd, rz.addr(), byZone, signed,
+		fmt.Sprintf("update add m1.%s 60 A 192.0.2.81\nupdate add m2.%s 60 A 192.0.2.82\nupdate add h3.%s 60 TXT \"x\"", byZone, byZone, byZone))
+	if !ok {
+		t.Fatalf("expected an update of three names through the key mode zone router to succeed, got:\n%s", out)
+	}
+	if !hasA(rz.addr(), "m1."+byZone, "192.0.2.81") || !hasA(rz.addr(), "m2."+byZone, "192.0.2.82") {
+		t.Errorf("expected m1 and m2 through the router once the update was acknowledged")
+	}
+}
+
+// smallZone is a zone of n host names hN with an A record each.
+func smallZone(origin string, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "$ORIGIN %s\n$TTL 300\n@ SOA ns1 hostmaster 1 7200 3600 1209600 60\n@ NS ns1\nns1 A 192.0.2.53\n", origin)
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "h%d A 198.51.100.%d\n", i, i%256)
+	}
+	return b.String()
+}
+
+// routerMetrics reads a router's craftroute metrics: name → label text →
+// value.
+func routerMetrics(t *testing.T, r *router) map[string]map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", r.metrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "coredns_craftroute_") {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil {
+			continue
+		}
+		name, labels := line[:sp], ""
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			name, labels = name[:i], name[i:]
+		}
+		if out[name] == nil {
+			out[name] = map[string]float64{}
+		}
+		out[name][labels] = v
+	}
+	return out
+}
+
+// metricSum adds the series of name whose labels hold every one of want
+// (`key="value"`).
+func metricSum(t *testing.T, m map[string]map[string]float64, name string, want ...string) float64 {
+	t.Helper()
+	series, ok := m[name]
+	if !ok {
+		names := make([]string, 0, len(m))
+		for n := range m {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		t.Fatalf("expected the metric %s, the router has %v", name, names)
+	}
+	sum := 0.0
+next:
+	for labels, v := range series {
+		for _, w := range want {
+			if !strings.Contains(labels, w) {
+				continue next
+			}
+		}
+		sum += v
+	}
+	return sum
+}
+
+// TestShardedKill sends queries through a router while members of shard a
+// are killed with SIGKILL one after the other: no client sees a timeout or
+// a SERVFAIL, writes go on while a majority lives, the dead members get no
+// traffic once marked down while probes keep failing, and a member that
+// comes back gets traffic again.
+func TestShardedKill(t *testing.T) {
+	const origin = "kill.example."
+	u := newUpdater(t, "nsupdate", "")
+	wd := workdir(t)
+	s := startSharded(t, wd, 2, 3, []string{origin},
+		routerSpec{zones: []string{origin}, key: "name", timeout: "300ms", downFor: "2s", probe: "500ms"})
+	r := s.routers[0]
+	const hosts = 500
+	putZone(t, r.client(), origin, smallZone(origin, hosts))
+	eventually(t, "the zone through the router", 20*time.Second, func() bool { return hasA(r.addr(), "h1."+origin, "198.51.100.1") })
+
+	// The load: 4 clients, 2 s timeout, at most 30 s and 20,000 queries,
+	// paced to ~500 queries/s; one in four for a missing name.
+	var (
+		sent, failed, wrong atomic.Int64
+		mu                  sync.Mutex
+		failures            []string
+	)
+	stop := make(chan struct{})
+	pace := time.NewTicker(2 * time.Millisecond)
+	defer pace.Stop()
+	deadline := time.Now().Add(30 * time.Second)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := &dns.Client{Timeout: 2 * time.Second}
+			for {
+				select {
+				case <-stop:
+					return
+				case <-pace.C:
+				}
+				n := sent.Add(1)
+				if n > 20000 || time.Now().After(deadline) {
+					return
+				}
+				name, rcode := fmt.Sprintf("h%d.%s", n%hosts, origin), dns.RcodeSuccess
+				if n%4 == 0 {
+					name, rcode = fmt.Sprintf("nx%d.%s", n, origin), dns.RcodeNameError
+				}
+				m := new(dns.Msg)
+				m.SetQuestion(name, dns.TypeA)
+				m.RecursionDesired = false
+				resp, rtt, err := c.Exchange(m, r.addr())
+				switch {
+				case err != nil || resp.Rcode == dns.RcodeServerFailure:
+					failed.Add(1)
+					mu.Lock()
+					if len(failures) < 10 {
+						failures = append(failures, fmt.Sprintf("%s at %s after %v: %v %v", name, time.Now().Format("15:04:05.000"), rtt, err, resp))
+					}
+					mu.Unlock()
+				case resp.Rcode != rcode:
+					wrong.Add(1)
+					mu.Lock()
+					if len(failures) < 10 {
+						failures = append(failures, fmt.Sprintf("%s: expected %s, got %s", name, dns.RcodeToString[rcode], dns.RcodeToString[resp.Rcode]))
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	began := time.Now()
+	finish := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}
+	defer finish()
+	mark := func(what string) {
+		t.Logf("%5.1fs %s (%d queries so far)", time.Since(began).Seconds(), what, sent.Load())
+	}
+
+	a := s.members["a"]
+	time.Sleep(2 * time.Second)
+	mark("SIGKILL " + a[0].name)
+	a[0].p.kill()
+	time.Sleep(time.Second)
+
+	// Writes while one member of shard a is dead: a majority lives.
+	for i := 0; i < 4; i++ {
+		name := fmt.Sprintf("api%d.%s", i, origin)
+		var out string
+		t0 := time.Now()
+		code, err := r.client().do("POST", "/v1/zones/"+origin+"/records", map[string]any{"add": []string{name + " 60 IN A 192.0.2.9" + strconv.Itoa(i)}}, &out)
+		if err != nil || code != http.StatusOK {
+			t.Errorf("expected 200 writing %s through the router's API with %s dead, got %d %v %s", name, a[0].name, code, err, out)
+		}
+		if d := time.Since(t0); d > time.Second {
+			mark(fmt.Sprintf("the API write of %s took %v", name, d.Round(time.Millisecond)))
+		}
+		name = fmt.Sprintf("nsu%d.%s", i, origin)
+		t0 = time.Now()
+		if out, ok := u.send(t, wd, r.addr(), origin, []string{"-k", u.keyfile}, "update add "+name+" 60 A 192.0.2.8"+strconv.Itoa(i)); !ok {
+			t.Errorf("expected nsupdate of %s through the router to succeed with %s dead, got:\n%s", name, a[0].name, out)
+		}
+		if d := time.Since(t0); d > time.Second {
+			mark(fmt.Sprintf("the nsupdate of %s took %v", name, d.Round(time.Millisecond)))
+		}
+	}
+	var onA []string // the written names on shard a, as "name ip"
+	for i := 0; i < 4; i++ {
+		for j, name := range []string{fmt.Sprintf("api%d.%s", i, origin), fmt.Sprintf("nsu%d.%s", i, origin)} {
+			ip := fmt.Sprintf("192.0.2.%d%d", 9-j, i)
+			if !hasA(r.addr(), name, ip) {
+				t.Errorf("expected %s %s through the router once the write was acknowledged", name, ip)
+			}
+			var res struct{ Records []string }
+			if code, err := a[2].client().do("GET", "/v1/zones/"+origin+"/records?name="+name, nil, &res); err == nil && code == http.StatusOK && len(res.Records) > 0 {
+				onA = append(onA, name+" "+ip)
+			}
+		}
+	}
+	mark(fmt.Sprintf("8 writes done, %d of them on shard a", len(onA)))
+	if len(onA) == 0 {
+		t.Errorf("expected some of the 8 written names on shard a (the shard with a dead member)")
+	}
+
+	mark("SIGKILL " + a[1].name)
+	a[1].p.kill()
+	time.Sleep(2500 * time.Millisecond) // > down_for
+
+	// Only a[2] lives: the dead get no more queries (requests_total counts
+	// answers, so it stands still anyway), they stay marked down, and their
+	// probes keep failing.
+	m1 := routerMetrics(t, r)
+	time.Sleep(3 * time.Second)
+	m2 := routerMetrics(t, r)
+	for _, dead := range a[:2] {
+		label := fmt.Sprintf(`member="%s"`, dead.addr())
+		v1 := metricSum(t, m1, "coredns_craftroute_requests_total", `shard="a"`, label)
+		v2 := metricSum(t, m2, "coredns_craftroute_requests_total", `shard="a"`, label)
+		if v2 != v1 {
+			t.Errorf("expected no requests to dead %s after down_for, got %v then %v", dead.name, v1, v2)
+		}
+		if d := metricSum(t, m2, "coredns_craftroute_member_down", label); d != 1 {
+			t.Errorf("expected dead %s marked down, got member_down %v", dead.name, d)
+		}
+		p1 := metricSum(t, m1, "coredns_craftroute_probes_total", label, `result="fail"`)
+		p2 := metricSum(t, m2, "coredns_craftroute_probes_total", label, `result="fail"`)
+		mark(fmt.Sprintf("%s: failed probes %v then %v over 3s", dead.name, p1, p2))
+		if p2 <= p1 {
+			t.Errorf("expected failed probes of dead %s to go on, got %v then %v", dead.name, p1, p2)
+		}
+	}
+	live := fmt.Sprintf(`member="%s"`, a[2].addr())
+	if live1, live2 := metricSum(t, m1, "coredns_craftroute_requests_total", live),
+		metricSum(t, m2, "coredns_craftroute_requests_total", live); live2 <= live1 {
+		t.Errorf("expected requests to the live %s to go on, got %v then %v", a[2].name, live1, live2)
+	}
+
+	// a[0] comes back (same data, same Corefile) and gets traffic again.
+	mark("restart " + a[0].name)
+	a[0].p.restart()
+	back := fmt.Sprintf(`member="%s"`, a[0].addr())
+	base := metricSum(t, m2, "coredns_craftroute_requests_total", `shard="a"`, back)
+	eventually(t, a[0].name+" getting traffic again", 15*time.Second, func() bool {
+		return metricSum(t, routerMetrics(t, r), "coredns_craftroute_requests_total", `shard="a"`, back) > base
+	})
+	mark(a[0].name + " gets traffic again")
+	// What was written while it was dead is read through the router, from
+	// whichever member of shard a it picks: the member must not answer
+	// before it has caught up.
+	for _, w := range onA {
+		f := strings.Fields(w)
+		for try := 0; try < 5; try++ {
+			if !hasA(r.addr(), f[0], f[1]) {
+				t.Errorf("expected %s A %s (written while %s was dead) through the router once %s gets traffic again; the members say: %s",
+					f[0], f[1], a[0].name, a[0].name, s.membersSay(t, f[0], dns.TypeA))
+				break
+			}
+		}
+	}
+	if d := metricSum(t, routerMetrics(t, r), "coredns_craftroute_member_down", back); d != 0 {
+		t.Errorf("expected %s no longer marked down, got member_down %v", a[0].name, d)
+	}
+	if t.Failed() {
+		// Whether, and when, the member that came back caught up.
+		caught := func() bool {
+			for _, w := range onA {
+				f := strings.Fields(w)
+				if !hasA(a[0].addr(), f[0], f[1]) {
+					return false
+				}
+			}
+			return true
+		}
+		for end := time.Now().Add(20 * time.Second); !caught() && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		mark(fmt.Sprintf("%s answers the names written while it was dead: %v", a[0].name, caught()))
+		for _, w := range onA {
+			f := strings.Fields(w)
+			t.Logf("after that, through the router: %s A: %s", f[0], rdata(t, r.addr(), f[0], dns.TypeA))
+		}
+		for _, m := range []*shardMember{a[0], a[2]} {
+			var st string
+			m.client().do("GET", "/v1/cluster", nil, &st)
+			t.Logf("%s: GET /v1/cluster: %s\n%s log (last 3 KiB):\n%s", m.name, st, m.name, tail(m.p.logs(), 3072))
+		}
+	}
+	time.Sleep(time.Second)
+	finish()
+
+	total := sent.Load()
+	if total > 20000 {
+		total = 20000
+	}
+	t.Logf("%d queries in %v: %d failed (timeout or SERVFAIL), %d with a wrong rcode", total,
+		time.Since(began).Round(100*time.Millisecond), failed.Load(), wrong.Load())
+	if failed.Load() > 0 || wrong.Load() > 0 {
+		t.Errorf("expected every query answered right through the router, got %d failures and %d wrong rcodes; the first:\n%s",
+			failed.Load(), wrong.Load(), strings.Join(failures, "\n"))
+	}
+}
+
+// TestShardedExample starts Corefile.examples/sharded/ as `make
+// run-sharded` does: the router seeds example.org through its API, split
+// over both shards, and answers as one server would, also with a member of
+// each shard dead.
+func TestShardedExample(t *testing.T) {
+	wd := workdir(t)
+	var procs []*proc
+	for _, m := range []string{"a1", "a2", "a3", "b1", "b2", "b3", "router"} {
+		procs = append(procs, start(t, m, wd, "Corefile.examples/sharded/"+m+".Corefile"))
+	}
+	for _, p := range []int{8261, 8262, 8263, 8271, 8272, 8273, 8250} {
+		waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", p), procs...)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("router log:\n%s", tail(procs[6].logs(), 4096))
+		}
+	})
+	const router = "127.0.0.1:1053"
+	eventually(t, "the seeded zone through the router", 30*time.Second, func() bool { return hasA(router, "www.example.org", "192.0.2.10") })
+	// The seed goes to one shard after the other.
+	for _, sh := range []int{8161, 8171} {
+		eventually(t, fmt.Sprintf("part of example.org on the shard with API port %d", sh), 30*time.Second, func() bool {
+			n, err := zoneRecords(api{base: fmt.Sprintf("http://127.0.0.1:%d", sh)}, "example.org.")
+			return err == nil && n > 0
+		})
+	}
+	procs[0].kill() // a1
+	procs[3].kill() // b1
+	for _, c := range []struct {
+		name  string
+		qtype uint16
+		rcode int
+	}{
+		{"www.example.org", dns.TypeA, dns.RcodeSuccess},
+		{"ftp.example.org", dns.TypeA, dns.RcodeSuccess},     // a CNAME to www
+		{"x.dev.example.org", dns.TypeA, dns.RcodeSuccess},   // the wildcard
+		{"devices.example.org", dns.TypeA, dns.RcodeSuccess}, // an empty non-terminal: NODATA
+		{"nothing.example.org", dns.TypeA, dns.RcodeNameError},
+	} {
+		r, err := query(router, c.name, c.qtype)
+		if err != nil || r.Rcode != c.rcode || !r.Authoritative {
+			t.Errorf("expected %s for %s through the router with a1 and b1 dead, got %v %v", dns.RcodeToString[c.rcode], c.name, r, err)
+		}
+	}
+	if r, err := query(router, "x.lab.example.org", dns.TypeA); err != nil || r.Authoritative || len(r.Ns) == 0 {
+		t.Errorf("expected a referral for x.lab.example.org, got %v %v", r, err)
+	}
+}
