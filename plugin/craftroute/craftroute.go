@@ -14,6 +14,8 @@ import (
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
+	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+
 	"github.com/miekg/dns"
 )
 
@@ -106,9 +108,14 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 	if c.cfg.key == keyZone {
 		// The whole zone is on one shard: its answer is final as it is.
 		s := c.shardFor(q.Name)
-		resp, err := c.exchange(ctx, s, r)
+		resp, err := c.exchange(ctx, s, forward(r))
 		if err != nil {
 			return nil, &errNoShard{s.Name, err}
+		}
+		resp.Id, resp.Question = r.Id, r.Question
+		partition.Strip(resp)
+		if r.IsEdns0() == nil {
+			resp.Extra = withoutOPT(resp.Extra)
 		}
 		return resp, nil
 	}

@@ -2,6 +2,7 @@ package craftroute
 
 import (
 	"context"
+	"github.com/craftdns/craftdns/plugin/craftstore/partition"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ func startProbes(shards []*Shard, every, downFor time.Duration, qname string) (s
 	req := new(dns.Msg)
 	req.SetQuestion(dns.Fqdn(qname), dns.TypeSOA)
 	req.RecursionDesired = false
+	partition.RequestFresh(req) // a craftstore member that has not caught up answers SERVFAIL
 	extend := max(downFor, 2*every)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -71,10 +73,10 @@ func probeRound(ctx context.Context, shards []*Shard, req *dns.Msg, timeout, ext
 func probe(ctx context.Context, m *Member, req *dns.Msg, timeout, extend time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := m.exchange(ctx, req)
+	resp, err := m.exchange(ctx, req)
 	now := time.Now()
 	switch {
-	case err == nil:
+	case err == nil && resp.Rcode != dns.RcodeServerFailure:
 		m.Succeeded(now)
 		probeCount.WithLabelValues(m.Shard, m.Addr, "ok").Inc()
 	case ctx.Err() == context.Canceled: // stopping: no verdict

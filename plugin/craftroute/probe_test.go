@@ -6,8 +6,29 @@ import (
 	"time"
 )
 
+// TestProbeNotReady: a member answering probes SERVFAIL (a craftstore
+// member that has not caught up answers so) stays down.
+func TestProbeNotReady(t *testing.T) {
+	f := startTarget(t, targetServfail)
+	m := targetMember(t, "probe-notready", f, time.Second)
+	s := &Shard{Name: "probe-notready", Members: []*Member{m}}
+	m.Failed(time.Now(), 30*time.Millisecond)
+
+	stop := startProbes([]*Shard{s}, 20*time.Millisecond, 30*time.Millisecond, "example.org")
+	for i := 0; i < 200 && f.soa.Load() < 4; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	if f.soa.Load() < 4 {
+		t.Fatalf("expected several probes, got %d", f.soa.Load())
+	}
+	if !m.Down(time.Now()) {
+		t.Fatal("a member answering SERVFAIL came back")
+	}
+}
+
 func TestProbeRevives(t *testing.T) {
-	f := startTarget(t, targetServfail) // any response counts, SERVFAIL too
+	f := startTarget(t, targetAnswer)
 	m := targetMember(t, "probe-revive", f, time.Second)
 	s := &Shard{Name: "probe-revive", Members: []*Member{m}}
 	m.Failed(time.Now(), time.Hour)

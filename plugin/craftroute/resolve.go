@@ -280,6 +280,32 @@ func indexOf(shards []*Shard, s *Shard) int {
 // query builds the partition-mode query for name/qtype from the client's
 // query r: its flags, EDNS0 buffer size, DO bit and options travel along.
 func query(r *dns.Msg, name string, qtype uint16) *dns.Msg {
+	m := build(r, name, qtype)
+	partition.Request(m)
+	return m
+}
+
+// forward builds the query sent on for client query r in key mode "zone":
+// r's question, flags and EDNS0 options, asking for an answer from a member
+// that caught up with its group (partition.RequestFresh).
+func forward(r *dns.Msg) *dns.Msg {
+	m := build(r, r.Question[0].Name, r.Question[0].Qtype)
+	partition.RequestFresh(m)
+	return m
+}
+
+// withoutOPT returns rrs without OPT records.
+func withoutOPT(rrs []dns.RR) []dns.RR {
+	out := rrs[:0:0]
+	for _, rr := range rrs {
+		if rr.Header().Rrtype != dns.TypeOPT {
+			out = append(out, rr)
+		}
+	}
+	return out
+}
+
+func build(r *dns.Msg, name string, qtype uint16) *dns.Msg {
 	m := new(dns.Msg)
 	m.Id = dns.Id()
 	m.Opcode = dns.OpcodeQuery
@@ -297,7 +323,6 @@ func query(r *dns.Msg, name string, qtype uint16) *dns.Msg {
 		}
 		m.Extra = append(m.Extra, o)
 	}
-	partition.Request(m)
 	return m
 }
 

@@ -62,6 +62,12 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		return refuse(w, r, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed")
 	}
 
+	if partition.Routed(r) && !rep.Ready() {
+		// craftroute asks: a member that has not caught up with its group
+		// (after a restart) must not answer for it; the router tries another.
+		return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is catching up with its group")
+	}
+
 	m := new(dns.Msg)
 	m.SetReply(r)
 	if opt := r.IsEdns0(); opt != nil {

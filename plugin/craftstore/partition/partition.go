@@ -67,9 +67,24 @@ type Facts struct {
 
 const flagWildcard = 1
 
+// Query modes, the second byte of a query's payload.
+const (
+	modeFacts = 1 // partition mode
+	modeFresh = 2 // an ordinary answer
+)
+
 // Request adds the partition option to m, creating an OPT record if m has
 // none. It is idempotent.
-func Request(m *dns.Msg) {
+func Request(m *dns.Msg) { request(m, modeFacts) }
+
+// RequestFresh adds the option in its other mode to m: the member answers
+// as usual, but only once it has caught up with its group, as in partition
+// mode (a member that is not answers SERVFAIL with an Extended DNS Error "Not
+// Ready", and the router tries another). craftroute sends its queries in key
+// mode "zone" and its probes this way.
+func RequestFresh(m *dns.Msg) { request(m, modeFresh) }
+
+func request(m *dns.Msg, mode byte) {
 	opt := m.IsEdns0()
 	if opt == nil {
 		m.SetEdns0(dns.DefaultMsgSize, false)
@@ -80,21 +95,33 @@ func Request(m *dns.Msg) {
 			return
 		}
 	}
-	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: Code, Data: []byte{version}})
+	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: Code, Data: []byte{version, mode}})
 }
 
 // Requested reports whether query r asks for partition mode.
 func Requested(r *dns.Msg) bool {
+	d, ok := payload(r)
+	return ok && (len(d) < 2 || d[1] == modeFacts)
+}
+
+// Routed reports whether query r carries the option in either mode: it comes
+// from craftroute, which wants answers only from members that caught up.
+func Routed(r *dns.Msg) bool {
+	_, ok := payload(r)
+	return ok
+}
+
+func payload(r *dns.Msg) ([]byte, bool) {
 	opt := r.IsEdns0()
 	if opt == nil {
-		return false
+		return nil, false
 	}
 	for _, o := range opt.Option {
 		if l, ok := o.(*dns.EDNS0_LOCAL); ok && l.Code == Code {
-			return true
+			return l.Data, true
 		}
 	}
-	return false
+	return nil, false
 }
 
 // Attach adds f to response m, creating an OPT record if m has none.

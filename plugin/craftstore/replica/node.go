@@ -24,6 +24,7 @@ func (r *Replica) run() {
 		select {
 		case <-ticker.C:
 			r.node.Tick()
+			r.askReady()
 		case rd := <-r.node.Ready():
 			if err := r.handleReady(rd); err != nil {
 				// The state on disk is intact (the transaction rolled back), but
@@ -54,6 +55,12 @@ type pending struct {
 func (r *Replica) handleReady(rd raft.Ready) error {
 	if rd.SoftState != nil {
 		r.leader.Store(rd.SoftState.Lead)
+	}
+	for _, rs := range rd.ReadStates {
+		if string(rs.RequestCtx) == readyCtx {
+			r.readyIndex = max(r.readyIndex, rs.Index)
+			r.readyRead = true
+		}
 	}
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		r.term.Store(rd.HardState.GetTerm())
@@ -135,10 +142,29 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 	return nil
 }
 
-// markReady latches readiness once a leader is known and what was committed
-// at start is applied.
+// readyCtx tags the ReadIndex request of askReady.
+const readyCtx = "craftstore-ready"
+
+// askReady asks the leader for its commit index (Raft's ReadIndex) while
+// the member is not ready, at most once a second: a member that restarts
+// after missing entries must not count as ready, and answer for the group
+// (craftroute prefers ready members), before it has applied what the group
+// committed meanwhile.
+func (r *Replica) askReady() {
+	if r.ready.Load() || r.readyRead || r.leader.Load() == raft.None || time.Since(r.readyAsk) < time.Second {
+		return
+	}
+	r.readyAsk = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Tick)
+	defer cancel()
+	_ = r.node.ReadIndex(ctx, []byte(readyCtx)) // a lost request is asked again
+}
+
+// markReady latches readiness once the leader told its commit index
+// (askReady) and the member has applied up to it, and to what was committed
+// when it started.
 func (r *Replica) markReady() {
-	if !r.ready.Load() && r.leader.Load() != raft.None && r.applied.Load() >= r.readyIndex {
+	if !r.ready.Load() && r.readyRead && r.leader.Load() != raft.None && r.applied.Load() >= r.readyIndex {
 		r.ready.Store(true)
 	}
 }

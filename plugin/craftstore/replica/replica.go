@@ -101,7 +101,9 @@ type Replica struct {
 	commit     atomic.Uint64
 	term       atomic.Uint64
 	leader     atomic.Uint64
-	readyIndex uint64 // commit index known at start
+	readyIndex uint64 // commit index known at start, then the leader's (ReadIndex)
+	readyRead  bool   // the leader confirmed readyIndex (Ready loop only)
+	readyAsk   time.Time
 	ready      atomic.Bool
 	removed    atomic.Bool
 	removedc   chan struct{}
