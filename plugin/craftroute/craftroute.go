@@ -93,7 +93,7 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: dns.ExtendedErrorCodeNoReachableAuthority, ExtraText: err.Error()})
 		}
 		w.WriteMsg(m)
-		return dns.RcodeServerFailure, nil
+		return dns.RcodeSuccess, nil // written
 	}
 	w.WriteMsg(resp)
 	return dns.RcodeSuccess, nil

@@ -1,0 +1,96 @@
+package craftroute
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/miekg/dns"
+)
+
+func TestSetup(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "k.key")
+	if err := os.WriteFile(key, []byte(`key "update." {
+	algorithm hmac-sha256;
+	secret "9ATHUKEK1AtZp8igg3qMeaLM1Y2Q3iBGRyWOyERsKXY=";
+};
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := caddy.NewTestController("dns", `craftroute example.org {
+		shard b 127.0.0.1:1171 127.0.0.2
+		shard a 127.0.0.1:1161
+		shard_api a http://127.0.0.1:8161/
+		key zone
+		timeout 300ms
+		down_for 2s
+		probe 0
+		partitions 1021
+		load 1.5
+		negative_cache 0
+		tsig `+key+`
+		api 127.0.0.1:0
+		shard_token s3cret
+		seed example.org zone.txt
+	}`)
+	cr, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cr.cfg
+	if len(cfg.shards) != 2 || cfg.shards[0].Name != "b" || cfg.shards[0].Members[1].Addr != "127.0.0.2:53" {
+		t.Errorf("shards: %+v", cfg.shards)
+	}
+	if got := cr.shard("a").API; len(got) != 1 || got[0] != "http://127.0.0.1:8161" {
+		t.Errorf("expected the shard API without a trailing slash, got %v", got)
+	}
+	if cfg.key != keyZone || cfg.timeout != 300*time.Millisecond || cfg.downFor != 2*time.Second || cfg.probe != 0 ||
+		cfg.partitions != 1021 || cfg.load != 1.5 || cfg.negCache != 0 || cfg.shardToken != "s3cret" || cfg.seeds["example.org."] != "zone.txt" {
+		t.Errorf("config: %+v", cfg)
+	}
+	if cfg.keys["update."] == "" || cfg.keyAlgs["update."] != dns.HmacSHA256 {
+		t.Errorf("keys: %v %v", cfg.keys, cfg.keyAlgs)
+	}
+	if cr.Zones[0] != "example.org." || cr.ring == nil {
+		t.Errorf("zones %v, ring %v", cr.Zones, cr.ring)
+	}
+
+	// Defaults.
+	cr, err = parse(caddy.NewTestController("dns", "craftroute {\nshard a 127.0.0.1:53\n}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr.cfg.key != keyName || cr.cfg.timeout != defaultTimeout || cr.cfg.downFor != defaultDownFor ||
+		cr.cfg.probe != defaultProbe || cr.cfg.partitions != defaultPartitions || cr.cfg.negCache != defaultNegCache {
+		t.Errorf("defaults: %+v", cr.cfg)
+	}
+}
+
+func TestSetupErrors(t *testing.T) {
+	for _, tc := range []struct{ conf, want string }{
+		{"craftroute {\n}", "at least one shard"},
+		{"craftroute {\nshard a\n}", "at least one member"},
+		{"craftroute {\nshard a 127.0.0.1\nshard a 127.0.0.2\n}", "twice"},
+		{"craftroute {\nshard a nothere.example\n}", "not an IP"},
+		{"craftroute {\nshard a 127.0.0.1\nshard_api b http://127.0.0.1:1\n}", "unknown shard"},
+		{"craftroute {\nshard a 127.0.0.1\nshard_api a 127.0.0.1:1\n}", "not an http"},
+		{"craftroute {\nshard a 127.0.0.1\nkey owner\n}", "key must be"},
+		{"craftroute {\nshard a 127.0.0.1\ntimeout 0s\n}", "positive"},
+		{"craftroute {\nshard a 127.0.0.1\npartitions 100\n}", "at least 271"},
+		{"craftroute {\nshard a 127.0.0.1\nload 1\n}", "above 1"},
+		{"craftroute {\nshard a 127.0.0.1\nnegative_cache -1\n}", "negative"},
+		{"craftroute {\nshard a 127.0.0.1\ntsig /nonexistent\n}", "no such file"},
+		{"craftroute {\nshard a 127.0.0.1\napi 192.0.2.1:8053\n}", "needs a token"},
+		{"craftroute {\nshard a 127.0.0.1\nbogus\n}", "unknown property"},
+		{"craftroute {\nshard a 127.0.0.1\n}\ncraftroute {\nshard a 127.0.0.1\n}", "once"},
+	} {
+		_, err := parse(caddy.NewTestController("dns", tc.conf))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: expected an error with %q, got %v", tc.conf, tc.want, err)
+		}
+	}
+}
