@@ -12,10 +12,17 @@ import (
 	"github.com/miekg/dns"
 )
 
-// TestReadmeExamples starts every ~~~ corefile block of the craftstore
-// README and checks that the server comes up and answers DNS.
+// TestReadmeExamples starts every ~~~ corefile block of the plugins'
+// READMEs and checks that the server comes up and answers DNS (a router
+// whose shards are not running answers SERVFAIL, which counts).
 func TestReadmeExamples(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(repo, "plugin", "craftstore", "README.md"))
+	for _, plugin := range []string{"craftstore", "craftroute"} {
+		t.Run(plugin, func(t *testing.T) { readmeExamples(t, plugin) })
+	}
+}
+
+func readmeExamples(t *testing.T, plugin string) {
+	readme, err := os.ReadFile(filepath.Join(repo, "plugin", plugin, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +34,7 @@ func TestReadmeExamples(t *testing.T) {
 	for i, b := range blocks {
 		t.Run(fmt.Sprint("example", i), func(t *testing.T) {
 			wd := workdir(t)
-			corefile := b[1]
+			corefile := strings.ReplaceAll(b[1], "Corefile.examples/", filepath.Join(repo, "Corefile.examples")+"/")
 			m := port.FindStringSubmatch(corefile)
 			if m == nil {
 				t.Fatalf("expected a zone:port server block in:\n%s", corefile)
