@@ -307,7 +307,7 @@ func withoutOPT(rrs []dns.RR) []dns.RR {
 
 func build(r *dns.Msg, name string, qtype uint16) *dns.Msg {
 	m := new(dns.Msg)
-	m.Id = dns.Id()
+	m.Id = r.Id // the proxy sends it with a fresh random ID and restores this one
 	m.Opcode = dns.OpcodeQuery
 	m.RecursionDesired = r.RecursionDesired
 	m.CheckingDisabled = r.CheckingDisabled
