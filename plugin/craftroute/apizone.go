@@ -1,0 +1,413 @@
+package craftroute
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
+	"github.com/miekg/dns"
+)
+
+// The zone and record paths of the router's API, placed by the key mode.
+
+// zoneInfo is a shard's zone as GET /v1/zones lists it.
+type zoneInfo struct {
+	Zone    string `json:"zone"`
+	Serial  uint32 `json:"serial"`
+	Records int    `json:"records"`
+}
+
+// routedZone is a zone as the router lists it: the highest serial, the sum
+// of the records of the shards that hold it (replicated records counted
+// once per shard), and those shards.
+type routedZone struct {
+	zoneInfo
+	Shards []string `json:"shards"`
+}
+
+func (a *apiServer) listZones(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), shardCallTimeout)
+	defer cancel()
+	lists, errs := a.zoneLists(ctx)
+	if err := errors.Join(errs...); err != nil {
+		respondError(w, http.StatusBadGateway, err.Error())
+		return
+	}
+	respondJSON(w, http.StatusOK, mergeZoneLists(a.c.cfg.shards, lists))
+}
+
+// mergeZoneLists joins the shards' zone lists, sorted by zone.
+func mergeZoneLists(shards []*Shard, lists [][]zoneInfo) []routedZone {
+	byZone := map[string]*routedZone{}
+	for i, list := range lists {
+		for _, zi := range list {
+			o := zone.Lower(dns.Fqdn(zi.Zone))
+			rz := byZone[o]
+			if rz == nil {
+				rz = &routedZone{zoneInfo: zoneInfo{Zone: o, Serial: zi.Serial}}
+				byZone[o] = rz
+			}
+			if serialAfter(zi.Serial, rz.Serial) {
+				rz.Serial = zi.Serial
+			}
+			rz.Records += zi.Records
+			rz.Shards = append(rz.Shards, shards[i].Name)
+		}
+	}
+	out := make([]routedZone, 0, len(byZone))
+	for _, rz := range byZone {
+		slices.Sort(rz.Shards)
+		out = append(out, *rz)
+	}
+	slices.SortFunc(out, func(a, b routedZone) int { return strings.Compare(a.Zone, b.Zone) })
+	return out
+}
+
+// serialAfter reports whether SOA serial a is after b (RFC 1982).
+func serialAfter(a, b uint32) bool { return a != b && int32(a-b) > 0 }
+
+func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
+	origin, err := zoneParam(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxZoneBody))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	// A client going away does not stop a write half way through.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), importTimeout(len(body)))
+	defer cancel()
+	status, v := a.importZone(ctx, origin, body)
+	respondJSON(w, status, v)
+}
+
+func (a *apiServer) getZone(w http.ResponseWriter, r *http.Request) {
+	origin, err := zoneParam(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	c := a.c
+	if c.cfg.key == keyZone {
+		a.proxy(r.Context(), w, c.zoneShard(origin), http.MethodGet, zonePath(origin), "", nil, "")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), shardCallTimeout)
+	defer cancel()
+	replies, errs := a.each(ctx, c.cfg.shards, http.MethodGet, zonePath(origin), nil, "")
+	var exports [][]byte
+	for i, rep := range replies {
+		switch {
+		case errs[i] != nil:
+			fail(w, errs[i])
+			return
+		case rep.status == http.StatusNotFound:
+			log.Warningf("zone %s is not on shard %s", origin, c.cfg.shards[i].Name)
+		case rep.status != http.StatusOK:
+			fail(w, rep.err(c.cfg.shards[i]))
+			return
+		default:
+			exports = append(exports, rep.body)
+		}
+	}
+	if len(exports) == 0 {
+		fail(w, apiErrorf(http.StatusNotFound, "zone %q not found", origin))
+		return
+	}
+	rrs, err := mergeExports(origin, exports)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/dns")
+	w.Write(zoneText(rrs))
+}
+
+// mergeExports joins the zone file texts of the shards of origin: each
+// record once (replicated records are equal but for their TTL), the SOA with
+// the highest serial first.
+func mergeExports(origin string, exports [][]byte) ([]dns.RR, error) {
+	var (
+		soa  *dns.SOA
+		out  = []dns.RR{nil}
+		seen = map[string]bool{}
+	)
+	for _, text := range exports {
+		zp := dns.NewZoneParser(bytes.NewReader(text), origin, "")
+		zp.SetIncludeAllowed(false)
+		zp.SetDefaultTTL(defaultTTL)
+		for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+			if s, isSOA := rr.(*dns.SOA); isSOA {
+				if soa == nil || serialAfter(s.Serial, soa.Serial) {
+					soa = s
+				}
+				continue
+			}
+			h := rr.Header()
+			k := zone.Lower(h.Name) + " " + dns.TypeToString[h.Rrtype] + " " + strings.TrimPrefix(rr.String(), h.String())
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			out = append(out, rr)
+		}
+		if err := zp.Err(); err != nil {
+			return nil, fmt.Errorf("export of %s: %w", origin, err)
+		}
+	}
+	if soa == nil {
+		return out[1:], nil
+	}
+	out[0] = soa
+	return out, nil
+}
+
+func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
+	origin, err := zoneParam(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	c := a.c
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
+	defer cancel()
+	if c.cfg.key == keyZone {
+		if a.proxy(ctx, w, c.zoneShard(origin), http.MethodDelete, zonePath(origin), "", nil, "") == http.StatusOK {
+			c.zones.remove(origin)
+			c.purgeNegative(origin)
+		}
+		return
+	}
+	shards := byName(c.cfg.shards)
+	replies, errs := a.each(ctx, shards, http.MethodDelete, zonePath(origin), nil, "")
+	rep := zoneReport{Zone: origin, Shards: make([]shardReport, len(shards))}
+	deleted, absent := 0, 0
+	for i, s := range shards {
+		sr := shardReport{Shard: s.Name}
+		switch {
+		case errs[i] != nil:
+			sr.fail(errs[i])
+		case replies[i].status == http.StatusOK:
+			sr.Status = statusCommitted
+			deleted++
+		case replies[i].status == http.StatusNotFound:
+			sr.Status = statusAbsent
+			absent++
+		default:
+			sr.fail(replies[i].err(s))
+		}
+		rep.Shards[i] = sr
+	}
+	if deleted > 0 {
+		c.purgeNegative(origin)
+	}
+	switch {
+	case absent == len(shards):
+		fail(w, apiErrorf(http.StatusNotFound, "zone %q not found", origin))
+	case deleted+absent < len(shards):
+		status, msg := rep.failure("DELETE")
+		rep.Error = msg
+		respondJSON(w, status, rep)
+	default:
+		c.zones.remove(origin)
+		respondJSON(w, http.StatusOK, rep)
+	}
+}
+
+func (a *apiServer) getRecords(w http.ResponseWriter, r *http.Request) {
+	origin, err := zoneParam(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		fail(w, apiErrorf(http.StatusBadRequest, "the name parameter is required"))
+		return
+	}
+	if name, err = absName(origin, name); err != nil {
+		fail(w, err)
+		return
+	}
+	// In key mode "name" the owner shard holds the name, replicated or not.
+	s := a.c.shardFor(name)
+	if a.c.cfg.key == keyZone {
+		s = a.c.zoneShard(origin)
+	}
+	a.proxy(r.Context(), w, s, http.MethodGet, recordsPath(origin), r.URL.RawQuery, nil, "")
+}
+
+func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
+	origin, err := zoneParam(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRecordsBody))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
+	defer cancel()
+	c := a.c
+	if c.cfg.key == keyZone {
+		if a.proxy(ctx, w, c.zoneShard(origin), http.MethodPost, recordsPath(origin), "", body, "application/json") == http.StatusOK {
+			c.purgeNegative(origin)
+		}
+		return
+	}
+	parts, err := c.splitChange(ctx, origin, body)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if len(parts) == 1 {
+		for s := range parts {
+			if a.proxy(ctx, w, s, http.MethodPost, recordsPath(origin), "", body, "application/json") == http.StatusOK {
+				c.purgeNegative(origin)
+			}
+		}
+		return
+	}
+	status, rep := a.applyParts(ctx, origin, parts)
+	respondJSON(w, status, rep)
+}
+
+// applyParts sends the parts of a record change to their shards, one after
+// the other in shard name order, and stops at the first failure. Each part
+// is atomic on its shard; the parts committed before a failure stay.
+func (a *apiServer) applyParts(ctx context.Context, origin string, parts map[*Shard]*changeRequest) (int, zoneReport) {
+	shards := make([]*Shard, 0, len(parts))
+	for s := range parts {
+		shards = append(shards, s)
+	}
+	shards = byName(shards)
+	rep := zoneReport{Zone: origin, Shards: make([]shardReport, len(shards))}
+	failed := false
+	for i, s := range shards {
+		sr := shardReport{Shard: s.Name, Status: statusNotSent}
+		if !failed {
+			body, _ := json.Marshal(parts[s])
+			res, err := a.do(ctx, s, http.MethodPost, recordsPath(origin), "", body, "application/json")
+			var out struct {
+				Serial uint32 `json:"serial"`
+			}
+			switch {
+			case err != nil:
+				sr.fail(err)
+			case res.status != http.StatusOK:
+				sr.fail(res.err(s))
+			case json.Unmarshal(res.body, &out) != nil:
+				sr.fail(fmt.Errorf("shard %s: unreadable answer", s.Name))
+			default:
+				sr.Status, sr.Serial = statusCommitted, out.Serial
+				if serialAfter(out.Serial, rep.Serial) || rep.Serial == 0 {
+					rep.Serial = out.Serial
+				}
+			}
+			failed = sr.Status == statusFailed
+		}
+		rep.Shards[i] = sr
+	}
+	status := http.StatusOK
+	if rep.committed() > 0 {
+		a.c.purgeNegative(origin)
+	}
+	if failed {
+		status, rep.Error = rep.failure("change")
+	}
+	return status, rep
+}
+
+// Outcomes of one shard's part of a write.
+const (
+	statusCommitted = "committed"
+	statusFailed    = "failed"
+	statusNotSent   = "not sent"
+	statusAbsent    = "absent"
+)
+
+// shardReport is one shard's part of a write that reaches several shards.
+type shardReport struct {
+	Shard   string `json:"shard"`
+	Status  string `json:"status"`
+	Serial  uint32 `json:"serial,omitempty"`
+	Records int    `json:"records,omitempty"`
+	Error   string `json:"error,omitempty"`
+
+	code int // HTTP status of a failure
+}
+
+func (sr *shardReport) fail(err error) {
+	sr.Status, sr.code, sr.Error = statusFailed, http.StatusBadGateway, err.Error()
+	var aerr *apiError
+	if errors.As(err, &aerr) {
+		sr.code = aerr.status
+	}
+}
+
+// zoneReport is the answer to a write that reaches several shards.
+type zoneReport struct {
+	Zone    string        `json:"zone"`
+	Serial  uint32        `json:"serial,omitempty"`
+	Records int           `json:"records,omitempty"`
+	Shards  []shardReport `json:"shards"`
+	Error   string        `json:"error,omitempty"`
+}
+
+func (rep *zoneReport) committed() int {
+	n := 0
+	for _, sr := range rep.Shards {
+		if sr.Status == statusCommitted {
+			n++
+		}
+	}
+	return n
+}
+
+// failure returns the status and the message of a write of which some parts
+// failed: the shards' own 4xx status when nothing was written and they all
+// refused alike, else 502; the message names the failed shards and says
+// that the parts already written stay.
+func (rep *zoneReport) failure(op string) (int, string) {
+	var failed, done []string
+	code := 0
+	for _, sr := range rep.Shards {
+		switch sr.Status {
+		case statusFailed:
+			failed = append(failed, sr.Shard)
+			switch {
+			case code == 0:
+				code = sr.code
+			case code != sr.code:
+				code = -1
+			}
+		case statusCommitted:
+			done = append(done, sr.Shard)
+		}
+	}
+	msg := fmt.Sprintf("%s of %s failed on shard %s", op, rep.Zone, strings.Join(failed, ", "))
+	if len(failed) == 1 && len(rep.Shards) == 1 {
+		msg = rep.Shards[0].Error
+	}
+	if len(done) == 0 {
+		if code >= 400 && code < 500 {
+			return code, msg + ": nothing was written"
+		}
+		return http.StatusBadGateway, msg + ": nothing was written"
+	}
+	return http.StatusBadGateway, fmt.Sprintf("%s; the parts on shard %s were written and stay: repeat the request once the failed shards answer",
+		msg, strings.Join(done, ", "))
+}
