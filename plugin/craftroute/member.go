@@ -212,6 +212,12 @@ func (m *Member) Failed(now time.Time, downFor time.Duration) {
 // Down reports whether the member is down at now.
 func (m *Member) Down(now time.Time) bool { return m.alive.Load() > now.UnixNano() }
 
+// Alive reports whether the member answered once and is not down at now.
+func (m *Member) Alive(now time.Time) bool {
+	a := m.alive.Load()
+	return a != 0 && a <= now.UnixNano()
+}
+
 // Order puts the shard's members into dst (overwriting it; it allocates
 // only when dst has too little capacity) and returns it: the members that
 // are not down at now first, in a random order that differs per call so

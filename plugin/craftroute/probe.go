@@ -32,6 +32,8 @@ func startProbes(shards []*Shard, every, downFor time.Duration, qname string) (s
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		// A first round asks every member: readiness needs one that answered.
+		probeRound(ctx, shards, req, every, extend, true)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
@@ -40,7 +42,7 @@ func startProbes(shards []*Shard, every, downFor time.Duration, qname string) (s
 				return
 			case <-tick.C:
 			}
-			probeRound(ctx, shards, req, every, extend)
+			probeRound(ctx, shards, req, every, extend, false)
 		}
 	}()
 
@@ -53,14 +55,14 @@ func startProbes(shards []*Shard, every, downFor time.Duration, qname string) (s
 	}
 }
 
-// probeRound probes the members that are down now, concurrently, and waits
-// for all of them.
-func probeRound(ctx context.Context, shards []*Shard, req *dns.Msg, timeout, extend time.Duration) {
+// probeRound probes the members that are down now (all of them with all),
+// concurrently, and waits for all of them.
+func probeRound(ctx context.Context, shards []*Shard, req *dns.Msg, timeout, extend time.Duration, all bool) {
 	now := time.Now()
 	var wg sync.WaitGroup
 	for _, s := range shards {
 		for _, m := range s.Members {
-			if m.Down(now) {
+			if all || m.Down(now) {
 				wg.Go(func() { probe(ctx, m, req, timeout, extend) })
 			}
 		}

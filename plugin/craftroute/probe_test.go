@@ -85,8 +85,8 @@ func TestProbeKeepsDeadDown(t *testing.T) {
 	if got := memberMetric(probeCount.WithLabelValues(m.Shard, m.Addr, "fail")); got < 2 {
 		t.Errorf("expected probes_total{result=fail} ≥ 2, got %v", got)
 	}
-	if good.soa.Load() != 0 {
-		t.Errorf("expected no probe of the live member, got %d", good.soa.Load())
+	if good.soa.Load() > 1 {
+		t.Errorf("expected the live member probed only by the first round, got %d probes", good.soa.Load())
 	}
 
 	stop()
@@ -96,5 +96,32 @@ func TestProbeKeepsDeadDown(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if dead.soa.Load() != n {
 		t.Errorf("expected no probe after stop")
+	}
+}
+
+// TestReady: the router is ready once every shard has a member that
+// answered the first round of probes.
+func TestReady(t *testing.T) {
+	dead, good := startTarget(t, targetSilent), startTarget(t, targetAnswer)
+	a := &Shard{Name: "ready-a", Members: []*Member{targetMember(t, "ready-a", good, time.Second)}}
+	b := &Shard{Name: "ready-b", Members: []*Member{targetMember(t, "ready-b", dead, 40*time.Millisecond)}}
+	c := &Craftroute{cfg: config{probe: 20 * time.Millisecond, shards: []*Shard{a, b}}}
+	if c.Ready() {
+		t.Fatal("ready before any member answered")
+	}
+	stop := startProbes(c.cfg.shards, c.cfg.probe, time.Second, "example.org.")
+	defer stop()
+	for i := 0; i < 200 && !a.Members[0].Alive(time.Now()); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !a.Members[0].Alive(time.Now()) {
+		t.Fatal("the answering member was not found alive")
+	}
+	if c.Ready() {
+		t.Fatal("ready while shard b has no member that answered")
+	}
+	c.cfg.shards = c.cfg.shards[:1]
+	if !c.Ready() {
+		t.Fatal("not ready with an answering member in every shard")
 	}
 }

@@ -1,0 +1,26 @@
+package craftroute
+
+import "time"
+
+// Ready implements ready.Readiness: true once every shard has a member that
+// answered (a query or a probe; the probes' first round asks every member)
+// and is not marked down. Without probes it is always true.
+func (c *Craftroute) Ready() bool {
+	if c.cfg.probe == 0 {
+		return true
+	}
+	now := time.Now()
+	for _, s := range c.cfg.shards {
+		alive := false
+		for _, m := range s.Members {
+			if m.Alive(now) {
+				alive = true
+				break
+			}
+		}
+		if !alive {
+			return false
+		}
+	}
+	return true
+}
