@@ -23,7 +23,7 @@ const (
 	defaultTimeout    = 500 * time.Millisecond
 	defaultDownFor    = 5 * time.Second
 	defaultProbe      = time.Second
-	defaultPartitions = 271
+	defaultPartitions = 1021
 	defaultLoad       = 1.25
 	defaultNegCache   = 10000
 	minPartitions     = 271
