@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -228,14 +227,10 @@ func hasA(addr, name, ip string) bool {
 	return false
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
+// freePort returns a loopback port that was free for TCP and UDP a moment ago.
 func freePort(t testing.TB) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Helper()
+	return listenPort(t) // free for TCP and UDP, outside the ephemeral range
 }
 
 func eventually(t testing.TB, what string, d time.Duration, cond func() bool) {

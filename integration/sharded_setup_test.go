@@ -167,7 +167,7 @@ func startSharded(t *testing.T, wd string, nshards, size int, memberZones []stri
 // below the kernel's ephemeral range (32768 and up on Linux), so that the
 // UDP client sockets of the routers and the tests do not take it before
 // the server does, and not handed out before in this process.
-func listenPort(t *testing.T) int {
+func listenPort(t testing.TB) int {
 	t.Helper()
 	portMu.Lock()
 	defer portMu.Unlock()

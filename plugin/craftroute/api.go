@@ -2,8 +2,6 @@ package craftroute
 
 import (
 	"context"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/miekg/dns"
 )
 
@@ -72,7 +71,7 @@ func (c *Craftroute) startAPI() error {
 	mux.HandleFunc("POST /v1/zones/{zone}/records", a.changeRecords)
 	mux.HandleFunc("GET /v1/zones/{zone}/records", a.getRecords)
 	mux.HandleFunc("GET /v1/shards", a.shards)
-	a.handler = a.auth(mux)
+	a.handler = httpapi.Auth("craftroute", a.token, mux)
 
 	apiMu.Lock()
 	defer apiMu.Unlock()
@@ -138,31 +137,6 @@ func (c *Craftroute) apiAddr() string {
 	return ""
 }
 
-// auth requires the bearer token when one is configured.
-func (a *apiServer) auth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="craftroute"`)
-				respondError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func respondJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-func respondError(w http.ResponseWriter, status int, msg string) {
-	respondJSON(w, status, map[string]string{"error": msg})
-}
-
 // apiError is an error with the HTTP status that answers it.
 type apiError struct {
 	status int
@@ -183,13 +157,13 @@ func fail(w http.ResponseWriter, err error) {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &aerr):
-		respondError(w, aerr.status, aerr.msg)
+		httpapi.WriteError(w, aerr.status, aerr.msg)
 	case errors.As(err, &tooBig):
-		respondError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", tooBig.Limit))
+		httpapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", tooBig.Limit))
 	case errors.Is(err, errZoneAbsent):
-		respondError(w, http.StatusNotFound, err.Error())
+		httpapi.WriteError(w, http.StatusNotFound, err.Error())
 	default:
-		respondError(w, http.StatusBadGateway, err.Error())
+		httpapi.WriteError(w, http.StatusBadGateway, err.Error())
 	}
 }
 
@@ -250,5 +224,5 @@ func (a *apiServer) shards(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Shards = append(out.Shards, sv)
 	}
-	respondJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }

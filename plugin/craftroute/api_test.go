@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
@@ -55,11 +56,11 @@ func newFakeAPI(t *testing.T, name string) *fakeAPI {
 		status := f.fail[r.Method]
 		f.mu.Unlock()
 		if r.Header.Get("Authorization") != "Bearer "+shardToken {
-			respondError(w, http.StatusUnauthorized, "shard token missing")
+			httpapi.WriteError(w, http.StatusUnauthorized, "shard token missing")
 			return
 		}
 		if status != 0 {
-			respondError(w, status, "injected failure")
+			httpapi.WriteError(w, status, "injected failure")
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -108,7 +109,7 @@ func (f *fakeAPI) list(w http.ResponseWriter, r *http.Request) {
 	for o, rrs := range f.zones {
 		out = append(out, zoneInfo{Zone: o, Serial: soaOf(rrs).Serial, Records: len(rrs)})
 	}
-	respondJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (f *fakeAPI) put(w http.ResponseWriter, r *http.Request) {
@@ -116,19 +117,19 @@ func (f *fakeAPI) put(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	rrs, err := parseZoneText(origin, string(body))
 	if err != nil {
-		respondError(w, http.StatusBadRequest, err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	f.mu.Lock()
 	f.zones[origin] = rrs
 	f.mu.Unlock()
-	respondJSON(w, http.StatusOK, zoneInfo{Zone: origin, Serial: soaOf(rrs).Serial, Records: len(rrs)})
+	httpapi.WriteJSON(w, http.StatusOK, zoneInfo{Zone: origin, Serial: soaOf(rrs).Serial, Records: len(rrs)})
 }
 
 func (f *fakeAPI) get(w http.ResponseWriter, r *http.Request) {
 	rrs := f.zone(dns.CanonicalName(r.PathValue("zone")))
 	if rrs == nil {
-		respondError(w, http.StatusNotFound, "zone not found")
+		httpapi.WriteError(w, http.StatusNotFound, "zone not found")
 		return
 	}
 	w.Header().Set("Content-Type", "text/dns")
@@ -140,31 +141,31 @@ func (f *fakeAPI) del(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.zones[origin] == nil {
-		respondError(w, http.StatusNotFound, "zone not found")
+		httpapi.WriteError(w, http.StatusNotFound, "zone not found")
 		return
 	}
 	delete(f.zones, origin)
-	respondJSON(w, http.StatusOK, map[string]string{"zone": origin})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"zone": origin})
 }
 
 func (f *fakeAPI) change(w http.ResponseWriter, r *http.Request) {
 	origin := dns.CanonicalName(r.PathValue("zone"))
 	var req changeRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		respondError(w, http.StatusBadRequest, err.Error())
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rrs := f.zones[origin]
 	if rrs == nil {
-		respondError(w, http.StatusNotFound, "zone not found")
+		httpapi.WriteError(w, http.StatusNotFound, "zone not found")
 		return
 	}
 	for _, raw := range req.Delete {
 		pl, err := deletionPlacement(origin, raw)
 		if err != nil {
-			respondError(w, http.StatusBadRequest, err.Error())
+			httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		rrs = slices.DeleteFunc(rrs, func(rr dns.RR) bool {
@@ -174,7 +175,7 @@ func (f *fakeAPI) change(w http.ResponseWriter, r *http.Request) {
 	for _, text := range req.Add {
 		rr, err := parseRecord(origin, text)
 		if err != nil {
-			respondError(w, http.StatusBadRequest, err.Error())
+			httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		rrs = append(rrs, rr)
@@ -182,7 +183,7 @@ func (f *fakeAPI) change(w http.ResponseWriter, r *http.Request) {
 	soa := soaOf(rrs)
 	soa.Serial++
 	f.zones[origin] = rrs
-	respondJSON(w, http.StatusOK, map[string]any{"zone": origin, "serial": soa.Serial})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"zone": origin, "serial": soa.Serial})
 }
 
 func (f *fakeAPI) records(w http.ResponseWriter, r *http.Request) {
@@ -194,7 +195,7 @@ func (f *fakeAPI) records(w http.ResponseWriter, r *http.Request) {
 			texts = append(texts, rr.String())
 		}
 	}
-	respondJSON(w, http.StatusOK, map[string]any{"zone": origin, "name": name, "records": texts})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"zone": origin, "name": name, "records": texts})
 }
 
 // exchange answers a partition-mode query from the shard's current zones.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -38,10 +39,10 @@ func (a *apiServer) listZones(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	lists, errs := a.zoneLists(ctx)
 	if err := errors.Join(errs...); err != nil {
-		respondError(w, http.StatusBadGateway, err.Error())
+		httpapi.WriteError(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	respondJSON(w, http.StatusOK, mergeZoneLists(a.c.cfg.shards, lists))
+	httpapi.WriteJSON(w, http.StatusOK, mergeZoneLists(a.c.cfg.shards, lists))
 }
 
 // mergeZoneLists joins the shards' zone lists, sorted by zone.
@@ -89,7 +90,7 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), importTimeout(len(body)))
 	defer cancel()
 	status, v := a.importZone(ctx, origin, body)
-	respondJSON(w, status, v)
+	httpapi.WriteJSON(w, status, v)
 }
 
 func (a *apiServer) getZone(w http.ResponseWriter, r *http.Request) {
@@ -218,10 +219,10 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 	case deleted+absent < len(shards):
 		status, msg := rep.failure("DELETE")
 		rep.Error = msg
-		respondJSON(w, status, rep)
+		httpapi.WriteJSON(w, status, rep)
 	default:
 		c.zones.remove(origin)
-		respondJSON(w, http.StatusOK, rep)
+		httpapi.WriteJSON(w, http.StatusOK, rep)
 	}
 }
 
@@ -282,7 +283,7 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status, rep := a.applyParts(ctx, origin, parts)
-	respondJSON(w, status, rep)
+	httpapi.WriteJSON(w, status, rep)
 }
 
 // applyParts sends the parts of a record change to their shards, one after

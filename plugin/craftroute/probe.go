@@ -2,9 +2,10 @@ package craftroute
 
 import (
 	"context"
-	"github.com/craftdns/craftdns/plugin/craftstore/partition"
 	"sync"
 	"time"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/partition"
 
 	"github.com/miekg/dns"
 )

@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	"github.com/craftdns/craftdns/internal/httpapi"
 
 	"github.com/miekg/dns"
 )
@@ -240,14 +241,7 @@ func memberAddr(s string) (string, error) {
 
 func loopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return err == nil && httpapi.Loopback(host)
 }
 
 // readKeyFile reads TSIG keys in the format of the tsig plugin's secrets

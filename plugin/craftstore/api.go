@@ -3,7 +3,6 @@ package craftstore
 import (
 	"bufio"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -52,7 +52,7 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica) (
 	mux.HandleFunc("GET /v1/cluster", a.cluster)
 	mux.HandleFunc("POST /v1/cluster/members", a.addMember)
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", a.removeMember)
-	a.srv = &http.Server{Handler: a.auth(mux), ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: httpapi.Auth("craftstore", a.token, mux), ReadHeaderTimeout: 10 * time.Second}
 	go a.srv.Serve(ln)
 	return a, nil
 }
@@ -65,31 +65,6 @@ func (a *apiServer) close() {
 	a.srv.Shutdown(ctx)
 }
 
-// auth requires the bearer token when one is configured.
-func (a *apiServer) auth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="craftstore"`)
-				writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
-}
-
 // fail answers err with the status it carries (replica.Error), 413 for a
 // body over the limit, or 500.
 func fail(w http.ResponseWriter, err error) {
@@ -97,11 +72,11 @@ func fail(w http.ResponseWriter, err error) {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &rerr):
-		writeError(w, rerr.Status, rerr.Msg)
+		httpapi.WriteError(w, rerr.Status, rerr.Msg)
 	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", tooBig.Limit))
+		httpapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", tooBig.Limit))
 	default:
-		writeError(w, http.StatusInternalServerError, err.Error())
+		httpapi.WriteError(w, http.StatusInternalServerError, err.Error())
 	}
 }
 
@@ -149,7 +124,7 @@ func (a *apiServer) listZones(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, info)
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
@@ -175,7 +150,7 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, zoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
+	httpapi.WriteJSON(w, http.StatusOK, zoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }
 
 func (a *apiServer) getZone(w http.ResponseWriter, r *http.Request) {
@@ -210,7 +185,7 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"zone": origin})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"zone": origin})
 }
 
 func (a *apiServer) getRecords(w http.ResponseWriter, r *http.Request) {
@@ -240,7 +215,7 @@ func (a *apiServer) getRecords(w http.ResponseWriter, r *http.Request) {
 	for _, rr := range a.rep.Zone(origin).RRs(name, qtype) {
 		texts = append(texts, rr.String())
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"zone": origin, "name": name, "records": texts})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"zone": origin, "name": name, "records": texts})
 }
 
 // absName makes an API name absolute: a name inside the zone as is (with or
@@ -324,7 +299,7 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"zone": origin, "serial": serial})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"zone": origin, "serial": serial})
 }
 
 // parseDeletion reads "RR text", {"name","type"} or {"name"}.
@@ -362,7 +337,7 @@ func (a *apiServer) cluster(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	httpapi.WriteJSON(w, http.StatusOK, st)
 }
 
 func (a *apiServer) addMember(w http.ResponseWriter, r *http.Request) {
@@ -385,7 +360,7 @@ func (a *apiServer) addMember(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	httpapi.WriteJSON(w, http.StatusOK, m)
 }
 
 func (a *apiServer) removeMember(w http.ResponseWriter, r *http.Request) {
@@ -400,5 +375,5 @@ func (a *apiServer) removeMember(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]uint64{"id": id})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]uint64{"id": id})
 }

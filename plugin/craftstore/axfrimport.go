@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -123,7 +124,7 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.Infof("imported zone %s by AXFR from %s: %d records, serial %d", origin, primary, res.Records, res.Serial)
-	writeJSON(w, http.StatusOK, zoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
+	httpapi.WriteJSON(w, http.StatusOK, zoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }
 
 // axfrIn transfers origin from primary by AXFR, TSIG-signed with key unless

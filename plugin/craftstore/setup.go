@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 
+	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -239,17 +240,9 @@ func (cfg *config) check(c *caddy.Controller, zones []string) error {
 		if err != nil {
 			return c.Errf("api address %q: %v", cfg.api, err)
 		}
-		if cfg.token == "" && !isLoopback(host) {
+		if cfg.token == "" && !httpapi.Loopback(host) {
 			return c.Errf("api on %q is not loopback: it needs a token", cfg.api)
 		}
 	}
 	return nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
