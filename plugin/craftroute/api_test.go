@@ -583,3 +583,39 @@ func TestAPIShards(t *testing.T) {
 		t.Errorf("unexpected view %s", body)
 	}
 }
+
+// TestAPINewCutOverNames: in key mode name, a delegation made by a record
+// change over names that exist is refused (they live on their own shards);
+// one over nothing, or below an existing cut, is placed on every shard.
+func TestAPINewCutOverNames(t *testing.T) {
+	_, ff, base := apiRouter(t, keyName, 3, "")
+	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, body)
+	}
+	posts := func() int {
+		n := 0
+		for _, f := range ff {
+			n += len(f.requests("POST"))
+		}
+		return n
+	}
+	if status, body := call(t, "POST", base+"/v1/zones/example.org./records", "",
+		`{"add":["x.y.example.org. 300 IN A 192.0.2.1"]}`); status != http.StatusOK {
+		t.Fatalf("POST x.y: %d %s", status, body)
+	}
+	before := posts()
+	status, body := call(t, "POST", base+"/v1/zones/example.org./records", "", `{"add":["y 300 IN NS ns.elsewhere.net."]}`)
+	if status != http.StatusConflict || !strings.Contains(string(body), "PUT") {
+		t.Fatalf("cut over x.y: expected 409 naming PUT, got %d %s", status, body)
+	}
+	if posts() != before {
+		t.Fatal("a refused change reached a shard")
+	}
+	status, body = call(t, "POST", base+"/v1/zones/example.org./records", "", `{"add":["fresh 300 IN NS ns.elsewhere.net."]}`)
+	if status != http.StatusOK {
+		t.Fatalf("cut over nothing: expected 200, got %d %s", status, body)
+	}
+	if posts() != before+3 {
+		t.Errorf("cut over nothing: expected a part on each of 3 shards, got %d", posts()-before)
+	}
+}

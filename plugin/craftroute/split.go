@@ -289,6 +289,36 @@ func (c *Craftroute) coveredByCut(ctx context.Context, origin, name string) (boo
 	return false, nil
 }
 
+// checkNewCuts refuses (409) a change that makes a zone cut at a name that
+// already holds data or has names below it, unless a cut covers the name
+// already: those names live on their own shards, and a cut needs them on
+// every shard (a zone PUT lays them out so).
+func (c *Craftroute) checkNewCuts(ctx context.Context, origin string, cuts map[string]bool) error {
+	for name := range cuts {
+		covered, err := c.coveredByCut(ctx, origin, name)
+		if err != nil {
+			return err
+		}
+		if covered {
+			continue
+		}
+		for _, s := range c.cfg.shards {
+			q := new(dns.Msg)
+			q.Question = []dns.Question{{Name: name, Qtype: dns.TypeNS, Qclass: dns.ClassINET}}
+			partition.Request(q)
+			resp, err := c.exchange(ctx, s, q)
+			if err != nil {
+				return &errNoShard{s.Name, err}
+			}
+			if f, err := partition.Parse(resp); err == nil && f.Kind == partition.Final && f.Origin == origin {
+				return apiErrorf(http.StatusConflict, "%s holds records or has names below it (on shard %s): "+
+					"in key mode name a delegation over existing names needs the zone imported again (PUT)", name, s.Name)
+			}
+		}
+	}
+	return nil
+}
+
 // changeRequest is the body of POST /v1/zones/{zone}/records.
 type changeRequest struct {
 	Add    []string          `json:"add,omitempty"`
@@ -333,6 +363,9 @@ func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte
 		dels[i] = pl
 	}
 	if err := p.resolve(ctx, append(slices.Clip(adds), dels...)); err != nil {
+		return nil, err
+	}
+	if err := c.checkNewCuts(ctx, origin, p.newCuts); err != nil {
 		return nil, err
 	}
 	parts := map[*Shard]*changeRequest{}
