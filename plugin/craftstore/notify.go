@@ -2,6 +2,7 @@ package craftstore
 
 import (
 	"sync"
+	"time"
 
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
@@ -14,7 +15,11 @@ import (
 // loop (replica.Config.OnChange) to the member's notifyHub, which hands them
 // to the notifiers of the server blocks using the member; a notifier keeps
 // at most one NOTIFY per zone in flight and one pending, so a burst of
-// changes costs two rounds of NOTIFY and never blocks the Ready loop.
+// changes costs two rounds of NOTIFY and never blocks the Ready loop. One
+// more NOTIFY follows a quiet second later: a secondary that gets a NOTIFY
+// (without SOA, as the transfer plugin sends it) while it transfers the
+// zone may take it as answered by that transfer (NSD does), and would miss
+// the changes after it until its refresh timer.
 
 // notifyHub fans the changed zones of one member out to its server blocks.
 type notifyHub struct {
@@ -51,6 +56,8 @@ type notifier struct {
 	hub   *notifyHub
 	zones []string // the server block's zones
 	send  func(zone string) error
+	// settle is the quiet time before the trailing NOTIFY.
+	settle time.Duration
 
 	mu      sync.Mutex
 	pending map[string]bool // zone -> in flight; true: another one is due after it
@@ -58,7 +65,7 @@ type notifier struct {
 }
 
 func newNotifier(hub *notifyHub, zones []string, send func(string) error) *notifier {
-	return &notifier{hub: hub, zones: zones, send: send, pending: map[string]bool{}}
+	return &notifier{hub: hub, zones: zones, send: send, settle: time.Second, pending: map[string]bool{}}
 }
 
 // changed schedules a NOTIFY for zone.
@@ -79,20 +86,38 @@ func (n *notifier) changed(zone string) {
 	go n.run(zone)
 }
 
-// run sends NOTIFY for zone until no change came in meanwhile.
+// run sends NOTIFY for zone until no change came in meanwhile, then once
+// more after the settle time.
 func (n *notifier) run(zone string) {
+	trailing := false
 	for {
 		if err := n.send(zone); err != nil {
 			log.Warningf("NOTIFY for %s: %v", zone, err)
 		}
 		n.mu.Lock()
-		if n.closed || !n.pending[zone] {
+		switch {
+		case n.closed || (trailing && !n.pending[zone]):
 			delete(n.pending, zone)
 			n.mu.Unlock()
 			return
+		case n.pending[zone]:
+			n.pending[zone] = false
+			trailing = false
+			n.mu.Unlock()
+		default:
+			trailing = true
+			n.mu.Unlock()
+			time.Sleep(n.settle) // changes meanwhile are covered by the next NOTIFY
+			n.mu.Lock()
+			closed := n.closed
+			if closed {
+				delete(n.pending, zone)
+			}
+			n.mu.Unlock()
+			if closed {
+				return
+			}
 		}
-		n.pending[zone] = false
-		n.mu.Unlock()
 	}
 }
 

@@ -159,6 +159,7 @@ func TestNotifierCoalesces(t *testing.T) {
 		}
 		return nil
 	})
+	n.settle = 10 * time.Millisecond
 	hub.add(n)
 	for i := 0; i < 10; i++ {
 		hub.changed("example.org.") // one in flight, the rest one pending
@@ -177,8 +178,8 @@ func TestNotifierCoalesces(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	if sent["example.org."] != 2 || sent["example.com."] != 0 {
-		t.Errorf("expected 2 NOTIFYs for example.org. and none for example.com., got %v", sent)
+	if sent["example.org."] != 3 || sent["example.com."] != 0 {
+		t.Errorf("expected 3 NOTIFYs for example.org. (two rounds and the trailing one) and none for example.com., got %v", sent)
 	}
 	mu.Unlock()
 	n.close()
