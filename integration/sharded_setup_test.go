@@ -466,33 +466,24 @@ func noOPT(rrs []dns.RR) []dns.RR {
 // sameRRs reports whether a and b hold the same RRs in any order, names
 // case-insensitive, TTLs equal; SOA serials are ignored with noSerial.
 func sameRRs(a, b []dns.RR, noSerial bool) bool {
-	if len(a) != len(b) {
-		return false
+	if noSerial {
+		a, b = zeroSerials(a), zeroSerials(b)
 	}
-	norm := func(rr dns.RR) dns.RR {
-		if soa, ok := rr.(*dns.SOA); ok && noSerial {
+	return dnsdiff.SameSet(a, b)
+}
+
+// zeroSerials returns rrs with copies of its SOA records whose serial is 0.
+func zeroSerials(rrs []dns.RR) []dns.RR {
+	out := make([]dns.RR, len(rrs))
+	for i, rr := range rrs {
+		if soa, ok := rr.(*dns.SOA); ok {
 			c := dns.Copy(soa).(*dns.SOA)
 			c.Serial = 0
-			return c
+			rr = c
 		}
-		return rr
+		out[i] = rr
 	}
-	used := make([]bool, len(b))
-	for _, x := range a {
-		x = norm(x)
-		found := false
-		for j, y := range b {
-			y = norm(y)
-			if !used[j] && x.Header().Ttl == y.Header().Ttl && dns.IsDuplicate(x, y) {
-				used[j], found = true, true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
+	return out
 }
 
 func msgSummary(m *dns.Msg) string {

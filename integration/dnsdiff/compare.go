@@ -77,10 +77,10 @@ func compareOne(addrA, addrB string, q Query) string {
 	if a.Authoritative != b.Authoritative {
 		why = append(why, "AA")
 	}
-	if !sameSet(a.Answer, b.Answer) {
+	if !SameSet(a.Answer, b.Answer) {
 		why = append(why, "answer")
 	}
-	if !sameSet(a.Ns, b.Ns) {
+	if !SameSet(a.Ns, b.Ns) {
 		why = append(why, "authority")
 	}
 	if len(why) == 0 {
@@ -113,9 +113,9 @@ func exchange(addr string, q Query, network string) (*dns.Msg, error) {
 	return nil, err
 }
 
-// sameSet reports whether a and b hold the same RRs, in any order: names
+// SameSet reports whether a and b hold the same RRs, in any order: names
 // compare case-insensitively, TTLs must be equal.
-func sameSet(a, b []dns.RR) bool {
+func SameSet(a, b []dns.RR) bool {
 	if len(a) != len(b) {
 		return false
 	}

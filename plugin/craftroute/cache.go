@@ -16,7 +16,7 @@ import (
 // writes elsewhere show after at most the negative TTL, as with any cache.
 type negCache struct {
 	max int
-	mu  sync.Mutex
+	mu  sync.RWMutex // read-locked by lookups, which every query of key mode name makes
 	m   map[negKey]*negEntry
 	now func() time.Time
 }
@@ -47,14 +47,18 @@ func (nc *negCache) get(name string, qtype uint16, edns, do bool) *dns.Msg {
 	}
 	k := negKey{zone.Lower(name), qtype, edns, do}
 	now := nc.now()
-	nc.mu.Lock()
+	nc.mu.RLock()
 	e := nc.m[k]
-	if e != nil && !now.Before(e.expires) {
-		delete(nc.m, k)
-		e = nil
-	}
-	nc.mu.Unlock()
+	nc.mu.RUnlock()
 	if e == nil {
+		return nil
+	}
+	if !now.Before(e.expires) {
+		nc.mu.Lock()
+		if nc.m[k] == e {
+			delete(nc.m, k)
+		}
+		nc.mu.Unlock()
 		return nil
 	}
 	m := e.msg.Copy()

@@ -64,6 +64,8 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 	name, cur := zone.Lower(q.Name), first
 	var seen []visit
 	answer := out.Answer
+	extraSet := false // out.Extra is no longer the first answer's
+	opt := first.resp.IsEdns0()
 	for n := 0; ; n++ {
 		target, source, ok := cnameTarget(cur.resp, name, q.Qtype)
 		if !ok {
@@ -82,12 +84,12 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 		if hasVisit(seen, source, key) {
 			// The CNAME just answered repeats one: drop it, end without authority.
 			answer = answer[:len(answer)-len(cnameRRs(cur.resp, name))]
-			out.Ns, out.Extra = nil, nil
+			out.Ns, out.Extra, extraSet = nil, nil, true
 			break
 		}
 		seen = append(seen, visit{source, key})
 		if n+1 >= maxChain || origin == "" || !dns.IsSubDomain(origin, zone.Lower(target)) {
-			out.Ns, out.Extra = nil, nil // a chain leaving the zone ends without authority
+			out.Ns, out.Extra, extraSet = nil, nil, true // a chain leaving the zone ends without authority
 			break
 		}
 		next, err := c.step(ctx, r, target, q.Qtype)
@@ -97,25 +99,18 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 		broadcast = broadcast || next.broadcast
 		answer = append(answer, next.resp.Answer...)
 		out.Rcode = next.resp.Rcode
-		out.Ns, out.Extra = next.resp.Ns, next.resp.Extra
+		out.Ns, out.Extra, extraSet = next.resp.Ns, next.resp.Extra, true
 		name, cur = zone.Lower(target), next
 	}
 	out.Answer = answer
-	// One OPT record, the first answer's, and only for an EDNS client.
-	var opt *dns.OPT
-	if r.IsEdns0() != nil {
-		opt = first.resp.IsEdns0()
-	}
-	extra := out.Extra[:0:0]
-	for _, rr := range out.Extra {
-		if rr.Header().Rrtype != dns.TypeOPT {
-			extra = append(extra, rr)
+	// One OPT record, the first answer's, and only for an EDNS client. The
+	// first answer's own additional section, to an EDNS client, has just that.
+	if extraSet || r.IsEdns0() == nil {
+		out.Extra = withoutOPT(out.Extra)
+		if opt != nil && r.IsEdns0() != nil {
+			out.Extra = append(out.Extra, opt)
 		}
 	}
-	if opt != nil {
-		extra = append(extra, opt)
-	}
-	out.Extra = extra
 	c.soa.present(out)
 	return out, broadcast, nil
 }

@@ -18,6 +18,7 @@ www IN A 192.0.2.10
 a.b.c IN A 192.0.2.11
 *.w IN TXT "wild"
 alias IN CNAME www
+ext IN CNAME www.example.net.
 `
 
 func serve(t *testing.T, c *Craftroute, r *dns.Msg) *dns.Msg {
@@ -63,6 +64,23 @@ func TestServeDNS(t *testing.T) {
 					t.Fatal("partition option leaked to the client")
 				}
 			}
+		}
+	}
+
+	// A chain leaving the zone, and one crossing shards: one OPT each.
+	for _, name := range []string{"ext.example.org.", "alias.example.org."} {
+		r = new(dns.Msg)
+		r.SetQuestion(name, dns.TypeA)
+		r.SetEdns0(1232, false)
+		m = serve(t, c, r)
+		opts := 0
+		for _, rr := range m.Extra {
+			if _, ok := rr.(*dns.OPT); ok {
+				opts++
+			}
+		}
+		if opts != 1 || len(m.Answer) == 0 {
+			t.Fatalf("%s: expected an answer and one OPT record, got %v", name, m)
 		}
 	}
 
