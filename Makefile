@@ -1,10 +1,12 @@
-# craftdns: CoreDNS with the craftstore (and later craftroute) plugins.
+# craftdns: CoreDNS with the craftstore and craftroute plugins.
 #
-#   make            build ./coredns (static, CGO_ENABLED=0)
+#   make            build ./coredns (static, CGO_ENABLED=0) with the plugins of plugin.cfg
 #   make run        build and start one member from Corefile.examples/single.Corefile
 #   make run-cluster  three members on loopback from Corefile.examples/cluster/
 #   make run-sharded  two shards of three members and a craftroute router (Corefile.examples/sharded/)
-#   make test       unit and integration tests
+#   make test       unit and integration tests (with the nested test module integration/acme)
+#   make dropin     add craftstore and craftroute to a stock CoreDNS v1.15.0 source tree as the
+#                   README says, build it and check it (fetches CoreDNS's whole module graph)
 #   make bench      Go benchmarks and the dnsperf comparison (bench/README.md)
 #   make bench-writes   committed API writes/s of a three-member group, reads meanwhile
 #   make bench-rss      memory with 1,000,000 records: craftstore vs file
@@ -20,7 +22,11 @@ TESTTIMEOUT ?= 20m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster run-sharded test bench bench-updates bench-router lint clean
+.PHONY: build coredns generate run run-cluster run-sharded test dropin bench bench-updates bench-router lint clean
+
+# Test modules nested in this repository, each with its own go.mod (their
+# dependencies stay out of the product's).
+TESTMODULES := integration/acme
 
 build: coredns
 
@@ -55,6 +61,12 @@ run-sharded: coredns
 
 test: coredns
 	COREDNS_BINARY=$(CURDIR)/coredns $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...
+	for m in $(TESTMODULES); do \
+		(cd $$m && COREDNS_BINARY=$(CURDIR)/coredns $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...) || exit 1; \
+	done
+
+dropin:
+	./integration/dropin/dropin.sh
 
 bench: coredns
 	$(GO) test -run '^$$' -bench . -benchmem ./plugin/...
@@ -78,6 +90,7 @@ bench-router: coredns
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	for m in $(TESTMODULES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 clean:
 	rm -f coredns

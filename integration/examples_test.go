@@ -9,17 +9,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/integration/harness"
+
 	"github.com/miekg/dns"
 )
 
 // TestSingleExample starts Corefile.examples/single.Corefile as `make run`
 // does and uses it as the README's tour does.
 func TestSingleExample(t *testing.T) {
-	dig := requireTool(t, "dig")
-	wd := workdir(t)
-	p := start(t, "single", wd, "Corefile.examples/single.Corefile")
-	waitReady(t, "http://127.0.0.1:8181/ready", p)
-	eventually(t, "the seeded zone", 20*time.Second, func() bool { return hasA("127.0.0.1:1053", "www.example.org", "192.0.2.10") })
+	dig := harness.RequireTool(t, "dig")
+	wd := harness.Workdir(t)
+	p := harness.Start(t, "single", wd, "Corefile.examples/single.Corefile")
+	harness.WaitReady(t, "http://127.0.0.1:8181/ready", p)
+	harness.Eventually(t, "the seeded zone", 20*time.Second, func() bool { return harness.HasA("127.0.0.1:1053", "www.example.org", "192.0.2.10") })
 
 	out, err := exec.Command(dig, "@127.0.0.1", "-p", "1053", "+norec", "www.example.org", "A").CombinedOutput()
 	if err != nil {
@@ -30,28 +32,28 @@ func TestSingleExample(t *testing.T) {
 		t.Errorf("expected an authoritative answer with 192.0.2.10, got:\n%s", out)
 	}
 
-	a := api{base: "http://127.0.0.1:8053"}
+	a := harness.API{Base: "http://127.0.0.1:8053"}
 	var res map[string]any
-	code, err := a.do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"tour.example.org. 300 IN A 192.0.2.42"}}, &res)
+	code, err := a.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"tour.example.org. 300 IN A 192.0.2.42"}}, &res)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("expected 200 adding a record, got %d %v %v", code, res, err)
 	}
-	if !hasA("127.0.0.1:1053", "tour.example.org", "192.0.2.42") {
+	if !harness.HasA("127.0.0.1:1053", "tour.example.org", "192.0.2.42") {
 		t.Error("expected the added record in DNS once the API answered")
 	}
 
 	// Negative answers carry the SOA.
-	r, err := query("127.0.0.1:1053", "nope.example.org", dns.TypeA)
+	r, err := harness.Query("127.0.0.1:1053", "nope.example.org", dns.TypeA)
 	if err != nil || r.Rcode != dns.RcodeNameError || len(r.Ns) != 1 || r.Ns[0].Header().Rrtype != dns.TypeSOA {
 		t.Errorf("expected NXDOMAIN with the SOA, got %v %v", r, err)
 	}
 
 	// Restart: the data directory is kept, the seed is not applied again.
-	p.kill()
-	p.restart()
-	waitReady(t, "http://127.0.0.1:8181/ready", p)
-	if !hasA("127.0.0.1:1053", "tour.example.org", "192.0.2.42") {
-		t.Errorf("expected the record kept across a restart; log:\n%s", p.logs())
+	p.Kill()
+	p.Restart()
+	harness.WaitReady(t, "http://127.0.0.1:8181/ready", p)
+	if !harness.HasA("127.0.0.1:1053", "tour.example.org", "192.0.2.42") {
+		t.Errorf("expected the record kept across a restart; log:\n%s", p.Logs())
 	}
 }
 
@@ -60,32 +62,32 @@ func TestSingleExample(t *testing.T) {
 // kills members with SIGKILL while writing: every acknowledged write must
 // end up on every member.
 func TestClusterExample(t *testing.T) {
-	wd := workdir(t)
-	var procs []*proc
+	wd := harness.Workdir(t)
+	var procs []*harness.Proc
 	for i := 1; i <= 3; i++ {
-		procs = append(procs, start(t, fmt.Sprintf("member%d", i), wd, fmt.Sprintf("Corefile.examples/cluster/member%d.Corefile", i)))
+		procs = append(procs, harness.Start(t, fmt.Sprintf("member%d", i), wd, fmt.Sprintf("Corefile.examples/cluster/member%d.Corefile", i)))
 	}
 	for i := 1; i <= 3; i++ {
-		waitReady(t, fmt.Sprintf("http://127.0.0.1:818%d/ready", i), procs...)
+		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:818%d/ready", i), procs...)
 	}
 	dnsAddr := func(i int) string { return fmt.Sprintf("127.0.0.1:106%d", i) }
-	apiOf := func(i int) api { return api{base: fmt.Sprintf("http://127.0.0.1:806%d", i)} }
+	apiOf := func(i int) harness.API { return harness.API{Base: fmt.Sprintf("http://127.0.0.1:806%d", i)} }
 	for i := 1; i <= 3; i++ {
-		eventually(t, fmt.Sprintf("the seeded zone on member %d", i), 20*time.Second, func() bool { return hasA(dnsAddr(i), "www.example.org", "192.0.2.10") })
+		harness.Eventually(t, fmt.Sprintf("the seeded zone on member %d", i), 20*time.Second, func() bool { return harness.HasA(dnsAddr(i), "www.example.org", "192.0.2.10") })
 	}
 
-	code, err := apiOf(2).do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"via2.example.org. 60 IN A 198.51.100.2"}}, nil)
+	code, err := apiOf(2).Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"via2.example.org. 60 IN A 198.51.100.2"}}, nil)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("expected 200, got %d %v", code, err)
 	}
 	for i := 1; i <= 3; i++ {
-		eventually(t, fmt.Sprintf("via2 on member %d", i), 10*time.Second, func() bool { return hasA(dnsAddr(i), "via2.example.org", "198.51.100.2") })
+		harness.Eventually(t, fmt.Sprintf("via2 on member %d", i), 10*time.Second, func() bool { return harness.HasA(dnsAddr(i), "via2.example.org", "198.51.100.2") })
 	}
 
 	leader := func() int {
 		var st struct{ Leader uint64 }
 		for i := 1; i <= 3; i++ {
-			if code, err := apiOf(i).do("GET", "/v1/cluster", nil, &st); err == nil && code == 200 && st.Leader != 0 {
+			if code, err := apiOf(i).Do("GET", "/v1/cluster", nil, &st); err == nil && code == 200 && st.Leader != 0 {
 				return int(st.Leader)
 			}
 		}
@@ -116,7 +118,7 @@ func TestClusterExample(t *testing.T) {
 			}
 			name := fmt.Sprintf("w%d.example.org.", n)
 			ip := fmt.Sprintf("10.%d.%d.%d", n>>16&255, n>>8&255, n&255)
-			code, err := apiOf(m).do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{name + " 60 IN A " + ip}}, nil)
+			code, err := apiOf(m).Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{name + " 60 IN A " + ip}}, nil)
 			if err == nil && code == http.StatusOK {
 				mu.Lock()
 				acked[name] = ip
@@ -129,11 +131,11 @@ func TestClusterExample(t *testing.T) {
 		mu.Lock()
 		down[i] = true
 		mu.Unlock()
-		procs[i-1].kill()
+		procs[i-1].Kill()
 	}
 	revive := func(i int) {
-		procs[i-1].restart()
-		waitReady(t, fmt.Sprintf("http://127.0.0.1:818%d/ready", i), procs...)
+		procs[i-1].Restart()
+		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:818%d/ready", i), procs...)
 		mu.Lock()
 		down[i] = false
 		mu.Unlock()
@@ -160,7 +162,7 @@ func TestClusterExample(t *testing.T) {
 	}
 	for i := 1; i <= 3; i++ {
 		for name, ip := range acked {
-			eventually(t, fmt.Sprintf("%s on member %d", name, i), 20*time.Second, func() bool { return hasA(dnsAddr(i), name, ip) })
+			harness.Eventually(t, fmt.Sprintf("%s on member %d", name, i), 20*time.Second, func() bool { return harness.HasA(dnsAddr(i), name, ip) })
 		}
 	}
 	t.Logf("%d acknowledged writes present on all three members", len(acked))

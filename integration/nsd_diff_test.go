@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/integration/dnsdiff"
+	"github.com/craftdns/craftdns/integration/harness"
 
 	"github.com/miekg/dns"
 )
@@ -24,7 +25,7 @@ func TestDifferentialNSD(t *testing.T) {
 			nsd := dnsdiff.StartNSD(t, origin, text)
 
 			wd := t.TempDir()
-			dnsPort, apiPort, readyPort := freePort(t), freePort(t), freePort(t)
+			dnsPort, apiPort, readyPort := harness.ListenPort(t), harness.ListenPort(t), harness.ListenPort(t)
 			corefile := fmt.Sprintf(`%s:%d {
     bind 127.0.0.1
     craftstore {
@@ -37,15 +38,15 @@ func TestDifferentialNSD(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(wd, "Corefile"), []byte(corefile), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			p := start(t, "craftstore", wd, "Corefile")
-			waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), p)
-			a := api{base: fmt.Sprintf("http://127.0.0.1:%d", apiPort)}
+			p := harness.Start(t, "craftstore", wd, "Corefile")
+			harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), p)
+			a := harness.API{Base: fmt.Sprintf("http://127.0.0.1:%d", apiPort)}
 			var res struct{ Records int }
-			if code, err := a.do("PUT", "/v1/zones/"+origin, text, &res); err != nil || code != http.StatusOK {
+			if code, err := a.Do("PUT", "/v1/zones/"+origin, text, &res); err != nil || code != http.StatusOK {
 				t.Fatalf("expected 200 loading the zone, got %d %v", code, err)
 			}
 			addr := fmt.Sprintf("127.0.0.1:%d", dnsPort)
-			if r, err := query(addr, origin, dns.TypeSOA); err != nil || r.Rcode != dns.RcodeSuccess {
+			if r, err := harness.Query(addr, origin, dns.TypeSOA); err != nil || r.Rcode != dns.RcodeSuccess {
 				t.Fatalf("expected the zone served, got %v %v", r, err)
 			}
 			start := time.Now()

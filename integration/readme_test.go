@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/integration/harness"
+
 	"github.com/miekg/dns"
 )
 
@@ -22,7 +24,7 @@ func TestReadmeExamples(t *testing.T) {
 }
 
 func readmeExamples(t *testing.T, plugin string) {
-	readme, err := os.ReadFile(filepath.Join(repo, "plugin", plugin, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(harness.Repo, "plugin", plugin, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,8 +35,8 @@ func readmeExamples(t *testing.T, plugin string) {
 	port := regexp.MustCompile(`(?m)^(\S+):(\d+) \{`)
 	for i, b := range blocks {
 		t.Run(fmt.Sprint("example", i), func(t *testing.T) {
-			wd := workdir(t)
-			corefile := strings.ReplaceAll(b[1], "Corefile.examples/", filepath.Join(repo, "Corefile.examples")+"/")
+			wd := harness.Workdir(t)
+			corefile := strings.ReplaceAll(b[1], "Corefile.examples/", filepath.Join(harness.Repo, "Corefile.examples")+"/")
 			m := port.FindStringSubmatch(corefile)
 			if m == nil {
 				t.Fatalf("expected a zone:port server block in:\n%s", corefile)
@@ -42,15 +44,15 @@ func readmeExamples(t *testing.T, plugin string) {
 			if err := os.WriteFile(filepath.Join(wd, "Corefile"), []byte(corefile), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			p := start(t, "example", wd, "Corefile")
+			p := harness.Start(t, "example", wd, "Corefile")
 			addr := "127.0.0.1:" + m[2]
-			eventually(t, "a DNS answer from "+addr, 20*time.Second, func() bool {
-				_, err := query(addr, m[1], dns.TypeSOA)
+			harness.Eventually(t, "a DNS answer from "+addr, 20*time.Second, func() bool {
+				_, err := harness.Query(addr, m[1], dns.TypeSOA)
 				return err == nil
 			})
-			p.kill()
-			if strings.Contains(p.logs(), "panic") {
-				t.Errorf("expected no panic, log:\n%s", p.logs())
+			p.Kill()
+			if strings.Contains(p.Logs(), "panic") {
+				t.Errorf("expected no panic, log:\n%s", p.Logs())
 			}
 		})
 	}

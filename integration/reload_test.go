@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"github.com/craftdns/craftdns/integration/harness"
 	"io"
 	"net/http"
 	"os"
@@ -16,8 +17,8 @@ import (
 // the new instance must share the open bbolt file and Raft port instead of
 // hanging on them, and keep serving and writing. It also reads the metrics.
 func TestReloadAndMetrics(t *testing.T) {
-	wd := workdir(t)
-	dnsPort, apiPort, readyPort, metricsPort, raftPort := freePort(t), freePort(t), freePort(t), freePort(t), freePort(t)
+	wd := harness.Workdir(t)
+	dnsPort, apiPort, readyPort, metricsPort, raftPort := harness.ListenPort(t), harness.ListenPort(t), harness.ListenPort(t), harness.ListenPort(t), harness.ListenPort(t)
 	corefile := fmt.Sprintf(`example.org:%d {
     bind 127.0.0.1
     craftstore {
@@ -35,30 +36,30 @@ func TestReloadAndMetrics(t *testing.T) {
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, "member", wd, "Corefile")
-	waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), p)
+	p := harness.Start(t, "member", wd, "Corefile")
+	harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), p)
 	dnsAddr := fmt.Sprintf("127.0.0.1:%d", dnsPort)
-	eventually(t, "the seeded zone", 20*time.Second, func() bool { return hasA(dnsAddr, "www.example.org", "192.0.2.10") })
-	a := api{base: fmt.Sprintf("http://127.0.0.1:%d", apiPort)}
+	harness.Eventually(t, "the seeded zone", 20*time.Second, func() bool { return harness.HasA(dnsAddr, "www.example.org", "192.0.2.10") })
+	a := harness.API{Base: fmt.Sprintf("http://127.0.0.1:%d", apiPort)}
 
 	for i := 0; i < 2; i++ {
-		if err := p.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		if err := p.Signal(syscall.SIGUSR1); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the reload to complete", 20*time.Second, func() bool {
-			return strings.Count(p.logs(), "Reloading complete") > i
+		harness.Eventually(t, "the reload to complete", 20*time.Second, func() bool {
+			return strings.Count(p.Logs(), "Reloading complete") > i
 		})
 		name := fmt.Sprintf("reload%d.example.org.", i)
-		code, err := a.do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{name + " 60 IN A 192.0.2.1"}}, nil)
+		code, err := a.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{name + " 60 IN A 192.0.2.1"}}, nil)
 		if err != nil || code != http.StatusOK {
-			t.Fatalf("expected writes to work after reload %d, got %d %v\n%s", i, code, err, p.logs())
+			t.Fatalf("expected writes to work after reload %d, got %d %v\n%s", i, code, err, p.Logs())
 		}
-		if !hasA(dnsAddr, name, "192.0.2.1") {
+		if !harness.HasA(dnsAddr, name, "192.0.2.1") {
 			t.Fatalf("expected DNS answers after reload %d", i)
 		}
 	}
-	if strings.Contains(p.logs(), "timeout") {
-		t.Errorf("expected no lock timeouts on reload, log:\n%s", p.logs())
+	if strings.Contains(p.Logs(), "timeout") {
+		t.Errorf("expected no lock timeouts on reload, log:\n%s", p.Logs())
 	}
 
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
@@ -75,7 +76,7 @@ func TestReloadAndMetrics(t *testing.T) {
 		`coredns_craftstore_apply_duration_seconds_count{member="1"}`,
 		`coredns_craftstore_records{member="1",zone="example.org."}`,
 	} {
-		eventually(t, m, 5*time.Second, func() bool {
+		harness.Eventually(t, m, 5*time.Second, func() bool {
 			if strings.Contains(string(body), m) {
 				return true
 			}

@@ -3,8 +3,6 @@ package integration
 import (
 	"bufio"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/integration/dnsdiff"
+	"github.com/craftdns/craftdns/integration/harness"
 
 	"github.com/miekg/dns"
 )
@@ -31,11 +30,13 @@ type shardMember struct {
 	name                  string // a1, b2, ...
 	shard                 string
 	dns, api, raft, ready int
-	p                     *proc
+	p                     *harness.Proc
 }
 
 func (m *shardMember) addr() string { return fmt.Sprintf("127.0.0.1:%d", m.dns) }
-func (m *shardMember) client() api  { return api{base: fmt.Sprintf("http://127.0.0.1:%d", m.api)} }
+func (m *shardMember) client() harness.API {
+	return harness.API{Base: fmt.Sprintf("http://127.0.0.1:%d", m.api)}
+}
 
 // routerSpec is what a router's craftroute block says beyond the shards.
 type routerSpec struct {
@@ -51,11 +52,13 @@ type router struct {
 	name                   string
 	spec                   routerSpec
 	dns, api, metrics, rdy int
-	p                      *proc
+	p                      *harness.Proc
 }
 
 func (r *router) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.dns) }
-func (r *router) client() api  { return api{base: fmt.Sprintf("http://127.0.0.1:%d", r.api)} }
+func (r *router) client() harness.API {
+	return harness.API{Base: fmt.Sprintf("http://127.0.0.1:%d", r.api)}
+}
 
 // sharded is a running set of shards and routers.
 type sharded struct {
@@ -64,7 +67,7 @@ type sharded struct {
 	shards  []string                  // shard names in order: a, b, ...
 	members map[string][]*shardMember // shard → members
 	routers []*router
-	procs   []*proc // all of them, for logs
+	procs   []*harness.Proc // all of them, for logs
 }
 
 // memberCorefile is the Corefile of a shard member serving zones: the
@@ -92,7 +95,7 @@ func (s *sharded) routerCorefile(r *router) string {
 		var dnsAddrs, apis []string
 		for _, m := range s.members[sh] {
 			dnsAddrs = append(dnsAddrs, m.addr())
-			apis = append(apis, m.client().base)
+			apis = append(apis, m.client().Base)
 		}
 		fmt.Fprintf(&b, "        shard %s %s\n", sh, strings.Join(dnsAddrs, " "))
 		fmt.Fprintf(&b, "        shard_api %s %s\n", sh, strings.Join(apis, " "))
@@ -128,75 +131,40 @@ func startSharded(t *testing.T, wd string, nshards, size int, memberZones []stri
 		s.shards = append(s.shards, sh)
 		for j := 1; j <= size; j++ {
 			s.members[sh] = append(s.members[sh], &shardMember{name: fmt.Sprintf("%s%d", sh, j), shard: sh,
-				dns: listenPort(t), api: listenPort(t), raft: listenPort(t), ready: listenPort(t)})
+				dns: harness.ListenPort(t), api: harness.ListenPort(t), raft: harness.ListenPort(t), ready: harness.ListenPort(t)})
 		}
 	}
 	for _, sh := range s.shards {
 		for _, m := range s.members[sh] {
 			writeFile(t, filepath.Join(wd, m.name+".Corefile"), memberCorefile(memberZones, m, s.members[sh]))
-			m.p = start(t, m.name, wd, m.name+".Corefile")
+			m.p = harness.Start(t, m.name, wd, m.name+".Corefile")
 			s.procs = append(s.procs, m.p)
 		}
 	}
 	for i, spec := range specs {
-		r := &router{name: fmt.Sprintf("router%d", i+1), spec: spec, dns: listenPort(t), api: listenPort(t), metrics: listenPort(t), rdy: listenPort(t)}
+		r := &router{name: fmt.Sprintf("router%d", i+1), spec: spec, dns: harness.ListenPort(t), api: harness.ListenPort(t), metrics: harness.ListenPort(t), rdy: harness.ListenPort(t)}
 		writeFile(t, filepath.Join(wd, r.name+".Corefile"), s.routerCorefile(r))
-		r.p = start(t, r.name, wd, r.name+".Corefile")
+		r.p = harness.Start(t, r.name, wd, r.name+".Corefile")
 		s.routers = append(s.routers, r)
 		s.procs = append(s.procs, r.p)
 	}
 	for _, sh := range s.shards {
 		for _, m := range s.members[sh] {
-			waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", m.ready), s.procs...)
+			harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", m.ready), s.procs...)
 		}
 	}
 	for _, r := range s.routers {
-		waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", r.rdy), s.procs...)
+		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", r.rdy), s.procs...)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, r := range s.routers {
-				t.Logf("%s log (last 4 KiB):\n%s", r.name, tail(r.p.logs(), 4096))
+				t.Logf("%s log (last 4 KiB):\n%s", r.name, tail(r.p.Logs(), 4096))
 			}
 		}
 	})
 	return s
 }
-
-// listenPort returns a loopback port, free for TCP and UDP a moment ago,
-// below the kernel's ephemeral range (32768 and up on Linux), so that the
-// UDP client sockets of the routers and the tests do not take it before
-// the server does, and not handed out before in this process.
-func listenPort(t testing.TB) int {
-	t.Helper()
-	portMu.Lock()
-	defer portMu.Unlock()
-	for try := 0; try < 1000; try++ {
-		p := 20000 + rand.IntN(12000)
-		if portsUsed[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-		ln.Close()
-		if err != nil {
-			continue
-		}
-		pc.Close()
-		portsUsed[p] = true
-		return p
-	}
-	t.Fatal("no free port found")
-	return 0
-}
-
-var (
-	portMu    sync.Mutex
-	portsUsed = map[int]bool{}
-)
 
 func writeFile(t *testing.T, path, text string) {
 	t.Helper()
@@ -214,12 +182,12 @@ func tail(s string, n int) string {
 
 // zoneRecords returns the record count of zone on a member's API, -1 when
 // the member does not list it.
-func zoneRecords(a api, zone string) (int, error) {
+func zoneRecords(a harness.API, zone string) (int, error) {
 	var zones []struct {
 		Zone    string
 		Records int
 	}
-	code, err := a.do("GET", "/v1/zones", nil, &zones)
+	code, err := a.Do("GET", "/v1/zones", nil, &zones)
 	if err != nil || code != http.StatusOK {
 		return 0, fmt.Errorf("GET /v1/zones: %d %v", code, err)
 	}
@@ -237,7 +205,7 @@ func (s *sharded) shardRecords(zone string) map[string]int {
 	s.t.Helper()
 	counts := map[string]int{}
 	for _, sh := range s.shards {
-		eventually(s.t, "the members of shard "+sh+" to agree on "+zone, 20*time.Second, func() bool {
+		harness.Eventually(s.t, "the members of shard "+sh+" to agree on "+zone, 20*time.Second, func() bool {
 			n0 := 0
 			for i, m := range s.members[sh] {
 				n, err := zoneRecords(m.client(), zone)
@@ -259,7 +227,7 @@ func (s *sharded) membersSay(t *testing.T, name string, qtype uint16) string {
 	var out []string
 	for _, sh := range s.shards {
 		for _, m := range s.members[sh] {
-			r, err := query(m.addr(), name, qtype)
+			r, err := harness.Query(m.addr(), name, qtype)
 			switch {
 			case err != nil:
 				out = append(out, m.name+" down")
@@ -272,20 +240,20 @@ func (s *sharded) membersSay(t *testing.T, name string, qtype uint16) string {
 }
 
 // putZone creates zone through a's PUT /v1/zones/{zone}.
-func putZone(t *testing.T, a api, zone, text string) {
+func putZone(t *testing.T, a harness.API, zone, text string) {
 	t.Helper()
 	var out string
-	code, err := a.do("PUT", "/v1/zones/"+zone, text, &out)
+	code, err := a.Do("PUT", "/v1/zones/"+zone, text, &out)
 	if err != nil || code != http.StatusOK {
-		t.Fatalf("expected 200 from PUT /v1/zones/%s at %s, got %d %v %s", zone, a.base, code, err, tail(out, 500))
+		t.Fatalf("expected 200 from PUT /v1/zones/%s at %s, got %d %v %s", zone, a.Base, code, err, tail(out, 500))
 	}
 }
 
 // startSingle starts one unsharded craftstore member serving zones and
 // returns its DNS address and API.
-func startSingle(t *testing.T, wd string, zones []string) (string, api) {
+func startSingle(t *testing.T, wd string, zones []string) (string, harness.API) {
 	t.Helper()
-	dnsPort, apiPort, readyPort := listenPort(t), listenPort(t), listenPort(t)
+	dnsPort, apiPort, readyPort := harness.ListenPort(t), harness.ListenPort(t), harness.ListenPort(t)
 	corefile := fmt.Sprintf(`%s {
     bind 127.0.0.1
     craftstore {
@@ -297,9 +265,9 @@ func startSingle(t *testing.T, wd string, zones []string) (string, api) {
 }
 `, serverKeys(zones, dnsPort), apiPort, readyPort)
 	writeFile(t, filepath.Join(wd, "single.Corefile"), corefile)
-	p := start(t, "single", wd, "single.Corefile")
-	waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), p)
-	return fmt.Sprintf("127.0.0.1:%d", dnsPort), api{base: fmt.Sprintf("http://127.0.0.1:%d", apiPort)}
+	p := harness.Start(t, "single", wd, "single.Corefile")
+	harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort), p)
+	return fmt.Sprintf("127.0.0.1:%d", dnsPort), harness.API{Base: fmt.Sprintf("http://127.0.0.1:%d", apiPort)}
 }
 
 // sampleQueries keeps every query about the generator's fixed names and

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/integration/dnsdiff"
+	"github.com/craftdns/craftdns/integration/harness"
 
 	"github.com/miekg/dns"
 )
@@ -25,7 +26,7 @@ func TestShardedEquality(t *testing.T) {
 		byName = "byname.example."
 		byZone = "byzone.example."
 	)
-	wd := workdir(t)
+	wd := harness.Workdir(t)
 	zones := []string{byName, byZone}
 	s := startSharded(t, wd, 2, 3, zones,
 		routerSpec{zones: []string{byName}, key: "name"},
@@ -55,11 +56,11 @@ func TestShardedEquality(t *testing.T) {
 
 	// One write through the router bumps the serial of one shard only; SOA
 	// serials that differ from the unsharded server's are counted, not failed.
-	for _, a := range []api{single, s.routers[0].client()} {
+	for _, a := range []harness.API{single, s.routers[0].client()} {
 		var out string
-		code, err := a.do("POST", "/v1/zones/"+byName+"/records", map[string]any{"add": []string{"bump." + byName + " 300 IN A 192.0.2.250"}}, &out)
+		code, err := a.Do("POST", "/v1/zones/"+byName+"/records", map[string]any{"add": []string{"bump." + byName + " 300 IN A 192.0.2.250"}}, &out)
 		if err != nil || code != http.StatusOK {
-			t.Fatalf("expected 200 adding bump.%s at %s, got %d %v %s", byName, a.base, code, err, out)
+			t.Fatalf("expected 200 adding bump.%s at %s, got %d %v %s", byName, a.Base, code, err, out)
 		}
 	}
 	queries = append(queries, dnsdiff.Query{Name: "bump." + byName, Type: dns.TypeA})
@@ -67,8 +68,8 @@ func TestShardedEquality(t *testing.T) {
 	sample := sampleQueries(queries, 8)
 	addrs := []string{s.routers[0].addr(), s.routers[1].addr()}
 	for _, a := range addrs {
-		eventually(t, "the zone through "+a, 20*time.Second, func() bool {
-			r, err := query(a, byName, dns.TypeSOA)
+		harness.Eventually(t, "the zone through "+a, 20*time.Second, func() bool {
+			r, err := harness.Query(a, byName, dns.TypeSOA)
 			return err == nil && r.Rcode == dns.RcodeSuccess
 		})
 	}
@@ -133,7 +134,7 @@ func TestShardedUpdate(t *testing.T) {
 		byZone = "updzone.example."
 	)
 	u := newUpdater(t, "nsupdate", "")
-	wd := workdir(t)
+	wd := harness.Workdir(t)
 	s := startSharded(t, wd, 2, 1, []string{byName, byZone},
 		routerSpec{zones: []string{byName}, key: "name"},
 		routerSpec{zones: []string{byName}, key: "name"},
@@ -149,13 +150,13 @@ func TestShardedUpdate(t *testing.T) {
 		t.Fatalf("expected the update through router 1 to succeed, got:\n%s", out)
 	}
 	for _, r := range []*router{r1, r2} {
-		eventually(t, "new."+byName+" through "+r.name, 10*time.Second, func() bool { return hasA(r.addr(), "new."+byName, "192.0.2.77") })
+		harness.Eventually(t, "new."+byName+" through "+r.name, 10*time.Second, func() bool { return harness.HasA(r.addr(), "new."+byName, "192.0.2.77") })
 	}
 
 	// Two names on two shards.
 	onShard := func(sh, name string) bool {
 		var res struct{ Records []string }
-		code, err := s.members[sh][0].client().do("GET", "/v1/zones/"+byName+"/records?name="+name, nil, &res)
+		code, err := s.members[sh][0].client().Do("GET", "/v1/zones/"+byName+"/records?name="+name, nil, &res)
 		return err == nil && code == http.StatusOK && len(res.Records) > 0
 	}
 	var x, y string
@@ -179,13 +180,13 @@ func TestShardedUpdate(t *testing.T) {
 	}
 	for _, name := range []string{x, y} {
 		for _, r := range []*router{r1, r2} {
-			if got := rdata(t, r.addr(), name, dns.TypeTXT); got != "NODATA" {
+			if got := harness.Rdata(t, r.addr(), name, dns.TypeTXT); got != "NODATA" {
 				t.Errorf("expected no TXT at %s through %s after the refused update, got %s", name, r.name, got)
 			}
 		}
 		for _, sh := range s.shards {
 			var res struct{ Records []string }
-			s.members[sh][0].client().do("GET", "/v1/zones/"+byName+"/records?name="+name+"&type=TXT", nil, &res)
+			s.members[sh][0].client().Do("GET", "/v1/zones/"+byName+"/records?name="+name+"&type=TXT", nil, &res)
 			if len(res.Records) > 0 {
 				t.Errorf("expected no TXT at %s on shard %s, got %v", name, sh, res.Records)
 			}
@@ -209,7 +210,7 @@ func TestShardedUpdate(t *testing.T) {
 	if !ok {
 		t.Fatalf("expected an update of three names through the key mode zone router to succeed, got:\n%s", out)
 	}
-	if !hasA(rz.addr(), "m1."+byZone, "192.0.2.81") || !hasA(rz.addr(), "m2."+byZone, "192.0.2.82") {
+	if !harness.HasA(rz.addr(), "m1."+byZone, "192.0.2.81") || !harness.HasA(rz.addr(), "m2."+byZone, "192.0.2.82") {
 		t.Errorf("expected m1 and m2 through the router once the update was acknowledged")
 	}
 }
@@ -222,13 +223,13 @@ func TestShardedUpdate(t *testing.T) {
 func TestShardedKill(t *testing.T) {
 	const origin = "kill.example."
 	u := newUpdater(t, "nsupdate", "")
-	wd := workdir(t)
+	wd := harness.Workdir(t)
 	s := startSharded(t, wd, 2, 3, []string{origin},
 		routerSpec{zones: []string{origin}, key: "name", timeout: "300ms", downFor: "2s", probe: "500ms"})
 	r := s.routers[0]
 	const hosts = 500
 	putZone(t, r.client(), origin, smallZone(origin, hosts))
-	eventually(t, "the zone through the router", 20*time.Second, func() bool { return hasA(r.addr(), "h1."+origin, "198.51.100.1") })
+	harness.Eventually(t, "the zone through the router", 20*time.Second, func() bool { return harness.HasA(r.addr(), "h1."+origin, "198.51.100.1") })
 
 	// The load: 4 clients, 2 s timeout, at most 30 s and 20,000 queries,
 	// paced to ~500 queries/s; one in four for a missing name.
@@ -301,7 +302,7 @@ func TestShardedKill(t *testing.T) {
 	a := s.members["a"]
 	time.Sleep(2 * time.Second)
 	mark("SIGKILL " + a[0].name)
-	a[0].p.kill()
+	a[0].p.Kill()
 	time.Sleep(time.Second)
 
 	// Writes while one member of shard a is dead: a majority lives.
@@ -309,7 +310,7 @@ func TestShardedKill(t *testing.T) {
 		name := fmt.Sprintf("api%d.%s", i, origin)
 		var out string
 		t0 := time.Now()
-		code, err := r.client().do("POST", "/v1/zones/"+origin+"/records", map[string]any{"add": []string{name + " 60 IN A 192.0.2.9" + strconv.Itoa(i)}}, &out)
+		code, err := r.client().Do("POST", "/v1/zones/"+origin+"/records", map[string]any{"add": []string{name + " 60 IN A 192.0.2.9" + strconv.Itoa(i)}}, &out)
 		if err != nil || code != http.StatusOK {
 			t.Errorf("expected 200 writing %s through the router's API with %s dead, got %d %v %s", name, a[0].name, code, err, out)
 		}
@@ -329,11 +330,11 @@ func TestShardedKill(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		for j, name := range []string{fmt.Sprintf("api%d.%s", i, origin), fmt.Sprintf("nsu%d.%s", i, origin)} {
 			ip := fmt.Sprintf("192.0.2.%d%d", 9-j, i)
-			if !hasA(r.addr(), name, ip) {
+			if !harness.HasA(r.addr(), name, ip) {
 				t.Errorf("expected %s %s through the router once the write was acknowledged", name, ip)
 			}
 			var res struct{ Records []string }
-			if code, err := a[2].client().do("GET", "/v1/zones/"+origin+"/records?name="+name, nil, &res); err == nil && code == http.StatusOK && len(res.Records) > 0 {
+			if code, err := a[2].client().Do("GET", "/v1/zones/"+origin+"/records?name="+name, nil, &res); err == nil && code == http.StatusOK && len(res.Records) > 0 {
 				onA = append(onA, name+" "+ip)
 			}
 		}
@@ -344,7 +345,7 @@ func TestShardedKill(t *testing.T) {
 	}
 
 	mark("SIGKILL " + a[1].name)
-	a[1].p.kill()
+	a[1].p.Kill()
 	time.Sleep(2500 * time.Millisecond) // > down_for
 
 	// Only a[2] lives: the dead get no more queries (requests_total counts
@@ -378,10 +379,10 @@ func TestShardedKill(t *testing.T) {
 
 	// a[0] comes back (same data, same Corefile) and gets traffic again.
 	mark("restart " + a[0].name)
-	a[0].p.restart()
+	a[0].p.Restart()
 	back := fmt.Sprintf(`member="%s"`, a[0].addr())
 	base := metricSum(t, m2, "coredns_craftroute_requests_total", `shard="a"`, back)
-	eventually(t, a[0].name+" getting traffic again", 15*time.Second, func() bool {
+	harness.Eventually(t, a[0].name+" getting traffic again", 15*time.Second, func() bool {
 		return metricSum(t, routerMetrics(t, r), "coredns_craftroute_requests_total", `shard="a"`, back) > base
 	})
 	mark(a[0].name + " gets traffic again")
@@ -391,7 +392,7 @@ func TestShardedKill(t *testing.T) {
 	for _, w := range onA {
 		f := strings.Fields(w)
 		for try := 0; try < 5; try++ {
-			if !hasA(r.addr(), f[0], f[1]) {
+			if !harness.HasA(r.addr(), f[0], f[1]) {
 				t.Errorf("expected %s A %s (written while %s was dead) through the router once %s gets traffic again; the members say: %s",
 					f[0], f[1], a[0].name, a[0].name, s.membersSay(t, f[0], dns.TypeA))
 				break
@@ -406,7 +407,7 @@ func TestShardedKill(t *testing.T) {
 		caught := func() bool {
 			for _, w := range onA {
 				f := strings.Fields(w)
-				if !hasA(a[0].addr(), f[0], f[1]) {
+				if !harness.HasA(a[0].addr(), f[0], f[1]) {
 					return false
 				}
 			}
@@ -418,12 +419,12 @@ func TestShardedKill(t *testing.T) {
 		mark(fmt.Sprintf("%s answers the names written while it was dead: %v", a[0].name, caught()))
 		for _, w := range onA {
 			f := strings.Fields(w)
-			t.Logf("after that, through the router: %s A: %s", f[0], rdata(t, r.addr(), f[0], dns.TypeA))
+			t.Logf("after that, through the router: %s A: %s", f[0], harness.Rdata(t, r.addr(), f[0], dns.TypeA))
 		}
 		for _, m := range []*shardMember{a[0], a[2]} {
 			var st string
-			m.client().do("GET", "/v1/cluster", nil, &st)
-			t.Logf("%s: GET /v1/cluster: %s\n%s log (last 3 KiB):\n%s", m.name, st, m.name, tail(m.p.logs(), 3072))
+			m.client().Do("GET", "/v1/cluster", nil, &st)
+			t.Logf("%s: GET /v1/cluster: %s\n%s log (last 3 KiB):\n%s", m.name, st, m.name, tail(m.p.Logs(), 3072))
 		}
 	}
 	time.Sleep(time.Second)
@@ -446,30 +447,30 @@ func TestShardedKill(t *testing.T) {
 // over both shards, and answers as one server would, also with a member of
 // each shard dead.
 func TestShardedExample(t *testing.T) {
-	wd := workdir(t)
-	var procs []*proc
+	wd := harness.Workdir(t)
+	var procs []*harness.Proc
 	for _, m := range []string{"a1", "a2", "a3", "b1", "b2", "b3", "router"} {
-		procs = append(procs, start(t, m, wd, "Corefile.examples/sharded/"+m+".Corefile"))
+		procs = append(procs, harness.Start(t, m, wd, "Corefile.examples/sharded/"+m+".Corefile"))
 	}
 	for _, p := range []int{8261, 8262, 8263, 8271, 8272, 8273, 8250} {
-		waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", p), procs...)
+		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", p), procs...)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("router log:\n%s", tail(procs[6].logs(), 4096))
+			t.Logf("router log:\n%s", tail(procs[6].Logs(), 4096))
 		}
 	})
 	const router = "127.0.0.1:1053"
-	eventually(t, "the seeded zone through the router", 30*time.Second, func() bool { return hasA(router, "www.example.org", "192.0.2.10") })
+	harness.Eventually(t, "the seeded zone through the router", 30*time.Second, func() bool { return harness.HasA(router, "www.example.org", "192.0.2.10") })
 	// The seed goes to one shard after the other.
 	for _, sh := range []int{8161, 8171} {
-		eventually(t, fmt.Sprintf("part of example.org on the shard with API port %d", sh), 30*time.Second, func() bool {
-			n, err := zoneRecords(api{base: fmt.Sprintf("http://127.0.0.1:%d", sh)}, "example.org.")
+		harness.Eventually(t, fmt.Sprintf("part of example.org on the shard with API port %d", sh), 30*time.Second, func() bool {
+			n, err := zoneRecords(harness.API{Base: fmt.Sprintf("http://127.0.0.1:%d", sh)}, "example.org.")
 			return err == nil && n > 0
 		})
 	}
-	procs[0].kill() // a1
-	procs[3].kill() // b1
+	procs[0].Kill() // a1
+	procs[3].Kill() // b1
 	for _, c := range []struct {
 		name  string
 		qtype uint16
@@ -481,12 +482,12 @@ func TestShardedExample(t *testing.T) {
 		{"devices.example.org", dns.TypeA, dns.RcodeSuccess}, // an empty non-terminal: NODATA
 		{"nothing.example.org", dns.TypeA, dns.RcodeNameError},
 	} {
-		r, err := query(router, c.name, c.qtype)
+		r, err := harness.Query(router, c.name, c.qtype)
 		if err != nil || r.Rcode != c.rcode || !r.Authoritative {
 			t.Errorf("expected %s for %s through the router with a1 and b1 dead, got %v %v", dns.RcodeToString[c.rcode], c.name, r, err)
 		}
 	}
-	if r, err := query(router, "x.lab.example.org", dns.TypeA); err != nil || r.Authoritative || len(r.Ns) == 0 {
+	if r, err := harness.Query(router, "x.lab.example.org", dns.TypeA); err != nil || r.Authoritative || len(r.Ns) == 0 {
 		t.Errorf("expected a referral for x.lab.example.org, got %v %v", r, err)
 	}
 }

@@ -7,11 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/craftdns/craftdns/integration/harness"
 
 	"github.com/miekg/dns"
 )
@@ -21,154 +22,10 @@ import (
 const (
 	updateKey    = "update."
 	updateSecret = "9ATHUKEK1AtZp8igg3qMeaLM1Y2Q3iBGRyWOyERsKXY="
-	acmeKey      = "acme."
-	acmeSecret   = "c2VjcmV0LW9mLXRoZS1hY21lLWtleS1mb3ItdGVzdHM="
+	acmeKey      = harness.ACMEKey
+	acmeSecret   = harness.ACMESecret
 	wrongSecret  = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
 )
-
-// updateCluster is three craftstore members on free loopback ports that take
-// RFC 2136 updates for example.org as Corefile.examples/cluster/ does: TSIG
-// through the tsig plugin with the example key file, `allow update. * *`,
-// plus a narrow key allowed only the ACME challenge TXT record.
-type updateCluster struct {
-	wd    string
-	procs []*proc
-	dns   []string // DNS address of member i+1
-	api   []api
-}
-
-func startUpdateCluster(t *testing.T) *updateCluster {
-	t.Helper()
-	c := &updateCluster{wd: workdir(t)}
-	var raft, ready []int
-	for i := 0; i < 3; i++ {
-		c.dns = append(c.dns, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
-		c.api = append(c.api, api{base: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))})
-		raft = append(raft, freePort(t))
-		ready = append(ready, freePort(t))
-	}
-	for i := 0; i < 3; i++ {
-		corefile := fmt.Sprintf(`example.org:%s {
-    bind 127.0.0.1
-    tsig {
-        secrets Corefile.examples/keys/update.key
-        secret %s %s
-        require_opcode UPDATE
-    }
-    craftstore {
-        id %d
-        data data/m%d
-        peer 1 127.0.0.1:%d
-        peer 2 127.0.0.1:%d
-        peer 3 127.0.0.1:%d
-        seed example.org Corefile.examples/zones/example.org.zone
-        api %s
-        allow update. * *
-        allow %s _acme-challenge.example.org. TXT
-    }
-    ready 127.0.0.1:%d
-    errors
-}
-`, port(c.dns[i]), acmeKey, acmeSecret, i+1, i+1, raft[0], raft[1], raft[2],
-			strings.TrimPrefix(c.api[i].base, "http://"), acmeKey, ready[i])
-		name := fmt.Sprintf("m%d", i+1)
-		if err := os.WriteFile(filepath.Join(c.wd, name+".Corefile"), []byte(corefile), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		c.procs = append(c.procs, start(t, name, c.wd, name+".Corefile"))
-	}
-	for i := 0; i < 3; i++ {
-		waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", ready[i]), c.procs...)
-	}
-	for i := 1; i <= 3; i++ {
-		eventually(t, fmt.Sprintf("the seeded zone on member %d", i), 20*time.Second, func() bool {
-			return hasA(c.addr(i), "www.example.org", "192.0.2.10")
-		})
-	}
-	return c
-}
-
-func port(addr string) string {
-	_, p, _ := net.SplitHostPort(addr)
-	return p
-}
-
-// addr is the DNS address of member i (1-based).
-func (c *updateCluster) addr(i int) string { return c.dns[i-1] }
-
-// leader returns the leader's member id.
-func (c *updateCluster) leader(t *testing.T) int {
-	t.Helper()
-	var st struct{ Leader uint64 }
-	eventually(t, "a leader", 20*time.Second, func() bool {
-		code, err := c.api[0].do("GET", "/v1/cluster", nil, &st)
-		return err == nil && code == 200 && st.Leader >= 1 && st.Leader <= 3
-	})
-	return int(st.Leader)
-}
-
-// serial returns the SOA serial of example.org on member i.
-func (c *updateCluster) serial(t *testing.T, i int) uint32 {
-	t.Helper()
-	r, err := query(c.addr(i), "example.org", dns.TypeSOA)
-	if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
-		t.Fatalf("expected the SOA from member %d, got %v %v", i, r, err)
-	}
-	return r.Answer[0].(*dns.SOA).Serial
-}
-
-// converged waits until every member has serial.
-func (c *updateCluster) converged(t *testing.T, serial uint32) {
-	t.Helper()
-	for i := 1; i <= 3; i++ {
-		eventually(t, fmt.Sprintf("serial %d on member %d", serial, i), 10*time.Second, func() bool {
-			r, err := query(c.addr(i), "example.org", dns.TypeSOA)
-			return err == nil && len(r.Answer) == 1 && r.Answer[0].(*dns.SOA).Serial == serial
-		})
-	}
-}
-
-// rdata returns the rdata of addr's answer for name/qtype, sorted and joined
-// by spaces, or the rcode's name when it is not NOERROR, or "NODATA".
-func rdata(t *testing.T, addr, name string, qtype uint16) string {
-	t.Helper()
-	r, err := query(addr, name, qtype)
-	if err != nil {
-		t.Fatalf("query %s %s at %s: %v", name, dns.TypeToString[qtype], addr, err)
-	}
-	if r.Rcode != dns.RcodeSuccess {
-		return dns.RcodeToString[r.Rcode]
-	}
-	var out []string
-	for _, rr := range r.Answer {
-		if rr.Header().Rrtype == qtype {
-			out = append(out, strings.TrimPrefix(rr.String(), rr.Header().String()))
-		}
-	}
-	if len(out) == 0 {
-		return "NODATA"
-	}
-	slices.Sort(out)
-	return strings.Join(out, " ")
-}
-
-// everywhere waits until every member answers name/qtype with want (see rdata).
-func (c *updateCluster) everywhere(t *testing.T, name string, qtype uint16, want string) {
-	t.Helper()
-	for i := 1; i <= 3; i++ {
-		var got string
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			if got = rdata(t, c.addr(i), name, qtype); got == want || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if got != want {
-			t.Fatalf("expected %s %s on member %d to be %q, got %q", name, dns.TypeToString[qtype], i, want, got)
-		}
-	}
-}
 
 // updater is an RFC 2136 command-line client: nsupdate or knsupdate. Both
 // read the same commands (server, zone, prereq ..., update ..., send) on
@@ -181,14 +38,14 @@ type updater struct {
 }
 
 func newUpdater(t *testing.T, tool, wd string) updater {
-	u := updater{name: tool, bin: requireTool(t, tool)}
+	u := updater{name: tool, bin: harness.RequireTool(t, tool)}
 	switch tool {
 	case "nsupdate":
 		u.keyfile = "Corefile.examples/keys/update.key" // BIND's format
 	case "knsupdate":
 		// knsupdate -k reads what -y takes, not BIND's key file.
 		u.keyfile = filepath.Join(wd, "update.knot")
-		if err := os.WriteFile(u.keyfile, []byte(knotKey(t, filepath.Join(repo, "Corefile.examples/keys/update.key"))+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(u.keyfile, []byte(knotKey(t, filepath.Join(harness.Repo, "Corefile.examples/keys/update.key"))+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -245,10 +102,10 @@ func TestUpdateNsupdate(t *testing.T) { testUpdateClient(t, "nsupdate") }
 func TestUpdateKnsupdate(t *testing.T) { testUpdateClient(t, "knsupdate") }
 
 func testUpdateClient(t *testing.T, tool string) {
-	requireTool(t, tool)
-	c := startUpdateCluster(t)
-	u := newUpdater(t, tool, c.wd)
-	leader := c.leader(t)
+	harness.RequireTool(t, tool)
+	c := harness.StartUpdateCluster(t)
+	u := newUpdater(t, tool, c.WD)
+	leader := c.Leader(t)
 	follower := leader%3 + 1
 	signed := []string{"-k", u.keyfile}
 
@@ -257,18 +114,18 @@ func testUpdateClient(t *testing.T, tool string) {
 	// the serial went up by bump (0 or 1) on member m and then everywhere.
 	step := func(t *testing.T, m int, args []string, body string, ok bool, text []string, bump uint32) {
 		t.Helper()
-		before := c.serial(t, m)
-		out, succeeded := u.send(t, c.wd, c.addr(m), "example.org.", args, body)
+		before := c.Serial(t, m)
+		out, succeeded := u.send(t, c.WD, c.Addr(m), "example.org.", args, body)
 		if succeeded != ok {
 			t.Fatalf("expected success %v from %s, got %v:\n%s", ok, u.name, succeeded, out)
 		}
 		if len(text) > 0 && !containsAny(out, text) {
 			t.Fatalf("expected %s to print one of %q, got:\n%s", u.name, text, out)
 		}
-		if got := c.serial(t, m); got != before+bump {
+		if got := c.Serial(t, m); got != before+bump {
 			t.Fatalf("expected serial %d after the update on member %d, got %d", before+bump, m, got)
 		}
-		c.converged(t, before+bump)
+		c.Converged(t, before+bump)
 	}
 
 	t.Run("add", func(t *testing.T) {
@@ -279,16 +136,16 @@ update add multi.example.org. 60 A 198.51.100.2
 update add multi.example.org. 60 TXT "one message"
 `, true, nil, 1)
 		// The member that answered NOERROR answers with the data at once.
-		if got := rdata(t, c.addr(follower), "multi.example.org", dns.TypeA); got != "198.51.100.1 198.51.100.2" {
+		if got := harness.Rdata(t, c.Addr(follower), "multi.example.org", dns.TypeA); got != "198.51.100.1 198.51.100.2" {
 			t.Fatalf("expected both A records on member %d once the update was answered, got %q", follower, got)
 		}
-		c.everywhere(t, "multi.example.org", dns.TypeA, "198.51.100.1 198.51.100.2")
-		c.everywhere(t, "multi.example.org", dns.TypeTXT, `"one message"`)
+		c.Everywhere(t, "multi.example.org", dns.TypeA, "198.51.100.1 198.51.100.2")
+		c.Everywhere(t, "multi.example.org", dns.TypeTXT, `"one message"`)
 	})
 
 	t.Run("add over TCP", func(t *testing.T) {
 		step(t, leader, append([]string{"-v"}, signed...), `update add tcp.example.org. 60 AAAA 2001:db8::53`, true, nil, 1)
-		c.everywhere(t, "tcp.example.org", dns.TypeAAAA, "2001:db8::53")
+		c.Everywhere(t, "tcp.example.org", dns.TypeAAAA, "2001:db8::53")
 	})
 
 	t.Run("no change", func(t *testing.T) {
@@ -307,31 +164,31 @@ update delete multi.example.org. A 198.51.100.77
 	t.Run("ignored CNAME", func(t *testing.T) {
 		// RFC 2136 §3.4.2.2: a CNAME beside other data is ignored.
 		step(t, follower, signed, `update add www.example.org. 60 CNAME mail.example.org.`, true, nil, 0)
-		c.everywhere(t, "www.example.org", dns.TypeA, "192.0.2.10")
+		c.Everywhere(t, "www.example.org", dns.TypeA, "192.0.2.10")
 	})
 
 	t.Run("delete one RR", func(t *testing.T) {
 		step(t, follower, signed, `update delete multi.example.org. A 198.51.100.1`, true, nil, 1)
-		c.everywhere(t, "multi.example.org", dns.TypeA, "198.51.100.2")
+		c.Everywhere(t, "multi.example.org", dns.TypeA, "198.51.100.2")
 	})
 
 	t.Run("delete an RRset", func(t *testing.T) {
 		step(t, leader, signed, `update delete multi.example.org. A`, true, nil, 1)
-		c.everywhere(t, "multi.example.org", dns.TypeA, "NODATA")
-		c.everywhere(t, "multi.example.org", dns.TypeTXT, `"one message"`)
+		c.Everywhere(t, "multi.example.org", dns.TypeA, "NODATA")
+		c.Everywhere(t, "multi.example.org", dns.TypeTXT, `"one message"`)
 	})
 
 	t.Run("delete a name", func(t *testing.T) {
 		step(t, follower, signed, `update delete multi.example.org.`, true, nil, 1)
-		c.everywhere(t, "multi.example.org", dns.TypeTXT, "NXDOMAIN")
+		c.Everywhere(t, "multi.example.org", dns.TypeTXT, "NXDOMAIN")
 	})
 
 	t.Run("apex SOA and NS kept", func(t *testing.T) {
 		// RFC 2136 §3.4.2.3-4: deleting every RRset at the apex spares the
 		// SOA and NS; the MX, TXT and A go.
 		step(t, follower, signed, `update delete example.org.`, true, nil, 1)
-		c.everywhere(t, "example.org", dns.TypeNS, "ns1.example.org. ns2.example.org.")
-		c.everywhere(t, "example.org", dns.TypeMX, "NODATA")
+		c.Everywhere(t, "example.org", dns.TypeNS, "ns1.example.org. ns2.example.org.")
+		c.Everywhere(t, "example.org", dns.TypeMX, "NODATA")
 	})
 
 	t.Run("prerequisites", func(t *testing.T) {
@@ -346,7 +203,7 @@ update delete multi.example.org. A 198.51.100.77
 			{"prereq yxdomain devices.example.org.", "NXDOMAIN"},
 		} {
 			step(t, follower, signed, tc.prereq+add, false, []string{tc.rcode}, 0)
-			c.everywhere(t, "pre.example.org", dns.TypeA, "NXDOMAIN")
+			c.Everywhere(t, "pre.example.org", dns.TypeA, "NXDOMAIN")
 		}
 		step(t, follower, signed, `
 prereq nxdomain pre.example.org.
@@ -354,7 +211,7 @@ prereq yxdomain www.example.org.
 prereq yxrrset www.example.org. A 192.0.2.10
 prereq nxrrset www.example.org. MX
 `+add, true, nil, 1)
-		c.everywhere(t, "pre.example.org", dns.TypeA, "198.51.100.9")
+		c.Everywhere(t, "pre.example.org", dns.TypeA, "198.51.100.9")
 	})
 
 	t.Run("SOA prerequisite and deletion", func(t *testing.T) {
@@ -379,7 +236,7 @@ prereq nxrrset www.example.org. MX
 			t.Logf("%s", tc.what)
 			step(t, follower, tc.args, add, false, tc.text, 0)
 			step(t, leader, append([]string{"-v"}, tc.args...), add, false, tc.text, 0)
-			c.everywhere(t, "refused.example.org", dns.TypeA, "NXDOMAIN")
+			c.Everywhere(t, "refused.example.org", dns.TypeA, "NXDOMAIN")
 		}
 		// The narrow key may write what its rule names.
 		step(t, follower, []string{"-y", "hmac-sha256:" + acmeKey + ":" + acmeSecret},
@@ -387,21 +244,21 @@ prereq nxrrset www.example.org. MX
 	})
 
 	t.Run("not authoritative", func(t *testing.T) {
-		before := c.serial(t, follower)
+		before := c.Serial(t, follower)
 		// In the server block's zone but no stored zone: NOTAUTH (RFC 2136 §3.1.1).
-		out, ok := u.send(t, c.wd, c.addr(follower), "sub.example.org.", signed, `update add x.sub.example.org. 60 A 198.51.100.5`)
+		out, ok := u.send(t, c.WD, c.Addr(follower), "sub.example.org.", signed, `update add x.sub.example.org. 60 A 198.51.100.5`)
 		if ok || !strings.Contains(out, "NOTAUTH") {
 			t.Fatalf("expected NOTAUTH for a zone the member does not have, got:\n%s", out)
 		}
 		// In no server block: CoreDNS itself refuses before any plugin runs.
-		out, ok = u.send(t, c.wd, c.addr(follower), "example.com.", signed, `update add x.example.com. 60 A 198.51.100.5`)
+		out, ok = u.send(t, c.WD, c.Addr(follower), "example.com.", signed, `update add x.example.com. 60 A 198.51.100.5`)
 		if ok || !containsAny(out, []string{"NOTAUTH", "REFUSED"}) {
 			t.Fatalf("expected NOTAUTH or REFUSED for a zone the server has no block for, got:\n%s", out)
 		}
-		if got := c.serial(t, follower); got != before {
+		if got := c.Serial(t, follower); got != before {
 			t.Fatalf("expected serial %d to stay, got %d", before, got)
 		}
-		c.everywhere(t, "x.sub.example.org", dns.TypeA, "NXDOMAIN")
+		c.Everywhere(t, "x.sub.example.org", dns.TypeA, "NXDOMAIN")
 	})
 }
 
@@ -442,8 +299,8 @@ func mustRR(t *testing.T, s string) dns.RR {
 // each guarded by the same prerequisite: prerequisites are evaluated when
 // the entry is applied, so exactly one wins, once, on every member.
 func TestUpdateRace(t *testing.T) {
-	c := startUpdateCluster(t)
-	before := c.serial(t, 1)
+	c := harness.StartUpdateCluster(t)
+	before := c.Serial(t, 1)
 	const n = 30
 	rcodes := make([]int, n)
 	var wg sync.WaitGroup
@@ -454,7 +311,7 @@ func TestUpdateRace(t *testing.T) {
 			m := newUpdate()
 			m.NameNotUsed([]dns.RR{&dns.ANY{Hdr: dns.RR_Header{Name: "lock.example.org.", Rrtype: dns.TypeANY, Class: dns.ClassINET}}})
 			m.Insert([]dns.RR{mustRR(t, fmt.Sprintf(`lock.example.org. 60 TXT "owner %d"`, i))})
-			r, err := exchangeUpdate(m, "udp", c.addr(i%3+1))
+			r, err := exchangeUpdate(m, "udp", c.Addr(i%3+1))
 			if err != nil {
 				t.Errorf("update %d: %v", i, err)
 				return
@@ -479,23 +336,23 @@ func TestUpdateRace(t *testing.T) {
 	if winner < 0 {
 		t.Fatal("expected one update to succeed, got none")
 	}
-	c.converged(t, before+1)
-	c.everywhere(t, "lock.example.org", dns.TypeTXT, fmt.Sprintf(`"owner %d"`, winner))
+	c.Converged(t, before+1)
+	c.Everywhere(t, "lock.example.org", dns.TypeTXT, fmt.Sprintf(`"owner %d"`, winner))
 }
 
 // TestUpdateLimits checks the refusals that do not depend on the zone's
 // state: too many records (max_update_records, default 1024), a record
 // outside the zone (NOTZONE), a DNSSEC type (NOTIMP); nothing is written.
 func TestUpdateLimits(t *testing.T) {
-	c := startUpdateCluster(t)
-	before := c.serial(t, 2)
+	c := harness.StartUpdateCluster(t)
+	before := c.Serial(t, 2)
 
 	big := newUpdate()
 	big.SetEdns0(4096, false)
 	for i := 0; i < 1025; i++ {
 		big.Insert([]dns.RR{mustRR(t, fmt.Sprintf("big%d.example.org. 60 A 198.51.100.1", i))})
 	}
-	r, err := exchangeUpdate(big, "tcp", c.addr(2))
+	r, err := exchangeUpdate(big, "tcp", c.Addr(2))
 	if err != nil {
 		t.Fatalf("big update over TCP: %v", err)
 	}
@@ -508,20 +365,20 @@ func TestUpdateLimits(t *testing.T) {
 
 	outside := newUpdate()
 	outside.Insert([]dns.RR{mustRR(t, "x.example.net. 60 A 198.51.100.1")})
-	if r, err := exchangeUpdate(outside, "udp", c.addr(2)); err != nil || r.Rcode != dns.RcodeNotZone {
+	if r, err := exchangeUpdate(outside, "udp", c.Addr(2)); err != nil || r.Rcode != dns.RcodeNotZone {
 		t.Errorf("expected NOTZONE for a record outside the zone, got %v %v", r, err)
 	}
 
 	dnssec := newUpdate()
 	dnssec.Insert([]dns.RR{mustRR(t, "x.example.org. 60 DS 12345 13 2 "+strings.Repeat("ab", 32))})
-	if r, err := exchangeUpdate(dnssec, "udp", c.addr(2)); err != nil || r.Rcode != dns.RcodeNotImplemented {
+	if r, err := exchangeUpdate(dnssec, "udp", c.Addr(2)); err != nil || r.Rcode != dns.RcodeNotImplemented {
 		t.Errorf("expected NOTIMP for a DS record, got %v %v", r, err)
 	}
 
-	if got := c.serial(t, 2); got != before {
+	if got := c.Serial(t, 2); got != before {
 		t.Errorf("expected serial %d to stay, got %d", before, got)
 	}
-	c.everywhere(t, "big0.example.org", dns.TypeA, "NXDOMAIN")
+	c.Everywhere(t, "big0.example.org", dns.TypeA, "NXDOMAIN")
 }
 
 func extendedError(r *dns.Msg) string {
@@ -538,7 +395,7 @@ func extendedError(r *dns.Msg) string {
 // TestUpdateRefusalAnsweredOnce sends refused UPDATEs over UDP and counts
 // the datagrams that come back: a DNS server answers a request once.
 func TestUpdateRefusalAnsweredOnce(t *testing.T) {
-	c := startUpdateCluster(t)
+	c := harness.StartUpdateCluster(t)
 	for _, rr := range []string{
 		"x.example.org. 60 DS 12345 13 2 " + strings.Repeat("ab", 32), // NOTIMP
 		"x.example.net. 60 A 198.51.100.1",                            // NOTZONE: answered once today
@@ -550,7 +407,7 @@ func TestUpdateRefusalAnsweredOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		conn, err := net.Dial("udp", c.addr(1))
+		conn, err := net.Dial("udp", c.Addr(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -577,12 +434,12 @@ func TestUpdateRefusalAnsweredOnce(t *testing.T) {
 // cannot commit, so it answers SERVFAIL after its write timeout (5s) and
 // never NOERROR.
 func TestUpdateNoQuorum(t *testing.T) {
-	c := startUpdateCluster(t)
-	c.procs[1].kill()
-	c.procs[2].kill()
+	c := harness.StartUpdateCluster(t)
+	c.Procs[1].Kill()
+	c.Procs[2].Kill()
 	m := newUpdate()
 	m.Insert([]dns.RR{mustRR(t, "lonely.example.org. 60 A 198.51.100.44")})
-	r, err := exchangeUpdate(m, "tcp", c.addr(1))
+	r, err := exchangeUpdate(m, "tcp", c.Addr(1))
 	if err != nil {
 		t.Fatalf("update: %v", err)
 	}

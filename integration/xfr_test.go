@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/integration/dnsdiff"
+	"github.com/craftdns/craftdns/integration/harness"
 
 	"github.com/miekg/dns"
 )
@@ -20,11 +21,13 @@ import (
 // xfrMember is one member of the group TestTransferToNSD starts.
 type xfrMember struct {
 	dns, api, raft, ready int
-	p                     *proc
+	p                     *harness.Proc
 }
 
 func (m xfrMember) addr() string { return fmt.Sprintf("127.0.0.1:%d", m.dns) }
-func (m xfrMember) client() api  { return api{base: fmt.Sprintf("http://127.0.0.1:%d", m.api)} }
+func (m xfrMember) client() harness.API {
+	return harness.API{Base: fmt.Sprintf("http://127.0.0.1:%d", m.api)}
+}
 
 // startXFRGroup starts three members serving origin, each with the
 // transfer plugin allowing 127.0.0.1 and sending NOTIFY to notifyPort.
@@ -34,7 +37,7 @@ func startXFRGroup(t *testing.T, origin string, notifyPort int) []xfrMember {
 	ms := make([]xfrMember, 3)
 	var peers strings.Builder
 	for i := range ms {
-		ms[i] = xfrMember{dns: freePort(t), api: freePort(t), raft: freePort(t), ready: freePort(t)}
+		ms[i] = xfrMember{dns: harness.ListenPort(t), api: harness.ListenPort(t), raft: harness.ListenPort(t), ready: harness.ListenPort(t)}
 		fmt.Fprintf(&peers, "        peer %d 127.0.0.1:%d\n", i+1, ms[i].raft)
 	}
 	for i := range ms {
@@ -57,17 +60,17 @@ func startXFRGroup(t *testing.T, origin string, notifyPort int) []xfrMember {
 		if err := os.WriteFile(filepath.Join(wd, name+".Corefile"), []byte(corefile), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		ms[i].p = start(t, name, wd, name+".Corefile")
+		ms[i].p = harness.Start(t, name, wd, name+".Corefile")
 	}
 	for _, m := range ms {
-		waitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", m.ready), ms[0].p, ms[1].p, ms[2].p)
+		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", m.ready), ms[0].p, ms[1].p, ms[2].p)
 	}
 	return ms
 }
 
 // soaSerial asks addr for origin's SOA serial; 0 when there is none.
 func soaSerial(addr, origin string) uint32 {
-	r, err := query(addr, origin, dns.TypeSOA)
+	r, err := harness.Query(addr, origin, dns.TypeSOA)
 	if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
 		return 0
 	}
@@ -92,11 +95,11 @@ func TestTransferToNSD(t *testing.T) {
 		Serial  uint32
 		Records int
 	}
-	if code, err := ms[0].client().do("PUT", "/v1/zones/"+origin, text, &put); err != nil || code != http.StatusOK {
+	if code, err := ms[0].client().Do("PUT", "/v1/zones/"+origin, text, &put); err != nil || code != http.StatusOK {
 		t.Fatalf("expected 200 loading the zone, got %d %v", code, err)
 	}
 	for _, m := range ms {
-		eventually(t, "the zone on "+m.addr(), 20*time.Second, func() bool { return soaSerial(m.addr(), origin) == put.Serial })
+		harness.Eventually(t, "the zone on "+m.addr(), 20*time.Second, func() bool { return soaSerial(m.addr(), origin) == put.Serial })
 	}
 
 	// NSD takes the whole zone by AXFR and answers like craftstore.
@@ -124,12 +127,12 @@ func TestTransferToNSD(t *testing.T) {
 	for i, burst := range bursts {
 		for _, c := range burst {
 			var res struct{ Serial uint32 }
-			if code, err := ms[c.via].client().do("POST", "/v1/zones/"+origin+"/records", c.body, &res); err != nil || code != http.StatusOK {
+			if code, err := ms[c.via].client().Do("POST", "/v1/zones/"+origin+"/records", c.body, &res); err != nil || code != http.StatusOK {
 				t.Fatalf("expected 200 for %s through member %d, got %d %v", c.body, c.via+1, code, err)
 			}
 			serial = res.Serial
 		}
-		eventually(t, fmt.Sprintf("NSD at serial %d after burst %d", serial, i+1), 30*time.Second, func() bool {
+		harness.Eventually(t, fmt.Sprintf("NSD at serial %d after burst %d", serial, i+1), 30*time.Second, func() bool {
 			return soaSerial(sec.Addr, origin) == serial
 		})
 	}
@@ -161,7 +164,7 @@ func TestTransferToNSD(t *testing.T) {
 		t.Errorf("expected clean increments, NSD log:\n%s", nsdLog)
 	}
 	var sizes []int
-	for _, m := range regexp.MustCompile(`Outgoing transfer of (\d+) records of zone "`+regexp.QuoteMeta(origin)+`"`).FindAllStringSubmatch(ms[0].p.logs(), -1) {
+	for _, m := range regexp.MustCompile(`Outgoing transfer of (\d+) records of zone "`+regexp.QuoteMeta(origin)+`"`).FindAllStringSubmatch(ms[0].p.Logs(), -1) {
 		n, _ := strconv.Atoi(m[1])
 		sizes = append(sizes, n)
 	}
@@ -179,7 +182,7 @@ func TestTransferToNSD(t *testing.T) {
 		t.Errorf("expected IXFR transfers after the first, got transfers of %v records; NSD log:\n%s", sizes, nsdLog)
 	}
 
-	requireTool(t, "dig")
+	harness.RequireTool(t, "dig")
 	// dig IXFR against member 3: the changes since the first serial.
 	ixfr := digXFR(t, ms[2].dns, origin, fmt.Sprintf("IXFR=%d", put.Serial))
 	if len(ixfr) < 4 || soaOf(ixfr[0]) != serial || soaOf(ixfr[1]) != put.Serial || soaOf(ixfr[len(ixfr)-1]) != serial {
@@ -187,7 +190,7 @@ func TestTransferToNSD(t *testing.T) {
 	}
 	// dig AXFR against member 2: SOA first and last, every record.
 	var zoneText string
-	if code, err := ms[1].client().do("GET", "/v1/zones/"+origin, nil, &zoneText); err != nil || code != http.StatusOK {
+	if code, err := ms[1].client().Do("GET", "/v1/zones/"+origin, nil, &zoneText); err != nil || code != http.StatusOK {
 		t.Fatalf("expected the zone text, got %d %v", code, err)
 	}
 	axfr := digXFR(t, ms[1].dns, origin, "AXFR")

@@ -1,5 +1,5 @@
-// Command coredns is CoreDNS v1.15.0 with the craftdns plugins (craftstore,
-// and later craftroute) compiled in. The plugin set and its order come from
+// Command coredns is CoreDNS v1.15.0 with the craftdns plugins (craftstore
+// and craftroute) compiled in. The plugin set and its order come from
 // plugin.cfg at the repository root.
 package main
 

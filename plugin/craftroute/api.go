@@ -23,12 +23,12 @@ const (
 )
 
 // The router's HTTP API serves craftstore's record and zone paths
-// (DESIGN.md, "HTTP API contract") over the shards' APIs, placing zones and
+// (docs/design.md, "HTTP API") over the shards' APIs, placing zones and
 // records as the key mode says (split.go), and GET /v1/shards.
 //
 // A Corefile reload starts the new instance before the old one stops, so
 // the listener is shared per address with the instances that name it; the
-// newest serves (STYLE.md, "Reload safety").
+// newest serves (as craftstore's registry.go does for members).
 var (
 	apiMu        sync.Mutex
 	apiListeners = map[string]*apiListener{} // listen address → listener

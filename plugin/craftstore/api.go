@@ -25,8 +25,8 @@ const (
 	maxRecordsBody = 4 << 20   // a record change or a member change
 )
 
-// apiServer is the HTTP JSON API of one member (../shared/DESIGN.md,
-// "HTTP API contract").
+// apiServer is the HTTP JSON API of one member (README.md, "HTTP API";
+// docs/design.md has the contract craftroute serves too).
 type apiServer struct {
 	srv     *http.Server
 	ln      net.Listener

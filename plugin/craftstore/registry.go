@@ -15,8 +15,8 @@ import (
 // and one process can name the same data directory in several server
 // blocks. Members are therefore shared through a process-wide registry keyed
 // by data directory, with a reference count: the bbolt file and the Raft port
-// are opened once and closed with the last reference (STYLE.md, "Reload
-// safety"; CoreDNS's dynupdate does the same for its database).
+// are opened once and closed with the last reference (CoreDNS's dynupdate
+// does the same for its database in plugin/dynupdate/store.go).
 var (
 	registryMu sync.Mutex
 	registry   = map[string]*member{}

@@ -41,7 +41,7 @@ func putUint(b *bolt.Bucket, k []byte, v uint64) error {
 func quietLogger() raft.Logger { return &raft.DefaultLogger{Logger: log.New(io.Discard, "", 0)} }
 
 // singleNode runs the Ready loop of one raft.Node over a Storage, in the
-// order the STYLE guide prescribes: persist, (send), apply, Advance.
+// order raft's documentation prescribes: persist, (send), apply, Advance.
 type singleNode struct {
 	db      *bolt.DB
 	s       *Storage

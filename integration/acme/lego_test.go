@@ -1,4 +1,7 @@
-package integration
+// Package acme solves ACME DNS-01 challenges against craftstore with lego's
+// RFC 2136 provider. It is a module of its own so that lego and its
+// dependencies stay out of the product's go.mod; make test runs it.
+package acme
 
 import (
 	"path/filepath"
@@ -6,27 +9,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/integration/harness"
+
 	"github.com/go-acme/lego/v4/challenge/dns01"
 	"github.com/go-acme/lego/v4/providers/dns/rfc2136"
 	"github.com/miekg/dns"
 )
+
+func TestMain(m *testing.M) { harness.Main(m) }
 
 // TestLegoRFC2136 solves DNS-01 challenges through a three-member cluster
 // with lego's RFC 2136 provider, as lego (and Traefik, which embeds it)
 // does: Present adds the _acme-challenge TXT record through one member (a
 // follower), every member must answer it, and CleanUp removes it everywhere.
 func TestLegoRFC2136(t *testing.T) {
-	c := startUpdateCluster(t)
-	follower := c.leader(t)%3 + 1
+	c := harness.StartUpdateCluster(t)
+	follower := c.Leader(t)%3 + 1
 
 	// lego looks for CNAMEs at the challenge name and for the zone's SOA
 	// with these resolvers: keep them on loopback, at the member.
-	if err := dns01.AddRecursiveNameservers([]string{c.addr(follower)})(nil); err != nil {
+	if err := dns01.AddRecursiveNameservers([]string{c.Addr(follower)})(nil); err != nil {
 		t.Fatal(err)
 	}
 	cfg := rfc2136.NewDefaultConfig()
-	cfg.Nameserver = c.addr(follower)
-	cfg.TSIGFile = filepath.Join(repo, "Corefile.examples/keys/update.key") // BIND's format
+	cfg.Nameserver = c.Addr(follower)
+	cfg.TSIGFile = filepath.Join(harness.Repo, "Corefile.examples/keys/update.key") // BIND's format
 	cfg.DNSTimeout = 10 * time.Second
 	cfg.PropagationTimeout = 10 * time.Second
 	cfg.PollingInterval = 100 * time.Millisecond
@@ -49,22 +56,22 @@ func TestLegoRFC2136(t *testing.T) {
 		if err := provider.Present(domain, "token"+strconv.Itoa(i), keyAuth); err != nil {
 			t.Fatalf("Present: %v", err)
 		}
-		c.everywhere(t, fqdn, dns.TypeTXT, strconv.Quote(info.Value))
+		c.Everywhere(t, fqdn, dns.TypeTXT, strconv.Quote(info.Value))
 	}
 	info := dns01.GetChallengeInfo(domain, "token2.thumbprint")
 	if err := provider.CleanUp(domain, "token1", "token2.thumbprint"); err != nil {
 		t.Fatalf("CleanUp: %v", err)
 	}
-	c.everywhere(t, fqdn, dns.TypeTXT, "NXDOMAIN")
+	c.Everywhere(t, fqdn, dns.TypeTXT, "NXDOMAIN")
 
 	// A name below the apex: lego finds the zone by asking for the SOA.
 	info = dns01.GetChallengeInfo("host.example.org", "token3.thumbprint")
 	if err := provider.Present("host.example.org", "token3", "token3.thumbprint"); err != nil {
 		t.Fatalf("Present for a name below the apex: %v", err)
 	}
-	c.everywhere(t, info.EffectiveFQDN, dns.TypeTXT, strconv.Quote(info.Value))
+	c.Everywhere(t, info.EffectiveFQDN, dns.TypeTXT, strconv.Quote(info.Value))
 	if err := provider.CleanUp("host.example.org", "token3", "token3.thumbprint"); err != nil {
 		t.Fatalf("CleanUp: %v", err)
 	}
-	c.everywhere(t, info.EffectiveFQDN, dns.TypeTXT, "NXDOMAIN")
+	c.Everywhere(t, info.EffectiveFQDN, dns.TypeTXT, "NXDOMAIN")
 }
