@@ -12,7 +12,7 @@
 // Every connection starts with a handshake written by the dialer:
 //
 //	magic    4 bytes  "CRFT"
-//	version  1 byte   1
+//	version  1 byte   2
 //	kind     1 byte   1 = message stream, 2 = snapshot
 //	from     8 bytes  sender's Raft ID, big endian
 //	to       8 bytes  recipient's Raft ID, big endian
@@ -20,7 +20,8 @@
 //	cluster  length bytes
 //
 // The listener answers with one status byte: 0 accepted, 1 wrong cluster,
-// 2 wrong recipient ID, 3 malformed handshake. On anything but 0 it closes
+// 2 wrong recipient ID, 3 malformed handshake (another version too), 4 the
+// dialer was removed from the group. On anything but 0 it closes
 // the connection; the dialer treats a refusal as a connection failure.
 //
 // # Message stream
@@ -33,11 +34,31 @@
 // is momentarily empty, so a burst of messages costs one system call. A full
 // queue drops the message and reports the peer unreachable; so does a
 // connection failure. While a peer is unreachable the writer redials with a
-// backoff doubling from 50ms to 1s and drops (and reports) what Raft queues
+// backoff doubling from 50ms to 500ms and drops (and reports) what Raft queues
 // meanwhile: Raft retransmits on its own, and stale messages would only
-// delay fresh ones.
+// delay fresh ones. The backoff stays short (at most 500ms) so that a
+// member is back in touch within a second of a network heal.
 //
-// The receiver hands every message to Raft.Process in the order it arrived.
+// A frame of length zero is a keepalive: the sender writes one when it has
+// written nothing for a keepalive interval (StreamTimeout/4, 500ms by
+// default). The receiver writes one byte (zero) back every keepalive
+// interval, the only thing it ever writes on a stream after the handshake.
+// Each side reads with a deadline of StreamTimeout (2s): a stream on which
+// nothing arrives for that long is dead, whatever TCP thinks (a partition
+// that drops packets, a paused or hung peer leave TCP retransmitting for
+// minutes), and is closed; the sender redials.
+//
+// The receiver never waits for Raft while reading (etcd's rafthttp keeps to
+// the same rule). It queues each message for Raft.Process and goes on
+// reading: heartbeats, votes, appends and their answers in one bounded
+// queue, proposals forwarded by the peer (MsgProp) in another, each stepped
+// into the node by its own goroutine. The split matters: raft's Node.Step
+// holds a proposal until the node knows a leader, and the messages behind it
+// are what lets the node learn one. A message waits at most 5s for the node
+// to take it (a proposal 5s from its arrival) and is dropped after that, as
+// is one that finds its queue full: to Raft that is a lossy network, which
+// it tolerates, and a dropped proposal is never acknowledged to a client.
+// Messages are stepped in the order they arrived within each queue.
 // Messages whose To is not the local ID, or whose From is not the ID named in
 // the handshake, are dropped.
 //
@@ -68,8 +89,9 @@
 // # Timeouts
 //
 // A dial and its handshake take at most Config.DialTimeout; a listener waits
-// 5s for a handshake. A batch of messages that cannot be written within 10s
-// fails the stream connection (TCP keepalive covers idle ones). Every
+// 5s for a handshake. A stream that stays silent for Config.StreamTimeout
+// (keepalives included) is closed by either side, and a batch of messages
+// that cannot be written within 10s fails it too. Every
 // snapshot chunk must move within 30s, and the receiver has a minute after
 // the last byte to stage the state and reply.
 package transport

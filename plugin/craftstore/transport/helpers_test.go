@@ -21,6 +21,9 @@ type fakeRaft struct {
 	unreachable map[uint64]int
 	snapStatus  map[uint64][]raft.SnapshotStatus
 	block       chan struct{} // if not nil, Process waits until it is closed
+	// blockProposals makes Process hold every MsgProp until its context
+	// ends, as raft.Node.Step does while the node knows no leader.
+	blockProposals bool
 }
 
 func newFakeRaft() *fakeRaft {
@@ -32,6 +35,10 @@ func newFakeRaft() *fakeRaft {
 }
 
 func (f *fakeRaft) Process(ctx context.Context, m *raftpb.Message) error {
+	if f.blockProposals && m.GetType() == raftpb.MessageType_MsgProp {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	if f.block != nil {
 		select {
 		case <-f.block:
@@ -171,7 +178,13 @@ func newTestTransport(t testing.TB, id uint64, cluster string, r Raft, s Snapsho
 	if s == nil {
 		s = newHashSnapshotter(1, 0)
 	}
-	tr, err := New(Config{ID: id, Cluster: cluster, Listen: "127.0.0.1:0", Raft: r, Snapshotter: s, QueueSize: queue})
+	return startTransport(t, Config{ID: id, Cluster: cluster, Listen: "127.0.0.1:0", Raft: r, Snapshotter: s, QueueSize: queue})
+}
+
+// startTransport starts a transport with cfg.
+func startTransport(t testing.TB, cfg Config) *Transport {
+	t.Helper()
+	tr, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

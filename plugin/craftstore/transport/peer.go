@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 
 const (
 	minBackoff = 50 * time.Millisecond
-	maxBackoff = time.Second
+	maxBackoff = 500 * time.Millisecond
 	// flushSize is the batch size at which the writer writes even though
 	// more messages are queued.
 	flushSize = 256 << 10
@@ -170,29 +171,52 @@ func (p *peer) idle(d time.Duration) {
 }
 
 // writeLoop writes queued messages to conn until the connection fails or
-// the peer stops. Messages queued together are written with one call.
+// the peer stops. Messages queued together are written with one call; a
+// keepalive frame goes out when nothing was written for a keepalive
+// interval, and the receiver's keepalive bytes must keep arriving: a stream
+// that stays silent for StreamTimeout is dead (a partition or a paused peer
+// leaves TCP waiting for minutes) and is redialled.
 func (p *peer) writeLoop(conn net.Conn) error {
-	// The receiver never writes after the handshake: a read returns only
-	// when the connection is gone, and tells the writer so at once rather
-	// than on its next write.
-	broken := make(chan struct{})
+	timeout := p.t.cfg.StreamTimeout
+	broken := make(chan error, 1)
 	go func() {
-		var b [1]byte
-		conn.Read(b[:])
-		close(broken)
+		var b [64]byte
+		for {
+			conn.SetReadDeadline(time.Now().Add(timeout))
+			if _, err := conn.Read(b[:]); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					err = fmt.Errorf("nothing received for %v", timeout)
+				} else {
+					err = errPeerClosed
+				}
+				conn.Close() // a Write blocked on a dead peer returns now
+				broken <- err
+				return
+			}
+		}
 	}()
 	defer func() {
 		p.release(&p.conn, conn)
 		<-broken
 	}()
+	keepalive := time.NewTicker(keepaliveInterval(timeout))
+	defer keepalive.Stop()
 
 	var buf []byte
+	wrote := false // since the last keepalive tick
 	for {
 		select {
 		case <-p.ctx.Done():
 			return nil
-		case <-broken:
-			return fmt.Errorf("stream to %s: %w", conn.RemoteAddr(), errPeerClosed)
+		case err := <-broken:
+			broken <- err // for the deferred wait
+			return fmt.Errorf("stream to %s: %w", conn.RemoteAddr(), err)
+		case <-keepalive.C:
+			if wrote {
+				wrote = false
+				continue
+			}
+			buf = appendKeepalive(buf[:0])
 		case m := <-p.queue:
 			buf = p.appendOrDrop(buf[:0], m)
 		}
@@ -212,6 +236,7 @@ func (p *peer) writeLoop(conn net.Conn) error {
 		if _, err := conn.Write(buf); err != nil {
 			return fmt.Errorf("stream to %s: %w", conn.RemoteAddr(), err)
 		}
+		wrote = true
 		if cap(buf) > 4*flushSize {
 			buf = nil // don't pin the buffer of one huge MsgApp
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -100,7 +101,10 @@ func (t *Transport) accept(c net.Conn) (handshake, *bufio.Reader, error) {
 }
 
 // readStream hands the messages arriving on a stream connection to Raft, in
-// order, until the connection ends.
+// order, until the connection ends. It never waits for Raft (see inbox), so
+// everything the peer sends is read as it arrives; it writes a keepalive
+// byte back every keepalive interval and drops the connection when nothing
+// (not even a keepalive frame) arrived for StreamTimeout.
 func (t *Transport) readStream(c net.Conn, br *bufio.Reader, from uint64) error {
 	t.mu.Lock()
 	if old := t.streams[from]; old != nil {
@@ -108,7 +112,13 @@ func (t *Transport) readStream(c net.Conn, br *bufio.Reader, from uint64) error 
 	}
 	t.streams[from] = c
 	t.mu.Unlock()
+	in := newInbox(t, from)
+	done := make(chan struct{})
+	pongs := t.sendKeepalives(c, done)
 	defer func() {
+		close(done)
+		<-pongs
+		in.close()
 		t.mu.Lock()
 		if t.streams[from] == c {
 			delete(t.streams, from)
@@ -116,8 +126,17 @@ func (t *Transport) readStream(c net.Conn, br *bufio.Reader, from uint64) error 
 		t.mu.Unlock()
 	}()
 
+	timeout := t.cfg.StreamTimeout
+	refresh := keepaliveInterval(timeout)
+	var deadlineSet time.Time
 	fr := frameReader{r: br}
 	for {
+		// Moving the deadline once per keepalive interval is enough: it
+		// then fires between timeout-refresh and timeout after the last frame.
+		if now := time.Now(); now.Sub(deadlineSet) >= refresh {
+			c.SetReadDeadline(now.Add(timeout))
+			deadlineSet = now
+		}
 		m, err := fr.next()
 		if err == io.EOF {
 			return nil
@@ -126,18 +145,45 @@ func (t *Transport) readStream(c net.Conn, br *bufio.Reader, from uint64) error 
 			t.mu.RLock()
 			superseded := t.streams[from] != c
 			t.mu.RUnlock()
-			if superseded {
-				return nil // closed above by the peer's newer stream
+			if superseded || t.stopped.Load() {
+				return nil // closed by the peer's newer stream, or by Stop
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return fmt.Errorf("nothing received for %v", timeout)
 			}
 			return err
 		}
-		if !t.accepts(m, from) {
+		if m == nil || !t.accepts(m, from) {
 			continue
 		}
-		if err := t.cfg.Raft.Process(t.ctx, m); err != nil && t.ctx.Err() != nil {
-			return nil
-		}
+		in.put(m)
 	}
+}
+
+// sendKeepalives writes a keepalive byte to c every keepalive interval
+// until done is closed or a write fails; the returned channel is closed
+// when it has stopped.
+func (t *Transport) sendKeepalives(c net.Conn, done <-chan struct{}) <-chan struct{} {
+	stopped := make(chan struct{})
+	interval := keepaliveInterval(t.cfg.StreamTimeout)
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			c.SetWriteDeadline(time.Now().Add(t.cfg.StreamTimeout))
+			if _, err := c.Write([]byte{0}); err != nil {
+				c.Close() // the reader sees the failure too
+				return
+			}
+		}
+	}()
+	return stopped
 }
 
 // accepts tells whether m, which arrived on a stream from member from, is

@@ -17,7 +17,10 @@ import (
 // Raft is the local node as the transport sees it. raft.Node provides
 // ReportUnreachable and ReportSnapshot; Process usually wraps raft.Node.Step.
 type Raft interface {
-	// Process hands an incoming message to the local node.
+	// Process hands an incoming message to the local node. It may block
+	// (raft.Node.Step holds a proposal until the node knows a leader) but
+	// must return once ctx ends; the transport calls it with a deadline,
+	// never from a connection's reader.
 	Process(ctx context.Context, m *raftpb.Message) error
 	// ReportUnreachable tells the node that the last send to id failed.
 	ReportUnreachable(id uint64)
@@ -47,8 +50,9 @@ type Logger interface {
 
 // Defaults for Config fields left zero.
 const (
-	DefaultQueueSize   = 4096
-	DefaultDialTimeout = time.Second
+	DefaultQueueSize     = 4096
+	DefaultDialTimeout   = time.Second
+	DefaultStreamTimeout = 2 * time.Second
 )
 
 // Config configures a Transport.
@@ -67,6 +71,10 @@ type Config struct {
 	QueueSize int
 	// DialTimeout bounds a dial and its handshake (DefaultDialTimeout if 0).
 	DialTimeout time.Duration
+	// StreamTimeout is how long a stream connection may stay silent before
+	// it counts as dead and is redialled (DefaultStreamTimeout if 0). Both
+	// sides of an idle stream send keepalives four times as often.
+	StreamTimeout time.Duration
 	// IsRemoved, when set, tells whether a member id was removed from the
 	// group: connections from it are refused with a reply that makes its
 	// transport call OnRemoved (etcd's rafthttp answers such peers 410 Gone).
@@ -109,14 +117,17 @@ func New(cfg Config) (*Transport, error) {
 		return nil, errors.New("transport: Snapshotter is required")
 	case len(cfg.Cluster) > maxClusterLen:
 		return nil, fmt.Errorf("transport: cluster name longer than %d bytes", maxClusterLen)
-	case cfg.QueueSize < 0 || cfg.DialTimeout < 0:
-		return nil, errors.New("transport: negative QueueSize or DialTimeout")
+	case cfg.QueueSize < 0 || cfg.DialTimeout < 0 || cfg.StreamTimeout < 0:
+		return nil, errors.New("transport: negative QueueSize, DialTimeout or StreamTimeout")
 	}
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = DefaultQueueSize
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.StreamTimeout == 0 {
+		cfg.StreamTimeout = DefaultStreamTimeout
 	}
 	t := &Transport{
 		cfg:      cfg,

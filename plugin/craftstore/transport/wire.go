@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -12,7 +13,7 @@ import (
 
 const (
 	magic       = "CRFT"
-	wireVersion = 1
+	wireVersion = 2
 
 	kindStream   = 1
 	kindSnapshot = 2
@@ -129,6 +130,13 @@ func appendFrame(b []byte, m *raftpb.Message) ([]byte, error) {
 	return b, nil
 }
 
+// appendKeepalive appends a keepalive frame (length zero) to b.
+func appendKeepalive(b []byte) []byte { return append(b, 0, 0, 0, 0) }
+
+// keepaliveInterval is how often a side of an idle stream shows that it is
+// alive, for a stream that is declared dead after timeout without a sign.
+func keepaliveInterval(timeout time.Duration) time.Duration { return timeout / 4 }
+
 // frameReader reads message frames, reusing one buffer.
 type frameReader struct {
 	r   io.Reader
@@ -136,7 +144,7 @@ type frameReader struct {
 }
 
 // next reads and decodes the next frame. It returns io.EOF on a clean end
-// between frames.
+// between frames, and a nil message for a keepalive frame.
 func (f *frameReader) next() (*raftpb.Message, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(f.r, hdr[:]); err != nil {
@@ -145,6 +153,9 @@ func (f *frameReader) next() (*raftpb.Message, error) {
 	n := int(binary.BigEndian.Uint32(hdr[:]))
 	if n > maxFrame {
 		return nil, fmt.Errorf("frame of %d bytes: %w", n, errFrameTooLarge)
+	}
+	if n == 0 {
+		return nil, nil // keepalive
 	}
 	if cap(f.buf) < n {
 		f.buf = make([]byte, n)
