@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/faultnet"
+
 	"github.com/miekg/dns"
 )
 
@@ -21,6 +23,10 @@ type testCluster struct {
 	peers   []Member
 	members map[uint64]*Replica
 	snap    uint64
+	// net, when set, stands between the members (newFaultCluster): member
+	// i reaches member j through the link i→j, and peers holds the
+	// addresses the members listen on.
+	net *faultnet.Net
 }
 
 func freeAddr(t testing.TB) string {
@@ -60,7 +66,7 @@ func (c *testCluster) start(id uint64, join bool) *Replica {
 		ID:              id,
 		Dir:             filepath.Join(c.dir, fmt.Sprint(id)),
 		RaftAddr:        addr,
-		Peers:           c.peers,
+		Peers:           c.peersOf(id),
 		Join:            join,
 		SnapshotEntries: c.snap,
 		CatchupEntries:  c.snap / 2,
@@ -72,6 +78,22 @@ func (c *testCluster) start(id uint64, join bool) *Replica {
 	}
 	c.members[id] = r
 	return r
+}
+
+// peersOf is the group as member id dials it: through its links when the
+// cluster has a faultnet.
+func (c *testCluster) peersOf(id uint64) []Member {
+	if c.net == nil {
+		return c.peers
+	}
+	var out []Member
+	for _, p := range c.peers {
+		if p.ID != id {
+			p.Raft = c.net.Get(fmt.Sprint(id), fmt.Sprint(p.ID)).Addr()
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 func (c *testCluster) stop(id uint64) {
