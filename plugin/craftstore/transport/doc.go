@@ -81,8 +81,8 @@
 // verified. Once ReceiveSnapshot returns, the transport reads whatever it left
 // unread (which must be nothing but the trailer) and verifies the checksum
 // itself, so a Snapshotter that stops reading at the end of its own format is
-// covered too. Only then is the MsgSnap passed to Raft.Process and the reply
-// byte 0 sent. The sender reports SnapshotFinish when it reads that byte and
+// covered too. Only then is the MsgSnap passed to Raft.Process (with the
+// same 5s bound as a stream's messages) and the reply byte 0 sent. The sender reports SnapshotFinish when it reads that byte and
 // SnapshotFailure on any other outcome. Neither side holds more than one
 // chunk of the snapshot in memory.
 //

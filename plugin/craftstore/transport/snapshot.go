@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -281,7 +282,11 @@ func (t *Transport) stageSnapshot(conn net.Conn, br *bufio.Reader, from uint64) 
 	if err := r.finish(); err != nil {
 		return err
 	}
-	if err := t.cfg.Raft.Process(t.ctx, m); err != nil {
+	// Bounded like every step from the transport (inbox.go): a node that
+	// does not take the snapshot in time gets it again from its leader.
+	ctx, cancel := context.WithTimeout(t.ctx, stepTimeout)
+	defer cancel()
+	if err := t.cfg.Raft.Process(ctx, m); err != nil {
 		return fmt.Errorf("processing snapshot: %w", err)
 	}
 	t.log.Infof("received snapshot at index %d from %x", m.GetSnapshot().GetMetadata().GetIndex(), from)
