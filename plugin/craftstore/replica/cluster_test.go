@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,8 @@ type testCluster struct {
 	// i reaches member j through the link i→j, and peers holds the
 	// addresses the members listen on.
 	net *faultnet.Net
+	// tick is the members' Raft tick (20ms if zero: elections in 200-400ms).
+	tick time.Duration
 }
 
 func freeAddr(t testing.TB) string {
@@ -70,7 +73,7 @@ func (c *testCluster) start(id uint64, join bool) *Replica {
 		Join:            join,
 		SnapshotEntries: c.snap,
 		CatchupEntries:  c.snap / 2,
-		Tick:            20 * time.Millisecond,
+		Tick:            cmp.Or(c.tick, 20*time.Millisecond),
 		Logger:          testLogger{c.t, id},
 	})
 	if err != nil {

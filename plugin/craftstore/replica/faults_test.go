@@ -21,16 +21,19 @@ import (
 // same zone, every acknowledged write is there) with generous deadlines,
 // never timings. TestHealFigures measures the timings, on request:
 //
-//	go test ./plugin/craftstore/replica -run TestHealFigures -rounds 20 -v
+//	go test ./plugin/craftstore/replica -run TestHealFigures -v -rounds=20
 
-var rounds = flag.Int("rounds", 0, "rounds of each fault in TestHealFigures (0 skips it)")
+var (
+	rounds = flag.Int("rounds", 0, "rounds of each fault in TestHealFigures (0 skips it)")
+	tick   = flag.Duration("tick", 100*time.Millisecond, "Raft tick of TestHealFigures (craftstore's default)")
+)
 
 // newFaultCluster starts n members that reach each other only through the
 // links of a faultnet.Net.
-func newFaultCluster(t testing.TB, n int) (*testCluster, *faultnet.Net) {
+func newFaultCluster(t testing.TB, n int, tick time.Duration) (*testCluster, *faultnet.Net) {
 	fn := faultnet.New()
 	t.Cleanup(fn.Close) // after the members' Close (cleanups run last first)
-	c := &testCluster{t: t, dir: t.TempDir(), members: map[uint64]*Replica{}, net: fn}
+	c := &testCluster{t: t, dir: t.TempDir(), members: map[uint64]*Replica{}, net: fn, tick: tick}
 	for i := 1; i <= n; i++ {
 		c.peers = append(c.peers, Member{ID: uint64(i), Raft: freeAddr(t)})
 	}
@@ -213,8 +216,10 @@ func (w *writeLoad) end() []string {
 	return w.ack
 }
 
-func startFaultZone(t *testing.T, n int) (*testCluster, *faultnet.Net) {
-	c, fn := newFaultCluster(t, n)
+// startFaultZone starts a fault cluster (tick 0: the tests' 20ms) that
+// serves example.org.
+func startFaultZone(t *testing.T, n int, tick time.Duration) (*testCluster, *faultnet.Net) {
+	c, fn := newFaultCluster(t, n, tick)
 	if _, err := c.leader().PutZone(ctx(t), "example.org.", parseTestZone(t), false); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +238,7 @@ func isolate(fn *faultnet.Net, id uint64) { fn.Isolate(fmt.Sprint(id), faultnet.
 // which raft holds while it knows no leader; the messages behind them must
 // still reach it, so that it rejoins and catches up.
 func TestLeaderIsolatedRejoins(t *testing.T) {
-	c, fn := startFaultZone(t, 3)
+	c, fn := startFaultZone(t, 3, 0)
 	old := c.leader()
 	rest := c.others(old.ID())
 	w := c.startWrites(rest...)
@@ -255,7 +260,7 @@ func TestLeaderIsolatedRejoins(t *testing.T) {
 // member takes writes; after each heal there is a leader that every member
 // follows and every member catches up.
 func TestBlackoutsRecover(t *testing.T) {
-	c, fn := startFaultZone(t, 3)
+	c, fn := startFaultZone(t, 3, 0)
 	w := c.startWrites(c.ids()...)
 	for round := 1; round <= 4; round++ {
 		eventually(t, fmt.Sprintf("writes before blackout %d", round), func() bool { return w.acked() >= 20*round })
@@ -274,7 +279,7 @@ func TestBlackoutsRecover(t *testing.T) {
 // TestFollowerIsolatedCatchesUp: a follower cut off while the others take
 // writes has all of them soon after the heal.
 func TestFollowerIsolatedCatchesUp(t *testing.T) {
-	c, fn := startFaultZone(t, 3)
+	c, fn := startFaultZone(t, 3, 0)
 	f := c.follower()
 	isolate(fn, f.ID())
 	w := c.startWrites(c.others(f.ID())...)
@@ -292,7 +297,7 @@ func TestFollowerIsolatedCatchesUp(t *testing.T) {
 // other two: writes keep being acknowledged throughout, and afterwards every
 // member has all of them.
 func TestFlappingLinks(t *testing.T) {
-	c, fn := startFaultZone(t, 3)
+	c, fn := startFaultZone(t, 3, 0)
 	flapper := c.leader().ID() // the leader first: the others must elect one
 	w := c.startWrites(c.others(flapper)...)
 	eventually(t, "writes before the flapping", func() bool { return w.acked() >= 20 })
@@ -320,8 +325,9 @@ func TestFlappingLinks(t *testing.T) {
 	c.settled(t, acked)
 }
 
-// TestHealFigures measures, over -rounds rounds of each fault, the time
-// from the heal until every member follows one leader and until every
+// TestHealFigures measures, over -rounds rounds of each fault, with members
+// ticking every -tick (craftstore's default 100ms: elections in 1-2s), the
+// time from the heal until every member follows one leader and until every
 // member has applied what it committed, and the writes acknowledged by the
 // majority while a minority was cut off. It reports figures; it asserts
 // only outcomes.
@@ -329,7 +335,7 @@ func TestHealFigures(t *testing.T) {
 	if *rounds == 0 {
 		t.Skip("figures on request: -rounds N")
 	}
-	c, fn := startFaultZone(t, 3)
+	c, fn := startFaultZone(t, 3, *tick)
 	type fault struct {
 		name string
 		cut  func() (writers []uint64)
