@@ -5,6 +5,7 @@
 #   make run-cluster  three members on loopback from Corefile.examples/cluster/
 #   make run-sharded  two shards of three members and a craftroute router (Corefile.examples/sharded/)
 #   make test       unit and integration tests (with the nested test module integration/acme)
+#   make test-race  the plugins' and internal/'s tests under the race detector
 #   make dropin     add craftstore and craftroute to a stock CoreDNS v1.15.0 source tree as the
 #                   README says, build it and check it (fetches CoreDNS's whole module graph)
 #   make bench      Go benchmarks and the dnsperf comparison (bench/README.md)
@@ -22,7 +23,7 @@ TESTTIMEOUT ?= 20m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster run-sharded test dropin bench bench-updates bench-router lint clean
+.PHONY: build coredns generate run run-cluster run-sharded test test-race dropin bench bench-updates bench-router lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -64,6 +65,11 @@ test: coredns
 	for m in $(TESTMODULES); do \
 		(cd $$m && COREDNS_BINARY=$(CURDIR)/coredns $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...) || exit 1; \
 	done
+
+# The race detector over the plugins and internal/ (it needs cgo and a C
+# compiler; .ci/run installs gcc when it is missing).
+test-race:
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TESTTIMEOUT) ./plugin/... ./internal/...
 
 dropin:
 	./integration/dropin/dropin.sh

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -90,8 +91,8 @@ func (m *Member) stop() {
 
 // Exchange sends req to one member: UDP, TCP again when the answer is truncated.
 //
-// req is not modified (the proxy works on a shallow copy), so one request
-// may be sent to several members at once. The response has req's Id. One
+// req is not modified (the proxy works on a copy, see ownOPT), so one
+// request may be sent to several members at once. The response has req's Id. One
 // try waits at most the member's timeout; when ctx has an earlier deadline,
 // Exchange returns ctx.Err() at that deadline. A cancellation of ctx without
 // a deadline is seen between tries.
@@ -107,11 +108,26 @@ func (m *Member) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 func (m *Member) exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	r := new(dns.Msg)
 	*r = *req // Connect sets a random Id and restores it afterwards
+	r.Extra = ownOPT(req.Extra)
 	resp, err := m.connect(ctx, r, proxy.Options{PreferUDP: true})
 	if err != nil || !resp.Truncated {
 		return resp, err
 	}
 	return m.connect(ctx, r, proxy.Options{ForceTCP: true})
+}
+
+// ownOPT returns extra with its OPT record copied: Msg.Pack writes the
+// extended rcode into the OPT record, so concurrent exchanges of one request
+// must not share it. The other records are only read.
+func ownOPT(extra []dns.RR) []dns.RR {
+	for i, rr := range extra {
+		if opt, ok := rr.(*dns.OPT); ok {
+			out := slices.Clone(extra)
+			out[i] = dns.Copy(opt)
+			return out
+		}
+	}
+	return extra
 }
 
 // connectSlack is what dialing and writing may take on top of the read timeout.

@@ -92,19 +92,40 @@ func (c *testCluster) agreedLeader() uint64 {
 }
 
 // caughtUp reports whether every member follows one leader and has applied
-// what that leader committed.
+// what that leader committed. Under a running write load that is a moving
+// target: use catchUp there.
 func (c *testCluster) caughtUp() bool {
 	lead := c.agreedLeader()
 	if lead == 0 {
 		return false
 	}
-	commit := c.members[lead].commit.Load()
+	return c.appliedAll(c.members[lead].commit.Load())
+}
+
+// appliedAll reports whether every member has applied index.
+func (c *testCluster) appliedAll(index uint64) bool {
 	for _, r := range c.members {
-		if r.applied.Load() < commit {
+		if r.applied.Load() < index {
 			return false
 		}
 	}
 	return true
+}
+
+// catchUp waits until every member follows one leader, then until every
+// member has applied what that leader had committed by then: while writes
+// go on, members catch up with a commit index, not with one that moves.
+func (c *testCluster) catchUp(t *testing.T, what string) {
+	t.Helper()
+	var target uint64
+	eventually(t, "a leader every member follows "+what, func() bool {
+		lead := c.agreedLeader()
+		if lead != 0 {
+			target = c.members[lead].commit.Load()
+		}
+		return lead != 0
+	})
+	eventually(t, fmt.Sprintf("every member applied index %d %s", target, what), func() bool { return c.appliedAll(target) })
 }
 
 // export is member r's copy of example.org as text.
@@ -269,8 +290,7 @@ func TestBlackoutsRecover(t *testing.T) {
 		}
 		time.Sleep(3 * time.Second) // many election timeouts and a stream timeout
 		fn.Heal()
-		eventually(t, fmt.Sprintf("a leader after blackout %d", round), func() bool { return c.agreedLeader() != 0 })
-		eventually(t, fmt.Sprintf("every member caught up after blackout %d", round), c.caughtUp)
+		c.catchUp(t, fmt.Sprintf("after blackout %d", round))
 	}
 	acked := w.end()
 	c.settled(t, acked)
@@ -328,7 +348,7 @@ func TestFlappingLinks(t *testing.T) {
 // TestHealFigures measures, over -rounds rounds of each fault, with members
 // ticking every -tick (craftstore's default 100ms: elections in 1-2s), the
 // time from the heal until every member follows one leader and until every
-// member has applied what it committed, and the writes acknowledged by the
+// member has applied what that leader had committed then (catchUp), and the writes acknowledged by the
 // majority while a minority was cut off. It reports figures; it asserts
 // only outcomes.
 func TestHealFigures(t *testing.T) {
@@ -362,7 +382,7 @@ func TestHealFigures(t *testing.T) {
 		var toLeader, toCaughtUp []time.Duration
 		var during []int
 		for round := 0; round < *rounds; round++ {
-			eventually(t, "every member caught up before the cut", c.caughtUp)
+			c.catchUp(t, "before the cut")
 			writers := f.cut()
 			w := c.startWrites(writers...)
 			time.Sleep(3 * time.Second)
@@ -371,9 +391,9 @@ func TestHealFigures(t *testing.T) {
 			healed := time.Now()
 			eventually(t, "a leader after the heal", func() bool { return c.agreedLeader() != 0 })
 			toLeader = append(toLeader, time.Since(healed))
-			acked := w.end()
-			eventually(t, "every member caught up after the heal", c.caughtUp)
+			c.catchUp(t, "after the heal")
 			toCaughtUp = append(toCaughtUp, time.Since(healed))
+			acked := w.end()
 			during = append(during, n)
 			c.settled(t, acked)
 		}
