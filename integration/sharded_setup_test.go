@@ -16,6 +16,7 @@ import (
 
 	"github.com/craftdns/craftdns/integration/dnsdiff"
 	"github.com/craftdns/craftdns/integration/harness"
+	"github.com/craftdns/craftdns/internal/faultnet"
 
 	"github.com/miekg/dns"
 )
@@ -72,16 +73,25 @@ type sharded struct {
 
 // memberCorefile is the Corefile of a shard member serving zones: the
 // sharded example's, on the member's ports.
-func memberCorefile(zones []string, m *shardMember, peers []*shardMember) string {
+// With a faultnet, member m listens on its own Raft port and reaches each
+// peer through the link m→peer.
+func memberCorefile(zones []string, m *shardMember, peers []*shardMember, fn *faultnet.Net) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s {\n    bind 127.0.0.1\n", serverKeys(zones, m.dns))
 	b.WriteString("    tsig {\n        secrets Corefile.examples/keys/update.key\n        require_opcode UPDATE\n    }\n")
 	fmt.Fprintf(&b, "    craftstore {\n        id %s\n        cluster craftdns-%s\n        data data/%s\n", m.name[1:], m.shard, m.name)
+	if fn != nil {
+		fmt.Fprintf(&b, "        raft 127.0.0.1:%d\n", m.raft)
+	}
 	for i, p := range peers {
-		fmt.Fprintf(&b, "        peer %d 127.0.0.1:%d\n", i+1, p.raft)
+		addr := fmt.Sprintf("127.0.0.1:%d", p.raft)
+		if fn != nil && p != m {
+			addr = fn.Get(m.name, p.name).Addr()
+		}
+		fmt.Fprintf(&b, "        peer %d %s\n", i+1, addr)
 	}
 	fmt.Fprintf(&b, "        api 127.0.0.1:%d\n        allow update. * *\n    }\n", m.api)
-	fmt.Fprintf(&b, "    ready 127.0.0.1:%d\n    errors\n}\n", m.ready)
+	fmt.Fprintf(&b, "    ready 127.0.0.1:%d {\n        monitor continuously\n    }\n    errors\n}\n", m.ready)
 	return b.String()
 }
 
@@ -108,7 +118,7 @@ func (s *sharded) routerCorefile(r *router) string {
 	}
 	b.WriteString("        tsig Corefile.examples/keys/update.key\n")
 	fmt.Fprintf(&b, "        api 127.0.0.1:%d\n    }\n", r.api)
-	fmt.Fprintf(&b, "    prometheus 127.0.0.1:%d\n    ready 127.0.0.1:%d\n    errors\n}\n", r.metrics, r.rdy)
+	fmt.Fprintf(&b, "    prometheus 127.0.0.1:%d\n    ready 127.0.0.1:%d {\n        monitor continuously\n    }\n    errors\n}\n", r.metrics, r.rdy)
 	return b.String()
 }
 
@@ -125,6 +135,13 @@ func serverKeys(zones []string, port int) string {
 // memberZones, and one router per spec, and waits until all are ready.
 func startSharded(t *testing.T, wd string, nshards, size int, memberZones []string, specs ...routerSpec) *sharded {
 	t.Helper()
+	return startShardedNet(t, wd, nshards, size, memberZones, nil, specs...)
+}
+
+// startShardedNet is startSharded whose members, when fn is not nil, reach
+// each other through links of fn named after them (a1→a2, ...).
+func startShardedNet(t *testing.T, wd string, nshards, size int, memberZones []string, fn *faultnet.Net, specs ...routerSpec) *sharded {
+	t.Helper()
 	s := &sharded{t: t, wd: wd, members: map[string][]*shardMember{}}
 	for i := 0; i < nshards; i++ {
 		sh := string(rune('a' + i))
@@ -134,9 +151,22 @@ func startSharded(t *testing.T, wd string, nshards, size int, memberZones []stri
 				dns: harness.ListenPort(t), api: harness.ListenPort(t), raft: harness.ListenPort(t), ready: harness.ListenPort(t)})
 		}
 	}
+	if fn != nil {
+		for _, sh := range s.shards {
+			for _, from := range s.members[sh] {
+				for _, to := range s.members[sh] {
+					if from != to {
+						if _, err := fn.Link(from.name, to.name, fmt.Sprintf("127.0.0.1:%d", to.raft)); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+		}
+	}
 	for _, sh := range s.shards {
 		for _, m := range s.members[sh] {
-			writeFile(t, filepath.Join(wd, m.name+".Corefile"), memberCorefile(memberZones, m, s.members[sh]))
+			writeFile(t, filepath.Join(wd, m.name+".Corefile"), memberCorefile(memberZones, m, s.members[sh], fn))
 			m.p = harness.Start(t, m.name, wd, m.name+".Corefile")
 			s.procs = append(s.procs, m.p)
 		}

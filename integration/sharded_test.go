@@ -216,10 +216,11 @@ func TestShardedUpdate(t *testing.T) {
 }
 
 // TestShardedKill sends queries through a router while members of shard a
-// are killed with SIGKILL one after the other: no client sees a timeout or
-// a SERVFAIL, writes go on while a majority lives, the dead members get no
-// traffic once marked down while probes keep failing, and a member that
-// comes back gets traffic again.
+// are killed with SIGKILL, one at a time so that the shard keeps its
+// majority (a1, which then comes back, then a2): no client sees a timeout or
+// a SERVFAIL, writes go on with a member dead, a member that comes back
+// answers traffic again only once it has caught up, and a dead member gets
+// no traffic once marked down while its probes keep failing.
 func TestShardedKill(t *testing.T) {
 	const origin = "kill.example."
 	u := newUpdater(t, "nsupdate", "")
@@ -344,48 +345,21 @@ func TestShardedKill(t *testing.T) {
 		t.Errorf("expected some of the 8 written names on shard a (the shard with a dead member)")
 	}
 
-	mark("SIGKILL " + a[1].name)
-	a[1].p.Kill()
-	time.Sleep(2500 * time.Millisecond) // > down_for
-
-	// Only a[2] lives: the dead get no more queries (requests_total counts
-	// answers, so it stands still anyway), they stay marked down, and their
-	// probes keep failing.
-	m1 := routerMetrics(t, r)
-	time.Sleep(3 * time.Second)
-	m2 := routerMetrics(t, r)
-	for _, dead := range a[:2] {
-		label := fmt.Sprintf(`member="%s"`, dead.addr())
-		v1 := metricSum(t, m1, "coredns_craftroute_requests_total", `shard="a"`, label)
-		v2 := metricSum(t, m2, "coredns_craftroute_requests_total", `shard="a"`, label)
-		if v2 != v1 {
-			t.Errorf("expected no requests to dead %s after down_for, got %v then %v", dead.name, v1, v2)
-		}
-		if d := metricSum(t, m2, "coredns_craftroute_member_down", label); d != 1 {
-			t.Errorf("expected dead %s marked down, got member_down %v", dead.name, d)
-		}
-		p1 := metricSum(t, m1, "coredns_craftroute_probes_total", label, `result="fail"`)
-		p2 := metricSum(t, m2, "coredns_craftroute_probes_total", label, `result="fail"`)
-		mark(fmt.Sprintf("%s: failed probes %v then %v over 3s", dead.name, p1, p2))
-		if p2 <= p1 {
-			t.Errorf("expected failed probes of dead %s to go on, got %v then %v", dead.name, p1, p2)
-		}
-	}
-	live := fmt.Sprintf(`member="%s"`, a[2].addr())
-	if live1, live2 := metricSum(t, m1, "coredns_craftroute_requests_total", live),
-		metricSum(t, m2, "coredns_craftroute_requests_total", live); live2 <= live1 {
-		t.Errorf("expected requests to the live %s to go on, got %v then %v", a[2].name, live1, live2)
-	}
-
-	// a[0] comes back (same data, same Corefile) and gets traffic again.
+	// a[0] comes back (same data, same Corefile) and gets traffic again,
+	// answers and not SERVFAILs: a member that has not caught up answers the
+	// router SERVFAIL "Not Ready" and the router tries another.
 	mark("restart " + a[0].name)
 	a[0].p.Restart()
 	back := fmt.Sprintf(`member="%s"`, a[0].addr())
-	base := metricSum(t, m2, "coredns_craftroute_requests_total", `shard="a"`, back)
-	harness.Eventually(t, a[0].name+" getting traffic again", 15*time.Second, func() bool {
-		return metricSum(t, routerMetrics(t, r), "coredns_craftroute_requests_total", `shard="a"`, back) > base
+	answered := func(m map[string]map[string]float64) float64 {
+		return metricSum(t, m, "coredns_craftroute_requests_total", `shard="a"`, back, `rcode="NOERROR"`) +
+			metricSum(t, m, "coredns_craftroute_requests_total", `shard="a"`, back, `rcode="NXDOMAIN"`)
+	}
+	base := answered(routerMetrics(t, r))
+	harness.Eventually(t, a[0].name+" answering traffic again", 15*time.Second, func() bool {
+		return answered(routerMetrics(t, r)) > base
 	})
-	mark(a[0].name + " gets traffic again")
+	mark(a[0].name + " answers traffic again")
 	// What was written while it was dead is read through the router, from
 	// whichever member of shard a it picks: the member must not answer
 	// before it has caught up.
@@ -393,11 +367,48 @@ func TestShardedKill(t *testing.T) {
 		f := strings.Fields(w)
 		for try := 0; try < 5; try++ {
 			if !harness.HasA(r.addr(), f[0], f[1]) {
-				t.Errorf("expected %s A %s (written while %s was dead) through the router once %s gets traffic again; the members say: %s",
+				t.Errorf("expected %s A %s (written while %s was dead) through the router once %s answers traffic again; the members say: %s",
 					f[0], f[1], a[0].name, a[0].name, s.membersSay(t, f[0], dns.TypeA))
 				break
 			}
 		}
+	}
+
+	// Then a[1] dies: the shard keeps its majority (a[0], a[2]). (Without a
+	// majority no member is ready, and the router answers SERVFAIL for the
+	// shard's names: TestLoneMemberNotReady.) The dead gets no more queries
+	// (requests_total counts answers, so it stands still anyway), stays
+	// marked down, and its probes keep failing.
+	mark("SIGKILL " + a[1].name)
+	a[1].p.Kill()
+	time.Sleep(2500 * time.Millisecond) // > down_for
+	m1 := routerMetrics(t, r)
+	time.Sleep(3 * time.Second)
+	m2 := routerMetrics(t, r)
+	dead := a[1]
+	label := fmt.Sprintf(`member="%s"`, dead.addr())
+	v1 := metricSum(t, m1, "coredns_craftroute_requests_total", `shard="a"`, label)
+	v2 := metricSum(t, m2, "coredns_craftroute_requests_total", `shard="a"`, label)
+	if v2 != v1 {
+		t.Errorf("expected no requests to dead %s after down_for, got %v then %v", dead.name, v1, v2)
+	}
+	if d := metricSum(t, m2, "coredns_craftroute_member_down", label); d != 1 {
+		t.Errorf("expected dead %s marked down, got member_down %v", dead.name, d)
+	}
+	p1 := metricSum(t, m1, "coredns_craftroute_probes_total", label, `result="fail"`)
+	p2 := metricSum(t, m2, "coredns_craftroute_probes_total", label, `result="fail"`)
+	mark(fmt.Sprintf("%s: failed probes %v then %v over 3s", dead.name, p1, p2))
+	if p2 <= p1 {
+		t.Errorf("expected failed probes of dead %s to go on, got %v then %v", dead.name, p1, p2)
+	}
+	var live1, live2 float64
+	for _, m := range []*shardMember{a[0], a[2]} {
+		live := fmt.Sprintf(`member="%s"`, m.addr())
+		live1 += metricSum(t, m1, "coredns_craftroute_requests_total", live)
+		live2 += metricSum(t, m2, "coredns_craftroute_requests_total", live)
+	}
+	if live2 <= live1 {
+		t.Errorf("expected requests to the live members of shard a to go on, got %v then %v", live1, live2)
 	}
 	if d := metricSum(t, routerMetrics(t, r), "coredns_craftroute_member_down", back); d != 0 {
 		t.Errorf("expected %s no longer marked down, got member_down %v", a[0].name, d)

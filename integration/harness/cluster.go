@@ -29,6 +29,7 @@ type UpdateCluster struct {
 	Procs []*Proc  // member i+1
 	DNS   []string // DNS address of member i+1
 	API   []API    // API of member i+1
+	Ready []string // URL of member i+1's ready endpoint
 }
 
 // StartUpdateCluster starts the three members and waits until each is ready
@@ -62,7 +63,9 @@ func StartUpdateCluster(t *testing.T) *UpdateCluster {
         allow update. * *
         allow %s _acme-challenge.example.org. TXT
     }
-    ready 127.0.0.1:%d
+    ready 127.0.0.1:%d {
+        monitor continuously
+    }
     errors
 }
 `, Port(c.DNS[i]), ACMEKey, ACMESecret, i+1, i+1, raft[0], raft[1], raft[2],
@@ -74,7 +77,8 @@ func StartUpdateCluster(t *testing.T) *UpdateCluster {
 		c.Procs = append(c.Procs, Start(t, name, c.WD, name+".Corefile"))
 	}
 	for i := 0; i < 3; i++ {
-		WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", ready[i]), c.Procs...)
+		c.Ready = append(c.Ready, fmt.Sprintf("http://127.0.0.1:%d/ready", ready[i]))
+		WaitReady(t, c.Ready[i], c.Procs...)
 	}
 	for i := 1; i <= 3; i++ {
 		Eventually(t, fmt.Sprintf("the seeded zone on member %d", i), 20*time.Second, func() bool {

@@ -5,6 +5,7 @@ package craftstore
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
@@ -62,10 +63,16 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		return refuse(w, r, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed")
 	}
 
-	if partition.Routed(r) && !rep.Ready() {
-		// craftroute asks: a member that has not caught up with its group
-		// (after a restart) must not answer for it; the router tries another.
-		return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is catching up with its group")
+	if !rep.Ready() {
+		// A member that is not ready (health.go: no leader, behind its
+		// group, or failing storage) must not answer for the group when
+		// craftroute asks, which then tries another member. A plain query
+		// gets the member's last state unless the block says stale refuse.
+		if partition.Routed(r) || c.cfg.stale == "refuse" {
+			staleCount.WithLabelValues(c.member(), "refused").Inc()
+			return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is not ready: it is not in touch with its group")
+		}
+		staleCount.WithLabelValues(c.member(), "served").Inc()
 	}
 
 	m := new(dns.Msg)
@@ -83,6 +90,9 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
 }
+
+// member is the member label of the metrics.
+func (c *Craftstore) member() string { return strconv.FormatUint(c.cfg.id, 10) }
 
 // refuse answers REFUSED with an Extended DNS Error saying why.
 func refuse(w dns.ResponseWriter, r *dns.Msg, code uint16, why string) (int, error) {

@@ -45,6 +45,18 @@ var (
 		Help:    "Time to persist and apply one Raft Ready (one fsync).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	}, []string{"member"})
+	readyGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "ready",
+		Help: "1 when the member may answer for its group (it knows a leader, has caught up and its storage works), 0 otherwise.",
+	}, []string{"member"})
+	storageFailuresCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "storage_failures_total",
+		Help: "Failed attempts to persist or load the member's state (a full disk, an I/O error); the member retries.",
+	}, []string{"member"})
+	staleCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "stale_responses_total",
+		Help: "Queries answered from the member's last state while it was not ready, by action: served or refused (the stale option).",
+	}, []string{"member", "action"})
 	recordsGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "records",
 		Help: "Records per zone on the member.",
@@ -72,6 +84,8 @@ func (o observer) Proposed(err error) {
 	proposalsCount.WithLabelValues(o.member, result).Inc()
 }
 
+func (o observer) StorageFailed() { storageFailuresCount.WithLabelValues(o.member).Inc() }
+
 // updateGauges refreshes the gauges from the member's state.
 func updateGauges(rep *replica.Replica) {
 	id := strconv.FormatUint(rep.ID(), 10)
@@ -87,6 +101,11 @@ func updateGauges(rep *replica.Replica) {
 		leader = 1
 	}
 	leaderGauge.WithLabelValues(id).Set(leader)
+	ready := 0.0
+	if st.Ready {
+		ready = 1
+	}
+	readyGauge.WithLabelValues(id).Set(ready)
 	for _, o := range rep.Zones() {
 		if z := rep.Zone(o); z != nil {
 			recordsGauge.WithLabelValues(id, o).Set(float64(z.Records()))

@@ -112,7 +112,7 @@ func (c *Craftstore) shutdown() error {
 func (m *member) background(cfg config) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	seeded := !m.rep.Fresh() || cfg.join || len(cfg.seeds) == 0
+	seeded := cfg.join || len(cfg.seeds) == 0
 	advertised := false
 	for {
 		select {
@@ -151,7 +151,7 @@ func (m *member) background(cfg config) {
 func (m *member) seed(cfg config) bool {
 	done := true
 	for origin, src := range cfg.seeds {
-		if m.rep.Zone(origin) != nil {
+		if m.rep.Seeded(origin) {
 			continue
 		}
 		lctx, lcancel := context.WithTimeout(context.Background(), axfrSeedTimeout)
@@ -182,10 +182,11 @@ func (m *member) seed(cfg config) bool {
 	return done
 }
 
-// seedsPresent reports whether every seeded zone exists in the group.
+// seedsPresent reports whether the group has seeded every seed zone (or
+// found it present).
 func (m *member) seedsPresent(cfg config) bool {
 	for origin := range cfg.seeds {
-		if m.rep.Zone(origin) == nil {
+		if !m.rep.Seeded(origin) {
 			return false
 		}
 	}

@@ -36,6 +36,7 @@ type config struct {
 	timeout   time.Duration
 	allow     []allowRule // who may UPDATE what; none: updates refused
 	maxUpdate int         // records in one UPDATE
+	stale     string      // plain queries while not ready: "serve" (default) or "refuse"
 	dnsListen string      // this server block's address, advertised to the group
 }
 
@@ -68,7 +69,7 @@ func firstHost(hosts []string) string {
 
 func parse(c *caddy.Controller) (*Craftstore, error) {
 	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]seedSource{},
-		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords}}
+		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords, stale: "serve"}}
 	i := 0
 	for c.Next() {
 		if i > 0 {
@@ -174,6 +175,10 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 			if err == nil && cfg.maxUpdate <= 0 {
 				err = fmt.Errorf("max_update_records must be positive")
 			}
+		}
+	case "stale":
+		if cfg.stale, err = one(); err == nil && cfg.stale != "serve" && cfg.stale != "refuse" {
+			err = c.Errf("stale must be serve or refuse, not %q", cfg.stale)
 		}
 	case "fallthrough":
 		cs.Fall.SetZonesFromArgs(args)

@@ -20,6 +20,25 @@ func TestParse(t *testing.T) {
 				t.Errorf("expected single-member defaults, got %+v", c.cfg)
 			}
 		}},
+		{input: `craftstore {
+			data /tmp/x
+			stale refuse
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.stale != "refuse" {
+				t.Errorf("expected stale refuse, got %q", c.cfg.stale)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.stale != "serve" {
+				t.Errorf("expected stale serve by default, got %q", c.cfg.stale)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			stale maybe
+		}`, wantErr: "stale must be serve or refuse"},
 		{input: `craftstore example.org {
 			id 2
 			data /tmp/x

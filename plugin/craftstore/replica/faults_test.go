@@ -270,9 +270,13 @@ func TestLeaderIsolatedRejoins(t *testing.T) {
 	})
 	during := w.acked()
 	eventually(t, "writes acknowledged by the majority", func() bool { return w.acked() >= during+100 })
+	// Cut off from its group, the ex-leader serves a stale copy: it must
+	// stop being ready (health.go), so that the router fails over.
+	eventually(t, "the cut-off ex-leader not ready", func() bool { return !old.Ready() })
 	time.Sleep(3 * time.Second) // longer than the stream timeout: streams are redialled into the hold
 	fn.Heal()
 	eventually(t, "the ex-leader following the new leader", func() bool { return c.agreedLeader() != 0 })
+	eventually(t, "the ex-leader ready again", old.Ready)
 	acked := w.end()
 	c.settled(t, acked)
 }
@@ -304,7 +308,9 @@ func TestFollowerIsolatedCatchesUp(t *testing.T) {
 	isolate(fn, f.ID())
 	w := c.startWrites(c.others(f.ID())...)
 	eventually(t, "writes while the follower is cut off", func() bool { return w.acked() >= 100 })
+	eventually(t, "the cut-off follower not ready", func() bool { return !f.Ready() })
 	fn.Heal()
+	eventually(t, "the follower ready again", f.Ready)
 	acked := w.end()
 	for _, name := range acked[len(acked)-5:] {
 		c.everywhere(name, "192.0.2.1")

@@ -91,6 +91,9 @@ func applyImportCommit(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		return g.Bucket(bucketImports).DeleteBucket([]byte(c.Zone))
 	}
 	if absent && old != nil {
+		if err := markSeeded(g, c.Zone); err != nil {
+			return Result{}, nil, err
+		}
 		return Result{Skipped: true}, nil, drop()
 	}
 
@@ -150,7 +153,38 @@ func applyImportCommit(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	if err := journalReset(g, c.Zone); err != nil {
 		return Result{}, nil, err
 	}
+	if absent {
+		if err := markSeeded(g, c.Zone); err != nil {
+			return Result{}, nil, err
+		}
+	}
 	return Result{Serial: serial, Records: records}, &effect{zone: c.Zone, reload: true}, nil
+}
+
+// markSeeded records that a seed import of zone committed (Absent set: an
+// import that only ever creates the zone), in the transaction of the
+// commit: a member that dies before the commit seeds again when it comes
+// back, and one that seeded never seeds again, even after the zone was
+// deleted.
+func markSeeded(g *bolt.Bucket, zone string) error {
+	b, err := g.CreateBucketIfNotExists(bucketSeeded)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(zone), nil)
+}
+
+// Seeded reports whether a seed import of zone committed in the group, as
+// far as this member has applied.
+func (r *Replica) Seeded(zone string) bool {
+	seeded := false
+	r.db.View(func(tx *bolt.Tx) error {
+		if b := generation(tx).Bucket(bucketSeeded); b != nil {
+			seeded = b.Get([]byte(zone)) != nil
+		}
+		return nil
+	})
+	return seeded
 }
 
 // countRRs counts the records in an encoded value without decoding them.

@@ -24,6 +24,7 @@ import (
 //	data.<n>/imports/<origin>/<name key> -> RRs of a staged zone import
 //	data.<n>/importmeta/<origin> -> import id (8 bytes), absent flag (1 byte)
 //	data.<n>/journal/<origin>/<sequence> -> one change, for IXFR (journal.go)
+//	data.<n>/seeded/<origin>  -> empty: a seed import of the zone committed
 var (
 	bucketMeta       = []byte("meta")
 	keyCurrent       = []byte("current")
@@ -33,6 +34,7 @@ var (
 	bucketImports    = []byte("imports")
 	bucketImportMeta = []byte("importmeta")
 	bucketRemoved    = []byte("removed")
+	bucketSeeded     = []byte("seeded")
 )
 
 // Member is one member of the Raft group, as the cluster API shows it.

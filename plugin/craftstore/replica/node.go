@@ -22,15 +22,10 @@ func (r *Replica) run() {
 	defer ticker.Stop()
 	for {
 		select {
-		case <-ticker.C:
-			r.node.Tick()
-			r.askReady()
+		case now := <-ticker.C:
+			r.tick(now)
 		case rd := <-r.node.Ready():
-			if err := r.handleReady(rd); err != nil {
-				// The state on disk is intact (the transaction rolled back), but
-				// this member cannot go on without diverging: stop it.
-				r.log.Errorf("member %d stops: %v", r.cfg.ID, err)
-				r.failWaiters(err)
+			if !r.handleReady(rd, ticker.C) {
 				return
 			}
 		case <-r.removedc:
@@ -45,22 +40,30 @@ func (r *Replica) run() {
 	}
 }
 
-// pending is what a Ready's transaction leaves to do once it committed.
-type pending struct {
-	effects  []*effect
-	results  map[uint64]applied
-	snapshot bool
+// tick advances Raft's clock and the member's health bookkeeping.
+func (r *Replica) tick(now time.Time) {
+	r.node.Tick()
+	r.checkHealth(now)
+	r.askReady()
 }
 
-func (r *Replica) handleReady(rd raft.Ready) error {
+// pending is what a Ready's transaction leaves to do once it committed.
+type pending struct {
+	effects   []*effect
+	results   map[uint64]applied
+	snapshot  bool
+	lastIndex uint64 // applied index after the transaction
+}
+
+// handleReady persists rd, sends its messages, applies its committed
+// entries and advances the node. Storage failures are retried until they
+// clear (retry); it returns false only when the member stops meanwhile.
+func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 	if rd.SoftState != nil {
 		r.leader.Store(rd.SoftState.Lead)
 	}
 	for _, rs := range rd.ReadStates {
-		if string(rs.RequestCtx) == readyCtx {
-			r.readyIndex = max(r.readyIndex, rs.Index)
-			r.readyRead = true
-		}
+		r.readIndexAnswered(rs)
 	}
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		r.term.Store(rd.HardState.GetTerm())
@@ -73,11 +76,45 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		r.tr.Send(r.mergeSnapshots(rd.Messages, r.applied.Load()))
 		r.markReady()
 		r.node.Advance()
-		return nil
+		return true
 	}
 	start := time.Now()
+	var p pending
+	if !r.retry("persist a Raft Ready", tick, func() (err error) {
+		p, err = r.persist(rd)
+		return err
+	}) {
+		return false
+	}
+
+	r.tr.Send(r.mergeSnapshots(rd.Messages, p.lastIndex))
+
+	if p.snapshot && !r.retry("load an installed snapshot", tick, r.afterSnapshot) {
+		return false
+	}
+	for _, e := range p.effects {
+		if !r.retry("apply a change to the zone views", tick, func() error { return r.applyEffect(e) }) {
+			return false
+		}
+	}
+	if p.lastIndex > r.applied.Load() {
+		r.applied.Store(p.lastIndex)
+	}
+	r.announce(&p)
+	r.notify(p.results)
+	if o := r.cfg.Observer; o != nil && len(rd.CommittedEntries) > 0 {
+		o.Applied(len(rd.CommittedEntries), time.Since(start))
+	}
+	r.markReady()
+	r.node.Advance()
+	return true
+}
+
+// persist writes rd's snapshot, entries and HardState and applies its
+// committed entries, all in one bbolt transaction (one fsync). When it
+// fails nothing changed, on disk or in memory, and it can run again.
+func (r *Replica) persist(rd raft.Ready) (pending, error) {
 	p := pending{results: map[uint64]applied{}}
-	var lastIndex, lastTerm uint64
 	err := r.db.Update(func(tx *bolt.Tx) error {
 		if !raft.IsEmptySnap(rd.Snapshot) {
 			if err := r.installSnapshot(tx, rd.Snapshot); err != nil {
@@ -95,6 +132,7 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		}
 		g := generation(tx)
 		done, _ := getApplied(g)
+		var lastIndex, lastTerm uint64
 		for _, e := range rd.CommittedEntries {
 			if err := r.applyEntry(tx, g, e, done, &p); err != nil {
 				return fmt.Errorf("applying entry %d: %w", e.GetIndex(), err)
@@ -108,64 +146,54 @@ func (r *Replica) handleReady(rd raft.Ready) error {
 		} else {
 			lastIndex = done
 		}
+		p.lastIndex = lastIndex
 		if p.snapshot {
 			return nil // the installed snapshot is the newest; the log is empty
 		}
 		return r.maybeSnapshot(tx, lastIndex)
 	})
-	if err != nil {
-		return err
-	}
-
-	r.tr.Send(r.mergeSnapshots(rd.Messages, lastIndex))
-
-	if p.snapshot {
-		if err := r.afterSnapshot(); err != nil {
-			return err
-		}
-	}
-	for _, e := range p.effects {
-		if err := r.applyEffect(e); err != nil {
-			return err
-		}
-	}
-	if lastIndex > r.applied.Load() {
-		r.applied.Store(lastIndex)
-	}
-	r.announce(&p)
-	r.notify(p.results)
-	if o := r.cfg.Observer; o != nil && len(rd.CommittedEntries) > 0 {
-		o.Applied(len(rd.CommittedEntries), time.Since(start))
-	}
-	r.markReady()
-	r.node.Advance()
-	return nil
+	return p, err
 }
 
-// readyCtx tags the ReadIndex request of askReady.
-const readyCtx = "craftstore-ready"
-
-// askReady asks the leader for its commit index (Raft's ReadIndex) while
-// the member is not ready, at most once a second: a member that restarts
-// after missing entries must not count as ready, and answer for the group
-// (craftroute prefers ready members), before it has applied what the group
-// committed meanwhile.
-func (r *Replica) askReady() {
-	if r.ready.Load() || r.readyRead || r.leader.Load() == raft.None || time.Since(r.readyAsk) < time.Second {
-		return
-	}
-	r.readyAsk = time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Tick)
-	defer cancel()
-	_ = r.node.ReadIndex(ctx, []byte(readyCtx)) // a lost request is asked again
-}
-
-// markReady latches readiness once the leader told its commit index
-// (askReady) and the member has applied up to it, and to what was committed
-// when it started.
-func (r *Replica) markReady() {
-	if !r.ready.Load() && r.readyRead && r.leader.Load() != raft.None && r.applied.Load() >= r.readyIndex {
-		r.ready.Store(true)
+// retry runs f until it succeeds, with a backoff of up to two seconds,
+// ticking the node meanwhile. A failure is a storage failure (a full disk,
+// an I/O error): the member is not ready and not healthy and answers no
+// proposals until f succeeds; its followers elect another leader, as it
+// sends nothing. retry returns false when the member stops meanwhile.
+func (r *Replica) retry(what string, tick <-chan time.Time, f func() error) bool {
+	backoff := r.cfg.Tick
+	for {
+		err := f()
+		if err == nil {
+			if prev := r.storageFailing.Swap(nil); prev != nil {
+				r.log.Infof("member %d: storage works again (could not %s: %v)", r.cfg.ID, what, *prev)
+				r.health.storageErr = nil
+			}
+			return true
+		}
+		if prev := r.storageFailing.Swap(&err); prev == nil || (*prev).Error() != err.Error() {
+			r.log.Errorf("member %d cannot %s: %v; retrying until it works", r.cfg.ID, what, err)
+		}
+		r.health.storageErr = err
+		r.notReady(fmt.Sprintf("its storage fails: %v", err))
+		if o := r.cfg.Observer; o != nil {
+			o.StorageFailed()
+		}
+		timer := time.NewTimer(backoff)
+	wait:
+		for {
+			select {
+			case now := <-tick:
+				r.tick(now)
+			case <-timer.C:
+				break wait
+			case <-r.stopc:
+				timer.Stop()
+				r.failWaiters(errorf(503, "member is shutting down"))
+				return false
+			}
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
@@ -293,7 +321,7 @@ func (r *Replica) maybeSnapshot(tx *bolt.Tx, index uint64) error {
 	if _, err := r.store.CreateSnapshot(tx, index, r.confState); err != nil {
 		return err
 	}
-	r.snapIndex = index
+	tx.OnCommit(func() { r.snapIndex = index })
 	if index > r.cfg.CatchupEntries {
 		first, err := r.store.FirstIndex()
 		if err != nil {

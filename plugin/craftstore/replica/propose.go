@@ -37,6 +37,9 @@ func (r *Replica) proposeWait(ctx context.Context, id uint64, submit func(contex
 	if r.removed.Load() {
 		return Result{}, errorf(http.StatusServiceUnavailable, "member was removed from the group")
 	}
+	if err := r.StorageError(); err != nil {
+		return Result{}, errorf(http.StatusServiceUnavailable, "member's storage fails (%v): write to another member", err)
+	}
 	ch := make(chan applied, 1)
 	r.mu.Lock()
 	r.waiters[id] = ch

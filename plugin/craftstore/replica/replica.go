@@ -71,6 +71,9 @@ type Observer interface {
 	// Proposed is called when a proposal ends: nil when it was applied, a
 	// *Error when it was refused or timed out.
 	Proposed(err error)
+	// StorageFailed is called each time persisting or loading state fails
+	// (the Ready loop retries).
+	StorageFailed()
 }
 
 // FileName is the name of the bbolt file in the data directory.
@@ -96,19 +99,20 @@ type Replica struct {
 	snapIndex uint64
 	staged    stagedSnapshot
 
-	applied    atomic.Uint64
-	appliedAt  atomic.Uint64 // term of the applied entry
-	commit     atomic.Uint64
-	term       atomic.Uint64
-	leader     atomic.Uint64
-	readyIndex uint64 // commit index known at start, then the leader's (ReadIndex)
-	readyRead  bool   // the leader confirmed readyIndex (Ready loop only)
-	readyAsk   time.Time
-	ready      atomic.Bool
-	removed    atomic.Bool
-	removedc   chan struct{}
-	removedIDs atomic.Pointer[map[uint64]bool]
-	fresh      bool // the data directory was new
+	applied   atomic.Uint64
+	appliedAt atomic.Uint64 // term of the applied entry
+	commit    atomic.Uint64
+	term      atomic.Uint64
+	leader    atomic.Uint64
+	health    health // Ready loop only
+	ready     atomic.Bool
+	// storageFailing holds the error of a Ready that could not be
+	// persisted while the Ready loop retries it.
+	storageFailing atomic.Pointer[error]
+	removed        atomic.Bool
+	removedc       chan struct{}
+	removedIDs     atomic.Pointer[map[uint64]bool]
+	fresh          bool // the data directory was new
 
 	stopc chan struct{}
 	donec chan struct{}
@@ -230,7 +234,7 @@ func (r *Replica) open() error {
 	r.applied.Store(appliedIndex)
 	r.commit.Store(hs.GetCommit())
 	r.term.Store(hs.GetTerm())
-	r.readyIndex = hs.GetCommit()
+	r.health.index = hs.GetCommit()
 	fresh := r.fresh && raft.IsEmptyHardState(hs)
 
 	r.tr, err = transport.New(transport.Config{
@@ -240,8 +244,10 @@ func (r *Replica) open() error {
 		Raft:        (*raftAdapter)(r),
 		Snapshotter: (*snapshotter)(r),
 		Logger:      r.log,
-		IsRemoved:   r.isRemoved,
-		OnRemoved:   r.setRemoved,
+		// Two election timeouts: a stream silent for that long is dead.
+		StreamTimeout: 20 * r.cfg.Tick,
+		IsRemoved:     r.isRemoved,
+		OnRemoved:     r.setRemoved,
 	})
 	if err != nil {
 		return err
@@ -308,24 +314,34 @@ func (r *Replica) RaftAddr() string { return r.tr.Addr().String() }
 // ID returns the member id.
 func (r *Replica) ID() uint64 { return r.cfg.ID }
 
-// Ready reports whether the member knows a leader and has applied what it
-// knew to be committed when it started.
+// Ready reports whether the member may answer for its group (health.go):
+// it knows a leader, has applied what the leader told it was committed, and
+// its storage works.
 func (r *Replica) Ready() bool { return r.ready.Load() }
 
 // Status is a member's view of the group.
 type Status struct {
-	ID      uint64   `json:"id"`
-	Leader  uint64   `json:"leader"`
-	Term    uint64   `json:"term"`
-	Commit  uint64   `json:"commit"`
-	Applied uint64   `json:"applied"`
-	Members []Member `json:"members"`
+	ID      uint64 `json:"id"`
+	Leader  uint64 `json:"leader"`
+	Term    uint64 `json:"term"`
+	Commit  uint64 `json:"commit"`
+	Applied uint64 `json:"applied"`
+	// Ready tells whether the member may answer for its group (see Ready).
+	Ready bool `json:"ready"`
+	// StorageError is the error that keeps the member's storage failing.
+	StorageError string   `json:"storage_error,omitempty"`
+	Members      []Member `json:"members"`
 }
 
 // Status returns the member's view of the group.
 func (r *Replica) Status() (Status, error) {
 	s := Status{ID: r.cfg.ID, Leader: r.leader.Load(), Term: r.term.Load(),
-		Commit: r.commit.Load(), Applied: r.applied.Load()}
+		Commit: r.commit.Load(), Applied: r.applied.Load(), Ready: r.Ready()}
+	if err := r.StorageError(); err != nil {
+		// Its view of the group is as old as its last persisted Ready.
+		s.Leader = raft.None
+		s.StorageError = err.Error()
+	}
 	err := r.db.View(func(tx *bolt.Tx) error {
 		var err error
 		s.Members, err = readMembers(generation(tx))
@@ -337,8 +353,10 @@ func (r *Replica) Status() (Status, error) {
 	return s, err
 }
 
-// IsLeader reports whether this member is the leader.
-func (r *Replica) IsLeader() bool { return r.leader.Load() == r.cfg.ID }
+// IsLeader reports whether this member is the leader. A member whose
+// storage fails is not: it cannot persist or send anything, and its
+// followers elect another.
+func (r *Replica) IsLeader() bool { return r.leader.Load() == r.cfg.ID && r.Healthy() }
 
 // Removed reports whether this member was removed from the group.
 func (r *Replica) Removed() bool { return r.removed.Load() }

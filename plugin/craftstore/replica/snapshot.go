@@ -245,8 +245,14 @@ func (r *Replica) installSnapshot(tx *bolt.Tx, snap *pb.Snapshot) error {
 		return err
 	}
 	r.confState = meta.GetConfState()
-	r.snapIndex = meta.GetIndex()
-	r.staged.gen = nil
+	tx.OnCommit(func() {
+		// Not before: a transaction that fails is run again, and needs the
+		// staged state.
+		r.snapIndex = meta.GetIndex()
+		r.staged.mu.Lock()
+		r.staged.gen = nil
+		r.staged.mu.Unlock()
+	})
 	return nil
 }
 
