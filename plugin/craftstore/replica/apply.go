@@ -41,6 +41,7 @@ type effect struct {
 	deleted bool               // opDeleteZone
 	member  *Member            // opMemberInfo and conf changes
 	removed uint64             // conf change: member removed
+	seeded  bool               // opImportCommit of a seed: the group has seeded zone
 }
 
 // applyCommand applies c to generation g inside a write transaction. A

@@ -94,7 +94,7 @@ func applyImportCommit(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		if err := markSeeded(g, c.Zone); err != nil {
 			return Result{}, nil, err
 		}
-		return Result{Skipped: true}, nil, drop()
+		return Result{Skipped: true}, &effect{zone: c.Zone, seeded: true}, drop()
 	}
 
 	apex, err := rrsAt(b, c.Zone)
@@ -158,7 +158,7 @@ func applyImportCommit(g *bolt.Bucket, c *command) (Result, *effect, error) {
 			return Result{}, nil, err
 		}
 	}
-	return Result{Serial: serial, Records: records}, &effect{zone: c.Zone, reload: true}, nil
+	return Result{Serial: serial, Records: records}, &effect{zone: c.Zone, reload: true, seeded: absent}, nil
 }
 
 // markSeeded records that a seed import of zone committed (Absent set: an
@@ -175,16 +175,30 @@ func markSeeded(g *bolt.Bucket, zone string) error {
 }
 
 // Seeded reports whether a seed import of zone committed in the group, as
-// far as this member has applied.
-func (r *Replica) Seeded(zone string) bool {
-	seeded := false
-	r.db.View(func(tx *bolt.Tx) error {
-		if b := generation(tx).Bucket(bucketSeeded); b != nil {
-			seeded = b.Get([]byte(zone)) != nil
-		}
+// far as this member has applied it and its view serves the result (the
+// view of a zone is rebuilt after the transaction that imported it).
+func (r *Replica) Seeded(zone string) bool { return (*r.seeded.Load())[zone] }
+
+// noteSeeded adds zone to the seeded zones of the view.
+func (r *Replica) noteSeeded(zone string) {
+	next := map[string]bool{zone: true}
+	for z := range *r.seeded.Load() {
+		next[z] = true
+	}
+	r.seeded.Store(&next)
+}
+
+// readSeeded returns the zones recorded as seeded in generation g.
+func readSeeded(g *bolt.Bucket) (map[string]bool, error) {
+	seeded := map[string]bool{}
+	b := g.Bucket(bucketSeeded)
+	if b == nil {
+		return seeded, nil
+	}
+	return seeded, b.ForEach(func(k, _ []byte) error {
+		seeded[string(k)] = true
 		return nil
 	})
-	return seeded
 }
 
 // countRRs counts the records in an encoded value without decoding them.

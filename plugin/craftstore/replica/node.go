@@ -338,6 +338,17 @@ func (r *Replica) maybeSnapshot(tx *bolt.Tx, index uint64) error {
 
 // applyEffect brings the views and the transport in line with an applied entry.
 func (r *Replica) applyEffect(e *effect) error {
+	if err := r.applyView(e); err != nil {
+		return err
+	}
+	if e.seeded {
+		r.noteSeeded(e.zone) // once the view serves the zone
+	}
+	return nil
+}
+
+// applyView brings the views and the transport up to date with e.
+func (r *Replica) applyView(e *effect) error {
 	switch {
 	case e.member != nil:
 		if e.member.ID != r.cfg.ID && e.member.Raft != "" {
@@ -354,6 +365,7 @@ func (r *Replica) applyEffect(e *effect) error {
 		r.swapZone(e.zone, nil)
 	case e.reload:
 		return r.reloadZone(e.zone)
+	case e.seeded: // a seed found the zone present: nothing to change
 	default:
 		if z := r.Zone(e.zone); z != nil {
 			z.Set(e.names)

@@ -89,6 +89,8 @@ type Replica struct {
 	tr    *transport.Transport
 
 	zones atomic.Pointer[zoneSet]
+	// seeded holds the zones whose seed import committed (import.go).
+	seeded atomic.Pointer[map[string]bool]
 
 	mu      sync.Mutex
 	waiters map[uint64]chan applied
@@ -163,6 +165,7 @@ func Open(cfg Config) (*Replica, error) {
 	r.nextID.Store(rand.Uint64() &^ (1 << 63))
 	empty := zoneSet{}
 	r.zones.Store(&empty)
+	r.seeded.Store(&map[string]bool{})
 	if err := r.open(); err != nil {
 		db.Close()
 		return nil, err

@@ -91,7 +91,12 @@ func loadZone(origin string, b *bolt.Bucket) (*zone.Zone, error) {
 // loadAllZones replaces every view with one read from the current generation.
 func (r *Replica) loadAllZones() error {
 	next := zoneSet{}
+	var seeded map[string]bool
 	err := r.db.View(func(tx *bolt.Tx) error {
+		var err error
+		if seeded, err = readSeeded(generation(tx)); err != nil {
+			return err
+		}
 		return generation(tx).Bucket(bucketZones).ForEach(func(k, _ []byte) error {
 			z, err := loadZone(string(k), generation(tx).Bucket(bucketZones).Bucket(k))
 			if err != nil {
@@ -105,6 +110,7 @@ func (r *Replica) loadAllZones() error {
 		return err
 	}
 	r.zones.Store(&next)
+	r.seeded.Store(&seeded)
 	return nil
 }
 
