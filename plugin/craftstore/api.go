@@ -50,6 +50,7 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica) (
 	mux.HandleFunc("POST /v1/zones/{zone}/records", a.changeRecords)
 	mux.HandleFunc("GET /v1/zones/{zone}/records", a.getRecords)
 	mux.HandleFunc("GET /v1/cluster", a.cluster)
+	mux.HandleFunc("GET /v1/health", a.health)
 	mux.HandleFunc("POST /v1/cluster/members", a.addMember)
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", a.removeMember)
 	a.srv = &http.Server{Handler: httpapi.Auth("craftstore", a.token, mux), ReadHeaderTimeout: 10 * time.Second}
@@ -338,6 +339,18 @@ func (a *apiServer) cluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, st)
+}
+
+// health answers 200 while the member's storage works and 503 with the
+// error while it fails (the member retries and heals by itself). CoreDNS's
+// health plugin reports only that the process runs; probe this for the
+// storage.
+func (a *apiServer) health(w http.ResponseWriter, r *http.Request) {
+	if err := a.rep.StorageError(); err != nil {
+		httpapi.WriteError(w, http.StatusServiceUnavailable, "storage fails: "+err.Error())
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, map[string]bool{"healthy": true, "ready": a.rep.Ready()})
 }
 
 func (a *apiServer) addMember(w http.ResponseWriter, r *http.Request) {

@@ -30,6 +30,8 @@ type testCluster struct {
 	net *faultnet.Net
 	// tick is the members' Raft tick (20ms if zero: elections in 200-400ms).
 	tick time.Duration
+	// dirs, when set, overrides the data directory of some members.
+	dirs map[uint64]string
 }
 
 func freeAddr(t testing.TB) string {
@@ -67,7 +69,7 @@ func (c *testCluster) start(id uint64, join bool) *Replica {
 	}
 	r, err := Open(Config{
 		ID:              id,
-		Dir:             filepath.Join(c.dir, fmt.Sprint(id)),
+		Dir:             cmp.Or(c.dirs[id], filepath.Join(c.dir, fmt.Sprint(id))),
 		RaftAddr:        addr,
 		Peers:           c.peersOf(id),
 		Join:            join,
