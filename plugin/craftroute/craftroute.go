@@ -9,6 +9,7 @@ package craftroute
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
@@ -59,6 +60,9 @@ type Craftroute struct {
 
 	stopProbes     func()
 	stopBackground func()
+	// seedsPending counts the seed zones not imported yet (discover.go):
+	// the router is not ready before they are served.
+	seedsPending atomic.Int32
 }
 
 // Name implements plugin.Handler.

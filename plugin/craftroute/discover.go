@@ -39,6 +39,7 @@ func importTimeout(n int) time.Duration {
 // the shards' APIs answer. The returned stop ends both and waits for them.
 func (c *Craftroute) startBackground() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
+	c.seedsPending.Store(int32(len(c.cfg.seeds)))
 	sc := newShardClient(c)
 	done := make(chan struct{})
 	go func() {
@@ -57,6 +58,7 @@ func (c *Craftroute) background(ctx context.Context, sc *shardClient) {
 		if len(c.cfg.seeds) > 0 {
 			log.Errorf("seed needs shard_api for every shard: seeds not imported")
 		}
+		c.seedsPending.Store(0) // nothing to wait for
 		return
 	}
 	pending := map[string]*seedState{}
@@ -72,6 +74,7 @@ func (c *Craftroute) background(ctx context.Context, sc *shardClient) {
 	for {
 		if len(pending) > 0 && lists != nil {
 			c.seed(ctx, sc, pending, lists)
+			c.seedsPending.Store(int32(len(pending)))
 		}
 		lists = nil
 		select {

@@ -2,10 +2,14 @@ package craftroute
 
 import "time"
 
-// Ready implements ready.Readiness: true once every shard has a member that
+// Ready implements ready.Readiness: true while every shard has a member that
 // answered (a query or a probe; the probes' first round asks every member)
-// and is not marked down. Without probes it is always true.
+// and is not marked down, once the seed zones are imported (or found
+// present). Without probes only the seeds count.
 func (c *Craftroute) Ready() bool {
+	if c.seedsPending.Load() > 0 {
+		return false
+	}
 	if c.cfg.probe == 0 {
 		return true
 	}

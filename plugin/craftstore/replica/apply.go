@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -71,15 +72,20 @@ func applyCommand(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		}
 		return Result{}, &effect{zone: c.Zone, deleted: true}, nil
 	case opMemberInfo:
-		ms := g.Bucket(bucketMembers)
-		if ms.Get(idKey(c.Member.ID)) == nil {
+		// A member advertises its DNS and API addresses. Its Raft address
+		// is the group's (the peer lines, or the membership change that
+		// added it) and stays: the advertiser knows only the address it
+		// listens on, which need not be the one its peers reach it by.
+		v := g.Bucket(bucketMembers).Get(idKey(c.Member.ID))
+		if v == nil {
 			return Result{}, nil, nil // removed meanwhile
 		}
-		if err := putMember(g, c.Member); err != nil {
+		var m Member
+		if err := json.Unmarshal(v, &m); err != nil {
 			return Result{}, nil, err
 		}
-		m := c.Member
-		return Result{}, &effect{member: &m}, nil
+		m.DNS, m.API = c.Member.DNS, c.Member.API
+		return Result{}, nil, putMember(g, m)
 	}
 	return Result{}, nil, errorf(http.StatusBadRequest, "unknown command %d", c.Op)
 }
