@@ -51,6 +51,20 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if rep == nil {
 		return dns.RcodeServerFailure, nil // not written: the server answers SERVFAIL
 	}
+	if !rep.Ready() {
+		// A member that is not ready (health.go: no leader, behind its
+		// group, or failing storage) must not answer for the group when
+		// craftroute asks, which then tries another member. A plain query
+		// gets the member's last state unless the block says stale refuse.
+		// This comes before the zone lookup: a member behind its group may
+		// lack a zone the group has.
+		if partition.Routed(r) || c.cfg.stale == "refuse" {
+			staleCount.WithLabelValues(c.member(), "refused").Inc()
+			return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is not ready: it is not in touch with its group")
+		}
+		staleCount.WithLabelValues(c.member(), "served").Inc()
+	}
+
 	z := rep.Match(qname)
 	if z == nil {
 		if c.Fall.Through(qname) {
@@ -61,18 +75,6 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
 		// The transfer plugin, when configured, runs before us and serves these.
 		return refuse(w, r, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed")
-	}
-
-	if !rep.Ready() {
-		// A member that is not ready (health.go: no leader, behind its
-		// group, or failing storage) must not answer for the group when
-		// craftroute asks, which then tries another member. A plain query
-		// gets the member's last state unless the block says stale refuse.
-		if partition.Routed(r) || c.cfg.stale == "refuse" {
-			staleCount.WithLabelValues(c.member(), "refused").Inc()
-			return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is not ready: it is not in touch with its group")
-		}
-		staleCount.WithLabelValues(c.member(), "served").Inc()
 	}
 
 	m := new(dns.Msg)
