@@ -45,18 +45,28 @@ func freeAddr(t testing.TB) string {
 
 func newTestCluster(t testing.TB, n int, snapshotEntries uint64) *testCluster {
 	c := &testCluster{t: t, dir: t.TempDir(), members: map[uint64]*Replica{}, snap: snapshotEntries}
+	c.addPeers(n)
+	c.startAll()
+	return c
+}
+
+// addPeers makes members 1 to n, listening on free loopback addresses.
+func (c *testCluster) addPeers(n int) {
 	for i := 1; i <= n; i++ {
-		c.peers = append(c.peers, Member{ID: uint64(i), Raft: freeAddr(t)})
+		c.peers = append(c.peers, Member{ID: uint64(i), Raft: freeAddr(c.t)})
 	}
+}
+
+// startAll starts every member; they are closed when the test ends.
+func (c *testCluster) startAll() {
 	for _, p := range c.peers {
 		c.start(p.ID, false)
 	}
-	t.Cleanup(func() {
+	c.t.Cleanup(func() {
 		for _, r := range c.members {
 			r.Close()
 		}
 	})
-	return c
 }
 
 func (c *testCluster) start(id uint64, join bool) *Replica {

@@ -34,9 +34,7 @@ func newFaultCluster(t testing.TB, n int, tick time.Duration) (*testCluster, *fa
 	fn := faultnet.New()
 	t.Cleanup(fn.Close) // after the members' Close (cleanups run last first)
 	c := &testCluster{t: t, dir: t.TempDir(), members: map[uint64]*Replica{}, net: fn, tick: tick}
-	for i := 1; i <= n; i++ {
-		c.peers = append(c.peers, Member{ID: uint64(i), Raft: freeAddr(t)})
-	}
+	c.addPeers(n)
 	for _, from := range c.peers {
 		for _, to := range c.peers {
 			if from.ID != to.ID {
@@ -46,14 +44,7 @@ func newFaultCluster(t testing.TB, n int, tick time.Duration) (*testCluster, *fa
 			}
 		}
 	}
-	for _, p := range c.peers {
-		c.start(p.ID, false)
-	}
-	t.Cleanup(func() {
-		for _, r := range c.members {
-			r.Close()
-		}
-	})
+	c.startAll()
 	return c, fn
 }
 

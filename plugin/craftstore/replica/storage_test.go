@@ -70,17 +70,8 @@ func TestDiskFullHeals(t *testing.T) {
 		disks[i] = smallDisk(t, 16<<20)
 		c.dirs[i] = filepath.Join(disks[i], "data")
 	}
-	for i := 1; i <= 3; i++ {
-		c.peers = append(c.peers, Member{ID: uint64(i), Raft: freeAddr(t)})
-	}
-	for _, p := range c.peers {
-		c.start(p.ID, false)
-	}
-	t.Cleanup(func() {
-		for _, r := range c.members {
-			r.Close()
-		}
-	})
+	c.addPeers(3)
+	c.startAll()
 	if _, err := c.leader().PutZone(ctx(t), "example.org.", parseTestZone(t), false); err != nil {
 		t.Fatal(err)
 	}
