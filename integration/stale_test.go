@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,6 +48,13 @@ func TestLoneMemberNotReady(t *testing.T) {
 	}
 	if !harness.HasA(c.Addr(lone), "www.example.org", "192.0.2.10") {
 		t.Error("expected a plain query to get the lone member's last state")
+	}
+	// A write to it is refused at once with 503 (not after the write
+	// timeout), so that a client tries another member.
+	var out struct{ Error string }
+	code, err := c.API[lone-1].Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"lone.example.org. 60 IN A 192.0.2.1"}}, &out)
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(out.Error, "no leader") {
+		t.Errorf("expected 503 saying the member knows no leader, got %d %v %q", code, err, out.Error)
 	}
 
 	c.Procs[1].Restart()

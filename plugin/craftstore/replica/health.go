@@ -97,6 +97,7 @@ func (r *Replica) checkHealth(now time.Time) {
 	if applied := r.applied.Load(); applied >= h.lagIndex {
 		h.lagIndex, h.lagSince = r.commit.Load(), now
 	}
+	r.leaderless.Store(!h.noLeader.IsZero() && now.Sub(h.noLeader) >= stale)
 	switch {
 	case h.storageErr != nil:
 		r.notReady(fmt.Sprintf("its storage fails: %v", h.storageErr))

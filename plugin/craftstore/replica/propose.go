@@ -40,6 +40,13 @@ func (r *Replica) proposeWait(ctx context.Context, id uint64, submit func(contex
 	if err := r.StorageError(); err != nil {
 		return Result{}, errorf(http.StatusServiceUnavailable, "member's storage fails (%v): write to another member", err)
 	}
+	if r.leaderless.Load() {
+		// Cut off from its group (or the group has no majority): rather
+		// than after the write timeout, say so now, so that a client (or
+		// craftroute's API) tries another member.
+		return Result{}, errorf(http.StatusServiceUnavailable, "member has known no leader for %v or more: write to another member",
+			time.Duration(staleTicks)*r.cfg.Tick)
+	}
 	ch := make(chan applied, 1)
 	r.mu.Lock()
 	r.waiters[id] = ch

@@ -108,6 +108,9 @@ type Replica struct {
 	leader    atomic.Uint64
 	health    health // Ready loop only
 	ready     atomic.Bool
+	// leaderless is set while the member has known no leader for
+	// staleTicks (health.go): writes to it fail at once.
+	leaderless atomic.Bool
 	// storageFailing holds the error of a Ready that could not be
 	// persisted while the Ready loop retries it.
 	storageFailing atomic.Pointer[error]
