@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/craftdns/craftdns/integration/dnsdiff"
 	"github.com/craftdns/craftdns/integration/harness"
+	"github.com/craftdns/craftdns/internal/dnsdiff"
 	"github.com/craftdns/craftdns/internal/faultnet"
 
 	"github.com/miekg/dns"

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/craftdns/craftdns/integration/dnsdiff"
 	"github.com/craftdns/craftdns/integration/harness"
+	"github.com/craftdns/craftdns/internal/dnsdiff"
 
 	"github.com/miekg/dns"
 )

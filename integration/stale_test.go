@@ -12,7 +12,7 @@ import (
 
 	"github.com/craftdns/craftdns/integration/harness"
 	"github.com/craftdns/craftdns/internal/faultnet"
-	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/internal/partition"
 
 	"github.com/miekg/dns"
 )

@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
-	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -169,7 +170,7 @@ func (f *fakeAPI) change(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rrs = slices.DeleteFunc(rrs, func(rr dns.RR) bool {
-			return zone.Lower(rr.Header().Name) == pl.name && (pl.rrtype == dns.TypeANY || pl.rrtype == rr.Header().Rrtype)
+			return dnsname.Lower(rr.Header().Name) == pl.name && (pl.rrtype == dns.TypeANY || pl.rrtype == rr.Header().Rrtype)
 		})
 	}
 	for _, text := range req.Add {
@@ -191,7 +192,7 @@ func (f *fakeAPI) records(w http.ResponseWriter, r *http.Request) {
 	name, _ := absName(origin, r.URL.Query().Get("name"))
 	texts := []string{}
 	for _, rr := range f.zone(origin) {
-		if zone.Lower(rr.Header().Name) == name {
+		if dnsname.Lower(rr.Header().Name) == name {
 			texts = append(texts, rr.String())
 		}
 	}
@@ -201,7 +202,7 @@ func (f *fakeAPI) records(w http.ResponseWriter, r *http.Request) {
 // exchange answers a partition-mode query from the shard's current zones.
 func (f *fakeAPI) exchange(req *dns.Msg) *dns.Msg {
 	q := req.Question[0]
-	qname := zone.Lower(q.Name)
+	qname := dnsname.Lower(q.Name)
 	f.mu.Lock()
 	origin := ""
 	for o := range f.zones {
@@ -435,7 +436,7 @@ func TestAPIChangeNameMode(t *testing.T) {
 		t.Errorf("POST two: expected shards in name order, got %s", body)
 	}
 	has := func(s *Shard, name string) bool {
-		return slices.ContainsFunc(ff[s.Name].zone(splitOrigin), func(rr dns.RR) bool { return zone.Lower(rr.Header().Name) == name })
+		return slices.ContainsFunc(ff[s.Name].zone(splitOrigin), func(rr dns.RR) bool { return dnsname.Lower(rr.Header().Name) == name })
 	}
 	for _, s := range c.cfg.shards {
 		if !has(s, "ns2.sub.example.org.") {

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
 )
@@ -50,7 +50,7 @@ func mergeZoneLists(shards []*Shard, lists [][]zoneInfo) []routedZone {
 	byZone := map[string]*routedZone{}
 	for i, list := range lists {
 		for _, zi := range list {
-			o := zone.Lower(dns.Fqdn(zi.Zone))
+			o := dnsname.Lower(dns.Fqdn(zi.Zone))
 			rz := byZone[o]
 			if rz == nil {
 				rz = &routedZone{zoneInfo: zoneInfo{Zone: o, Serial: zi.Serial}}
@@ -156,7 +156,7 @@ func mergeExports(origin string, exports [][]byte) ([]dns.RR, error) {
 				continue
 			}
 			h := rr.Header()
-			k := zone.Lower(h.Name) + " " + dns.TypeToString[h.Rrtype] + " " + strings.TrimPrefix(rr.String(), h.String())
+			k := dnsname.Lower(h.Name) + " " + dns.TypeToString[h.Rrtype] + " " + strings.TrimPrefix(rr.String(), h.String())
 			if seen[k] {
 				continue
 			}

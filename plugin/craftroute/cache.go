@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+	"github.com/craftdns/craftdns/internal/dnsname"
 
 	"github.com/miekg/dns"
 )
@@ -45,7 +45,7 @@ func (nc *negCache) get(name string, qtype uint16, edns, do bool) *dns.Msg {
 	if nc.max == 0 {
 		return nil
 	}
-	k := negKey{zone.Lower(name), qtype, edns, do}
+	k := negKey{dnsname.Lower(name), qtype, edns, do}
 	now := nc.now()
 	nc.mu.RLock()
 	e := nc.m[k]
@@ -88,9 +88,9 @@ func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg) {
 		return
 	}
 	now := nc.now()
-	e := &negEntry{msg: m.Copy(), origin: zone.Lower(soa.Hdr.Name), stored: now,
+	e := &negEntry{msg: m.Copy(), origin: dnsname.Lower(soa.Hdr.Name), stored: now,
 		expires: now.Add(time.Duration(soa.Hdr.Ttl) * time.Second)}
-	k := negKey{zone.Lower(name), qtype, edns, do}
+	k := negKey{dnsname.Lower(name), qtype, edns, do}
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if _, ok := nc.m[k]; !ok && len(nc.m) >= nc.max {
@@ -104,7 +104,7 @@ func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg) {
 
 // purge drops the entries of zone.
 func (nc *negCache) purge(origin string) {
-	origin = zone.Lower(dns.Fqdn(origin))
+	origin = dnsname.Lower(dns.Fqdn(origin))
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	for k, e := range nc.m {

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+	"github.com/craftdns/craftdns/internal/dnsname"
 
 	"github.com/miekg/dns"
 )
@@ -124,7 +124,7 @@ func (c *Craftroute) refreshZones(ctx context.Context, sc *shardClient) []routed
 	}
 	c.zones.replace(names)
 	for _, rz := range merged {
-		c.soa.observe(zone.Lower(dns.Fqdn(rz.Zone)), rz.Serial)
+		c.soa.observe(dnsname.Lower(dns.Fqdn(rz.Zone)), rz.Serial)
 	}
 	return merged
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+	"github.com/craftdns/craftdns/internal/dnsname"
 
 	"github.com/miekg/dns"
 )
@@ -107,7 +107,7 @@ sub2 IN NS ns.sub
 			r.SetEdns0(1232, false)
 			want := new(dns.Msg)
 			want.SetReply(r)
-			whole.Lookup(want, zone.Lower(qname), tc.qtype)
+			whole.Lookup(want, dnsname.Lower(qname), tc.qtype)
 			got, broadcast, err := c.resolveName(context.Background(), r)
 			if err != nil {
 				t.Fatal(err)

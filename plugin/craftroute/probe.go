@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/internal/partition"
 
 	"github.com/miekg/dns"
 )

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/partition"
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/partition"
 
 	"github.com/miekg/dns"
 )
@@ -61,7 +61,7 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 	broadcast := first.broadcast
 
 	origin := first.facts.Origin
-	name, cur := zone.Lower(q.Name), first
+	name, cur := dnsname.Lower(q.Name), first
 	var seen []visit
 	answer := out.Answer
 	extraSet := false // out.Extra is no longer the first answer's
@@ -88,7 +88,7 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 			break
 		}
 		seen = append(seen, visit{source, key})
-		if n+1 >= maxChain || origin == "" || !dns.IsSubDomain(origin, zone.Lower(target)) {
+		if n+1 >= maxChain || origin == "" || !dns.IsSubDomain(origin, dnsname.Lower(target)) {
 			out.Ns, out.Extra, extraSet = nil, nil, true // a chain leaving the zone ends without authority
 			break
 		}
@@ -100,7 +100,7 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 		answer = append(answer, next.resp.Answer...)
 		out.Rcode = next.resp.Rcode
 		out.Ns, out.Extra, extraSet = next.resp.Ns, next.resp.Extra, true
-		name, cur = zone.Lower(target), next
+		name, cur = dnsname.Lower(target), next
 	}
 	out.Answer = answer
 	// One OPT record, the first answer's, and only for an EDNS client. The
@@ -137,7 +137,7 @@ func cnameTarget(resp *dns.Msg, name string, qtype uint16) (target, owner string
 	if !ok || !strings.EqualFold(cn.Hdr.Name, name) {
 		return "", "", false
 	}
-	return cn.Target, zone.Lower(cn.Hdr.Name), true
+	return cn.Target, dnsname.Lower(cn.Hdr.Name), true
 }
 
 // cnameRRs returns the CNAME RRs at the end of resp's answer owned by name.
@@ -250,7 +250,7 @@ func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype ui
 		// other shards may hold it only as an empty non-terminal above
 		// their names, which synthesizes NODATA.
 		labels := results[best].facts.Labels
-		wild := indexOf(shards, c.shardFor("*."+suffix(zone.Lower(name), int(labels))))
+		wild := indexOf(shards, c.shardFor("*."+suffix(dnsname.Lower(name), int(labels))))
 		if w := results[wild]; w.err == nil && w.facts.Labels == labels && w.facts.Wildcard {
 			best = wild
 		}
@@ -334,10 +334,10 @@ func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, r
 	var missing []string
 	for _, rr := range resp.Ns {
 		ns, ok := rr.(*dns.NS)
-		if !ok || zone.Lower(ns.Hdr.Name) == origin {
+		if !ok || dnsname.Lower(ns.Hdr.Name) == origin {
 			return nil // not a referral
 		}
-		t := zone.Lower(ns.Ns)
+		t := dnsname.Lower(ns.Ns)
 		if dns.IsSubDomain(origin, t) && c.shardFor(t) != answered && !hasAddr(resp.Extra, t) {
 			missing = append(missing, t)
 		}
@@ -368,7 +368,7 @@ func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, r
 	}
 	var extra []dns.RR
 	for _, rr := range resp.Ns {
-		t := zone.Lower(rr.(*dns.NS).Ns)
+		t := dnsname.Lower(rr.(*dns.NS).Ns)
 		if rrs, ok := found[t]; ok {
 			extra = append(extra, rrs...)
 			continue

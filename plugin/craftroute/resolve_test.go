@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/craftdns/craftdns/integration/dnsdiff"
-	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/internal/dnsdiff"
+	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -26,14 +27,14 @@ func (ms memShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Ms
 		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
 	}
 	q := req.Question[0]
-	if !dns.IsSubDomain(z.Origin(), zone.Lower(q.Name)) {
+	if !dns.IsSubDomain(z.Origin(), dnsname.Lower(q.Name)) {
 		m.Rcode = dns.RcodeRefused
 		return m, nil
 	}
 	if partition.Requested(req) {
-		partition.Attach(m, z.Partition(m, zone.Lower(q.Name), q.Qtype))
+		partition.Attach(m, z.Partition(m, dnsname.Lower(q.Name), q.Qtype))
 	} else {
-		z.Lookup(m, zone.Lower(q.Name), q.Qtype)
+		z.Lookup(m, dnsname.Lower(q.Name), q.Qtype)
 	}
 	// As over the wire: the answer's records are the router's own.
 	return m.Copy(), nil
@@ -46,7 +47,7 @@ func layout(t testing.TB, c *Craftroute, origin string, rrs []dns.RR) map[string
 	t.Helper()
 	cuts := map[string]bool{}
 	for _, rr := range rrs {
-		if n := zone.Lower(rr.Header().Name); rr.Header().Rrtype == dns.TypeNS && n != origin {
+		if n := dnsname.Lower(rr.Header().Name); rr.Header().Rrtype == dns.TypeNS && n != origin {
 			cuts[n] = true
 		}
 	}
@@ -60,7 +61,7 @@ func layout(t testing.TB, c *Craftroute, origin string, rrs []dns.RR) map[string
 	}
 	parts := map[string][]dns.RR{}
 	for _, rr := range rrs {
-		n := zone.Lower(rr.Header().Name)
+		n := dnsname.Lower(rr.Header().Name)
 		if n == origin || below(n) {
 			for _, s := range c.cfg.shards {
 				parts[s.Name] = append(parts[s.Name], rr)
@@ -167,7 +168,7 @@ func TestMergeEqualsUnsharded(t *testing.T) {
 				r.SetEdns0(1232, false)
 				want := new(dns.Msg)
 				want.SetReply(r)
-				whole.Lookup(want, zone.Lower(q.Name), q.Type)
+				whole.Lookup(want, dnsname.Lower(q.Name), q.Type)
 				got, b, err := c.resolveName(context.Background(), r)
 				if err != nil {
 					t.Fatalf("%v: %v", q, err)

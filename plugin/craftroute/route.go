@@ -8,7 +8,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+	"github.com/craftdns/craftdns/internal/dnsname"
 )
 
 // Placement: which shard owns a name.
@@ -17,7 +17,7 @@ import (
 // key mode "name" the shard of the canonical name itself, in key mode
 // "zone" the shard of the longest known zone containing name.
 func (c *Craftroute) shardFor(name string) *Shard {
-	return c.shard(c.ring.Locate(c.keyOf(zone.Lower(name))))
+	return c.shard(c.ring.Locate(c.keyOf(dnsname.Lower(name))))
 }
 
 // keyOf returns the ring key of canonical name.
@@ -53,7 +53,7 @@ func newZoneSet(fixed []string) *zoneSet {
 	zs := &zoneSet{}
 	m := map[string]bool{}
 	for _, z := range fixed {
-		z = zone.Lower(dns.Fqdn(z))
+		z = dnsname.Lower(dns.Fqdn(z))
 		zs.fixed = append(zs.fixed, z)
 		m[z] = true
 	}
@@ -78,12 +78,12 @@ func (zs *zoneSet) longest(name string) string {
 
 // add makes zone known.
 func (zs *zoneSet) add(z string) {
-	zs.update(func(m map[string]bool) { m[zone.Lower(dns.Fqdn(z))] = true })
+	zs.update(func(m map[string]bool) { m[dnsname.Lower(dns.Fqdn(z))] = true })
 }
 
 // remove forgets zone unless it is fixed.
 func (zs *zoneSet) remove(z string) {
-	z = zone.Lower(dns.Fqdn(z))
+	z = dnsname.Lower(dns.Fqdn(z))
 	zs.update(func(m map[string]bool) {
 		for _, f := range zs.fixed {
 			if f == z {
@@ -102,7 +102,7 @@ func (zs *zoneSet) replace(list []string) {
 			m[z] = true
 		}
 		for _, z := range list {
-			m[zone.Lower(dns.Fqdn(z))] = true
+			m[dnsname.Lower(dns.Fqdn(z))] = true
 		}
 	})
 }

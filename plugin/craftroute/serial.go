@@ -3,7 +3,7 @@ package craftroute
 import (
 	"sync"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+	"github.com/craftdns/craftdns/internal/dnsname"
 
 	"github.com/miekg/dns"
 )
@@ -48,7 +48,7 @@ func (s *serials) present(m *dns.Msg) {
 	for _, sec := range [][]dns.RR{m.Answer, m.Ns} {
 		for _, rr := range sec {
 			if soa, ok := rr.(*dns.SOA); ok {
-				soa.Serial = s.observe(zone.Lower(soa.Hdr.Name), soa.Serial)
+				soa.Serial = s.observe(dnsname.Lower(soa.Hdr.Name), soa.Serial)
 			}
 		}
 	}

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/partition"
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/partition"
 
 	"github.com/miekg/dns"
 )
@@ -51,7 +51,7 @@ func (c *Craftroute) split(origin string, rrs []dns.RR) map[*Shard][]dns.RR {
 	cuts := cutSet(origin, rrs)
 	parts := make(map[*Shard][]dns.RR, len(c.cfg.shards))
 	for _, rr := range rrs {
-		name := zone.Lower(rr.Header().Name)
+		name := dnsname.Lower(rr.Header().Name)
 		if name == origin || underCut(origin, name, cuts) {
 			for _, s := range c.cfg.shards {
 				parts[s] = append(parts[s], rr)
@@ -70,7 +70,7 @@ func cutSet(origin string, rrs []dns.RR) map[string]bool {
 	cuts := map[string]bool{}
 	for _, rr := range rrs {
 		if ns, ok := rr.(*dns.NS); ok {
-			if name := zone.Lower(ns.Hdr.Name); name != origin && dns.IsSubDomain(origin, name) {
+			if name := dnsname.Lower(ns.Hdr.Name); name != origin && dns.IsSubDomain(origin, name) {
 				cuts[name] = true
 			}
 		}
@@ -108,7 +108,7 @@ func parseZoneText(origin, text string) ([]dns.RR, error) {
 	soa, ns := 0, 0
 	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
 		h := rr.Header()
-		name := zone.Lower(h.Name)
+		name := dnsname.Lower(h.Name)
 		if h.Class != dns.ClassINET {
 			return nil, fmt.Errorf("record %q: class must be IN", rr.String())
 		}
@@ -176,7 +176,7 @@ func newPlacer(c *Craftroute, origin string) *placer {
 
 // addNS notes an NS record the change adds: below the apex it makes a cut.
 func (p *placer) addNS(ns *dns.NS) {
-	name := zone.Lower(ns.Hdr.Name)
+	name := dnsname.Lower(ns.Hdr.Name)
 	if name == p.origin || !dns.IsSubDomain(p.origin, name) {
 		return
 	}
@@ -281,7 +281,7 @@ func (c *Craftroute) coveredByCut(ctx context.Context, origin, name string) (boo
 		return false, nil
 	}
 	for _, rr := range resp.Ns {
-		owner := zone.Lower(rr.Header().Name)
+		owner := dnsname.Lower(rr.Header().Name)
 		if rr.Header().Rrtype == dns.TypeNS && owner != origin && dns.IsSubDomain(owner, name) {
 			return true, nil
 		}
@@ -343,13 +343,13 @@ func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte
 	adds := make([]placement, len(req.Add))
 	for i, text := range req.Add {
 		rr, err := parseRecord(origin, text)
-		if err == nil && !dns.IsSubDomain(origin, zone.Lower(rr.Header().Name)) {
+		if err == nil && !dns.IsSubDomain(origin, dnsname.Lower(rr.Header().Name)) {
 			err = fmt.Errorf("record %q: name is outside zone %q", rr.Header().Name, origin)
 		}
 		if err != nil {
 			return nil, apiErrorf(http.StatusBadRequest, "add[%d]: %v", i, err)
 		}
-		adds[i] = placement{zone.Lower(rr.Header().Name), rr.Header().Rrtype}
+		adds[i] = placement{dnsname.Lower(rr.Header().Name), rr.Header().Rrtype}
 		if ns, ok := rr.(*dns.NS); ok {
 			p.addNS(ns)
 		}
@@ -415,7 +415,7 @@ func deletionPlacement(origin string, raw json.RawMessage) (placement, error) {
 		if err != nil {
 			return placement{}, err
 		}
-		name := zone.Lower(rr.Header().Name)
+		name := dnsname.Lower(rr.Header().Name)
 		if !dns.IsSubDomain(origin, name) {
 			return placement{}, fmt.Errorf("record %q: name is outside zone %q", rr.Header().Name, origin)
 		}

@@ -9,7 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -84,7 +85,7 @@ func TestSplitNameMode(t *testing.T) {
 	spread := map[string]bool{}
 	for s, part := range parts {
 		for _, rr := range part {
-			name := zone.Lower(rr.Header().Name)
+			name := dnsname.Lower(rr.Header().Name)
 			union[rrKey(rr)] = true
 			if !every(name) {
 				if owner := c.shardFor(name); owner != s {
@@ -95,7 +96,7 @@ func TestSplitNameMode(t *testing.T) {
 		}
 	}
 	for _, rr := range rrs {
-		name := zone.Lower(rr.Header().Name)
+		name := dnsname.Lower(rr.Header().Name)
 		if !union[rrKey(rr)] {
 			t.Errorf("%s placed nowhere", rr)
 		}
@@ -192,14 +193,14 @@ func (zs *zoneShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.
 	m.SetReply(req)
 	m.SetEdns0(dns.DefaultMsgSize, false)
 	q := req.Question[0]
-	if z == nil || !dns.IsSubDomain(z.Origin(), zone.Lower(q.Name)) {
+	if z == nil || !dns.IsSubDomain(z.Origin(), dnsname.Lower(q.Name)) {
 		m.Rcode = dns.RcodeRefused
 		if partition.Requested(req) {
 			partition.Attach(m, partition.Facts{Kind: partition.Final})
 		}
 		return m, nil
 	}
-	partition.Attach(m, z.Partition(m, zone.Lower(q.Name), q.Qtype))
+	partition.Attach(m, z.Partition(m, dnsname.Lower(q.Name), q.Qtype))
 	return m, nil
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/coredns/coredns/plugin/tsig"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+	"github.com/craftdns/craftdns/internal/dnsname"
 
 	"github.com/miekg/dns"
 )
@@ -35,7 +35,7 @@ func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeSOA || r.Question[0].Qclass != dns.ClassINET {
 		return updateReply(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, "the zone section must hold one SOA question of class IN")
 	}
-	origin := zone.Lower(dns.Fqdn(r.Question[0].Name))
+	origin := dnsname.Lower(dns.Fqdn(r.Question[0].Name))
 	if c.zoneOf(origin) == "" {
 		// RFC 2136 §3.1.1: not authoritative for the zone.
 		return updateReply(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
@@ -45,7 +45,7 @@ func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		return updateReply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
 			"UPDATE needs a valid TSIG signature: the router forwards signed updates only")
 	}
-	key = zone.Lower(dns.Fqdn(key))
+	key = dnsname.Lower(dns.Fqdn(key))
 	secret, ok := c.cfg.keys[key]
 	if !ok {
 		return updateReply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
@@ -57,7 +57,7 @@ func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 	}
 	// RFC 2136 §3.2 and §3.4.1.3: every prerequisite and update inside the zone.
 	for _, rr := range append(r.Answer[:len(r.Answer):len(r.Answer)], r.Ns...) {
-		if !dns.IsSubDomain(origin, zone.Lower(rr.Header().Name)) {
+		if !dns.IsSubDomain(origin, dnsname.Lower(rr.Header().Name)) {
 			return updateReply(w, r, dns.RcodeNotZone, dns.ExtendedErrorCodeOther,
 				fmt.Sprintf("%s is outside zone %s", rr.Header().Name, origin))
 		}
@@ -120,7 +120,7 @@ func (c *Craftroute) updateShard(ctx context.Context, origin string, r *dns.Msg)
 	for i, sec := range [][]dns.RR{r.Answer, r.Ns} {
 		for _, rr := range sec {
 			h := rr.Header()
-			pl := placement{zone.Lower(h.Name), h.Rrtype}
+			pl := placement{dnsname.Lower(h.Name), h.Rrtype}
 			if ns, ok := rr.(*dns.NS); ok && i == 1 && h.Class == dns.ClassINET {
 				p.addNS(ns)
 			}

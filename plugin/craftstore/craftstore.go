@@ -5,6 +5,7 @@ package craftstore
 
 import (
 	"context"
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"strconv"
 	"sync/atomic"
 
@@ -12,9 +13,8 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
 )
@@ -43,7 +43,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	q := r.Question[0]
-	qname := zone.Lower(q.Name)
+	qname := dnsname.Lower(q.Name)
 	if plugin.Zones(c.Zones).Matches(qname) == "" {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}

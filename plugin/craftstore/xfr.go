@@ -4,7 +4,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/transfer"
 
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+	"github.com/craftdns/craftdns/internal/dnsname"
 
 	"github.com/miekg/dns"
 )
@@ -19,7 +19,7 @@ var _ transfer.Transferer = (*Craftstore)(nil)
 // zone framed by its SOA, a current (or newer) serial the SOA alone, any
 // other serial the changes since, from the journal.
 func (c *Craftstore) Transfer(name string, serial uint32) (<-chan []dns.RR, error) {
-	origin := zone.Lower(name)
+	origin := dnsname.Lower(name)
 	if plugin.Zones(c.Zones).Matches(origin) == "" {
 		return nil, transfer.ErrNotAuthoritative
 	}

@@ -4,23 +4,6 @@ package zone
 // lookup lower-cases the query name into a stack buffer and indexes the map
 // with string(b[i:]), which the compiler does without allocating.
 
-// Lower returns s with ASCII letters lower-cased, s itself (no
-// allocation) when it is lower-case already.
-func Lower(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; 'A' <= c && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if c := b[j]; 'A' <= c && c <= 'Z' {
-					b[j] = c + 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
-}
-
 // appendLower appends s lower-cased (ASCII) to dst.
 func appendLower(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/coredns/coredns/plugin/test"
-	"github.com/craftdns/craftdns/integration/dnsdiff"
+	"github.com/craftdns/craftdns/internal/dnsdiff"
 
 	"github.com/miekg/dns"
 )

@@ -5,8 +5,8 @@ import (
 
 	"github.com/coredns/coredns/plugin/test"
 
-	"github.com/craftdns/craftdns/integration/dnsdiff"
-	"github.com/craftdns/craftdns/plugin/craftstore/partition"
+	"github.com/craftdns/craftdns/internal/dnsdiff"
+	"github.com/craftdns/craftdns/internal/partition"
 
 	"github.com/miekg/dns"
 )

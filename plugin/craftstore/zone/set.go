@@ -3,6 +3,8 @@ package zone
 import (
 	"slices"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
+
 	"github.com/miekg/dns"
 )
 
@@ -29,7 +31,7 @@ func (z *Zone) Set(changes []NameRecords) {
 	}
 	prep := make([]prepared, 0, len(changes))
 	for _, c := range changes {
-		key := Lower(dns.Fqdn(c.Name))
+		key := dnsname.Lower(dns.Fqdn(c.Name))
 		if !dns.IsSubDomain(z.origin, key) {
 			continue
 		}
@@ -54,7 +56,7 @@ func (z *Zone) Load(rrs []dns.RR) {
 
 	var touched []*node
 	for _, rr := range rrs {
-		key := Lower(rr.Header().Name)
+		key := dnsname.Lower(rr.Header().Name)
 		if !dns.IsSubDomain(z.origin, key) {
 			continue
 		}
@@ -193,7 +195,7 @@ func dedup(rrs []dns.RR) []dns.RR {
 			seen := make(map[string]bool, j-i)
 			for _, rr := range rrs[i:j] {
 				c := dns.Copy(rr)
-				c.Header().Ttl, c.Header().Name = 0, Lower(c.Header().Name)
+				c.Header().Ttl, c.Header().Name = 0, dnsname.Lower(c.Header().Name)
 				if k := c.String(); !seen[k] {
 					seen[k] = true
 					out = append(out, rr)

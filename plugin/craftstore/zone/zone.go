@@ -15,6 +15,7 @@
 package zone
 
 import (
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"sync"
 
 	"github.com/miekg/dns"
@@ -55,7 +56,7 @@ const (
 // New returns an empty zone for origin (any case; stored canonical lower-case FQDN).
 func New(origin string) *Zone {
 	apex := &node{}
-	o := Lower(dns.Fqdn(origin))
+	o := dnsname.Lower(dns.Fqdn(origin))
 	return &Zone{
 		origin: o,
 		names:  map[string]*node{o: apex},
@@ -95,7 +96,7 @@ func (z *Zone) Names() int {
 // RRs returns a copy of the RRs at name (type 0 = all types) for the API. It
 // returns nil if there are none.
 func (z *Zone) RRs(name string, qtype uint16) []dns.RR {
-	key := Lower(dns.Fqdn(name))
+	key := dnsname.Lower(dns.Fqdn(name))
 	z.mu.RLock()
 	defer z.mu.RUnlock()
 	n := z.names[key]
