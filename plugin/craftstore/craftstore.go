@@ -103,3 +103,8 @@ func refuse(w dns.ResponseWriter, r *dns.Msg, code uint16, why string) (int, err
 
 // Name implements plugin.Handler.
 func (c *Craftstore) Name() string { return "craftstore" }
+
+// CacheBypassZones implements cache.ZoneBypasser: a *cache* in front must
+// not serve the zones of this block from its cache, which would break
+// read-your-writes after an API or UPDATE write (as *dynupdate* does).
+func (c *Craftstore) CacheBypassZones() []string { return c.Zones }
