@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,14 +36,36 @@ type testCluster struct {
 	dirs map[uint64]string
 }
 
+// freeAddr returns a loopback address that was free a moment ago, on a
+// port below the kernel's ephemeral range (32768 and up on Linux) and below
+// the integration tests' (20000 and up), never handed out before in this
+// process: a port the kernel gave to a listener on port 0 (a faultnet link)
+// or to an outgoing connection between the check and the member's own
+// listen would make the member fail to start.
 func freeAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	addrMu.Lock()
+	defer addrMu.Unlock()
+	for try := 0; try < 1000; try++ {
+		p := 10000 + rand.IntN(10000)
+		if addrsUsed[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		addrsUsed[p] = true
+		return ln.Addr().String()
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port found")
+	return ""
 }
+
+var (
+	addrMu    sync.Mutex
+	addrsUsed = map[int]bool{}
+)
 
 func newTestCluster(t testing.TB, n int, snapshotEntries uint64) *testCluster {
 	c := &testCluster{t: t, dir: t.TempDir(), members: map[uint64]*Replica{}, snap: snapshotEntries}
