@@ -12,6 +12,8 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+
+	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/httpapi"
 
 	"github.com/miekg/dns"
@@ -209,7 +211,7 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 	case "tsig":
 		var v string
 		if v, err = one(); err == nil {
-			err = readKeyFile(v, cfg.keys, cfg.keyAlgs)
+			err = readKeyFile(corefile.Rooted(c, v), cfg.keys, cfg.keyAlgs)
 		}
 	case "api":
 		cfg.api, err = one()
@@ -221,7 +223,7 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 		if len(args) != 2 {
 			return c.ArgErr()
 		}
-		cfg.seeds[dns.CanonicalName(args[0])] = args[1]
+		cfg.seeds[dns.CanonicalName(args[0])] = corefile.Rooted(c, args[1])
 	default:
 		return c.Errf("unknown property %q", prop)
 	}

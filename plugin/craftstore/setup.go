@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 
+	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -106,7 +107,9 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	case "cluster":
 		cfg.cluster, err = one()
 	case "data":
-		cfg.dir, err = one()
+		if cfg.dir, err = one(); err == nil {
+			cfg.dir = corefile.Rooted(c, cfg.dir)
+		}
 	case "raft":
 		cfg.raft, err = one()
 	case "peer":
@@ -126,7 +129,7 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	case "seed":
 		switch {
 		case len(args) == 2:
-			cfg.seeds[dns.CanonicalName(args[0])] = seedSource{file: args[1]}
+			cfg.seeds[dns.CanonicalName(args[0])] = seedSource{file: corefile.Rooted(c, args[1])}
 		case len(args) == 3 && args[1] == "axfr":
 			var primary string
 			if primary, err = primaryAddr(args[2]); err == nil {

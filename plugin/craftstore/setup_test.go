@@ -1,10 +1,13 @@
 package craftstore
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
 )
 
 func TestParse(t *testing.T) {
@@ -110,5 +113,29 @@ func TestParse(t *testing.T) {
 			continue
 		}
 		tc.check(t, cs)
+	}
+}
+
+// TestParseRoot: relative data and seed paths are resolved against the
+// root directive, as the file plugin does.
+func TestParseRoot(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "zones"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "zones", "example.org.zone"), []byte(partitionZone), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := caddy.NewTestController("dns", `craftstore example.org {
+		data data/m1
+		seed example.org zones/example.org.zone
+	}`)
+	dnsserver.GetConfig(c).Root = root
+	cs, err := parse(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs.cfg.dir != filepath.Join(root, "data/m1") || cs.cfg.seeds["example.org."].file != filepath.Join(root, "zones/example.org.zone") {
+		t.Errorf("expected paths under the root %s, got %q and %+v", root, cs.cfg.dir, cs.cfg.seeds)
 	}
 }
