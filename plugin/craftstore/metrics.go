@@ -3,6 +3,7 @@ package craftstore
 import (
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
@@ -106,9 +107,26 @@ func updateGauges(rep *replica.Replica) {
 		ready = 1
 	}
 	readyGauge.WithLabelValues(id).Set(ready)
+	zones := map[string]bool{}
 	for _, o := range rep.Zones() {
 		if z := rep.Zone(o); z != nil {
 			recordsGauge.WithLabelValues(id, o).Set(float64(z.Records()))
+			zones[o] = true
 		}
 	}
+	// A deleted zone's series goes with it.
+	reportedMu.Lock()
+	defer reportedMu.Unlock()
+	for o := range reported[id] {
+		if !zones[o] {
+			recordsGauge.DeleteLabelValues(id, o)
+		}
+	}
+	reported[id] = zones
 }
+
+// reported holds, per member, the zones that have a records series.
+var (
+	reportedMu sync.Mutex
+	reported   = map[string]map[string]bool{}
+)
