@@ -5,7 +5,6 @@ package craftstore
 
 import (
 	"context"
-	"github.com/craftdns/craftdns/internal/dnsname"
 	"strconv"
 	"sync/atomic"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/fall"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 

@@ -9,6 +9,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
 )
@@ -23,9 +24,10 @@ alias IN CNAME www
 *.w IN TXT "wild"
 `
 
-// TestServePartition asks a member in partition mode and in the ordinary
-// one, through ServeDNS and the wire format.
-func TestServePartition(t *testing.T) {
+// newZoneMember starts a lone member (newAPI) holding partitionZone as
+// example.org and returns it with the zone's records.
+func newZoneMember(t *testing.T) (*replica.Replica, []dns.RR) {
+	t.Helper()
 	_, rep := newAPI(t, "")
 	rrs, err := parseZone("example.org.", partitionZone)
 	if err != nil {
@@ -34,6 +36,13 @@ func TestServePartition(t *testing.T) {
 	if _, err := rep.PutZone(context.Background(), "example.org.", rrs, false); err != nil {
 		t.Fatal(err)
 	}
+	return rep, rrs
+}
+
+// TestServePartition asks a member in partition mode and in the ordinary
+// one, through ServeDNS and the wire format.
+func TestServePartition(t *testing.T) {
+	rep, _ := newZoneMember(t)
 	cs := &Craftstore{Zones: []string{"org."}}
 	cs.rep.Store(rep)
 

@@ -32,14 +32,7 @@ func recordsSeries(member, zone string) (float64, bool) {
 // TestRecordsSeriesGoesWithZone: coredns_craftstore_records has a series
 // for each zone, and a deleted zone's series is deleted too.
 func TestRecordsSeriesGoesWithZone(t *testing.T) {
-	_, rep := newAPI(t, "")
-	rrs, err := parseZone("example.org.", partitionZone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rep.PutZone(context.Background(), "example.org.", rrs, false); err != nil {
-		t.Fatal(err)
-	}
+	rep, rrs := newZoneMember(t)
 	id := strconv.FormatUint(rep.ID(), 10)
 	updateGauges(rep)
 	if v, ok := recordsSeries(id, "example.org."); !ok || v != float64(len(rrs)) {

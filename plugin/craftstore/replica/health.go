@@ -30,14 +30,13 @@ const staleTicks = 30
 
 // health is the Ready loop's bookkeeping of readiness.
 type health struct {
-	index      uint64    // commit index known at start, then the leader's (ReadIndex)
-	confirmed  bool      // the leader confirmed index
-	asked      time.Time // when ReadIndex was last asked
-	noLeader   time.Time // since when the member has known no leader (zero: it knows one)
-	lagIndex   uint64    // a commit index the member had not yet applied...
-	lagSince   time.Time // ...seen at this time
-	storageErr error     // the error that keeps the last Ready from persisting
-	reason     string    // why the member is not ready (logged once)
+	index     uint64    // commit index known at start, then the leader's (ReadIndex)
+	confirmed bool      // the leader confirmed index
+	asked     time.Time // when ReadIndex was last asked
+	noLeader  time.Time // since when the member has known no leader (zero: it knows one)
+	lagIndex  uint64    // a commit index the member had not yet applied...
+	lagSince  time.Time // ...seen at this time
+	reason    string    // why the member is not ready (logged once)
 }
 
 // readyCtx tags the ReadIndex request of askReady.
@@ -50,7 +49,7 @@ const readyCtx = "craftstore-ready"
 // committed meanwhile.
 func (r *Replica) askReady() {
 	h := &r.health
-	if r.ready.Load() || h.confirmed || h.storageErr != nil || r.leader.Load() == raft.None || time.Since(h.asked) < time.Second {
+	if r.ready.Load() || h.confirmed || !r.Healthy() || r.leader.Load() == raft.None || time.Since(h.asked) < time.Second {
 		return
 	}
 	h.asked = time.Now()
@@ -71,7 +70,7 @@ func (r *Replica) readIndexAnswered(rs raft.ReadState) {
 // (askReady) and the member has applied up to it.
 func (r *Replica) markReady() {
 	h := &r.health
-	if r.ready.Load() || !h.confirmed || h.storageErr != nil || r.leader.Load() == raft.None || r.applied.Load() < h.index {
+	if r.ready.Load() || !h.confirmed || !r.Healthy() || r.leader.Load() == raft.None || r.applied.Load() < h.index {
 		return
 	}
 	r.ready.Store(true)
@@ -99,8 +98,8 @@ func (r *Replica) checkHealth(now time.Time) {
 	}
 	r.leaderless.Store(!h.noLeader.IsZero() && now.Sub(h.noLeader) >= stale)
 	switch {
-	case h.storageErr != nil:
-		r.notReady(fmt.Sprintf("its storage fails: %v", h.storageErr))
+	case !r.Healthy():
+		r.notReady(fmt.Sprintf("its storage fails: %v", r.StorageError()))
 	case !h.noLeader.IsZero() && now.Sub(h.noLeader) >= stale:
 		r.notReady(fmt.Sprintf("it has known no leader for %v", now.Sub(h.noLeader).Round(r.cfg.Tick)))
 	case now.Sub(h.lagSince) >= stale:

@@ -167,14 +167,12 @@ func (r *Replica) retry(what string, tick <-chan time.Time, f func() error) bool
 		if err == nil {
 			if prev := r.storageFailing.Swap(nil); prev != nil {
 				r.log.Infof("member %d: storage works again (could not %s: %v)", r.cfg.ID, what, *prev)
-				r.health.storageErr = nil
 			}
 			return true
 		}
 		if prev := r.storageFailing.Swap(&err); prev == nil || (*prev).Error() != err.Error() {
 			r.log.Errorf("member %d cannot %s: %v; retrying until it works", r.cfg.ID, what, err)
 		}
-		r.health.storageErr = err
 		r.notReady(fmt.Sprintf("its storage fails: %v", err))
 		if o := r.cfg.Observer; o != nil {
 			o.StorageFailed()

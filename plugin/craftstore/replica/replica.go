@@ -311,9 +311,6 @@ func (r *Replica) Close() error {
 	return r.db.Close()
 }
 
-// Fresh reports whether the data directory was new when the replica opened.
-func (r *Replica) Fresh() bool { return r.fresh }
-
 // RaftAddr returns the address the transport listens on.
 func (r *Replica) RaftAddr() string { return r.tr.Addr().String() }
 

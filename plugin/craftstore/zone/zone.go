@@ -15,8 +15,9 @@
 package zone
 
 import (
-	"github.com/craftdns/craftdns/internal/dnsname"
 	"sync"
+
+	"github.com/craftdns/craftdns/internal/dnsname"
 
 	"github.com/miekg/dns"
 )
