@@ -6,6 +6,8 @@
 #   make run-sharded  two shards of three members and a craftroute router (Corefile.examples/sharded/)
 #   make test       unit and integration tests (with the nested test module integration/acme)
 #   make test-race  the plugins' and internal/'s tests under the race detector
+#   make chaos      the chaos suite for CHAOS_DURATION (30m): faults drawn from CHAOS_SEED (0: random,
+#                   printed) against real members, histories checked with porcupine (bench/chaos.md)
 #   make dropin     add craftstore and craftroute to a stock CoreDNS v1.15.0 source tree as the
 #                   README says, build it and check it (fetches CoreDNS's whole module graph)
 #   make bench      Go benchmarks and the dnsperf comparison (bench/README.md)
@@ -23,7 +25,7 @@ TESTTIMEOUT ?= 20m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster run-sharded test test-race dropin bench bench-updates bench-router lint clean
+.PHONY: build coredns generate run run-cluster run-sharded test test-race chaos dropin bench bench-updates bench-router lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -73,6 +75,15 @@ test-race:
 
 dropin:
 	./integration/dropin/dropin.sh
+
+# The long chaos run; make test runs a short one. Summary and, on a
+# violation, porcupine's visualization in data/chaos/.
+CHAOS_DURATION ?= 30m
+CHAOS_SEED     ?= 0
+chaos: coredns
+	mkdir -p data/chaos
+	COREDNS_BINARY=$(CURDIR)/coredns $(GO) test -count=1 -timeout 4h -v -run '^TestChaos' ./integration \
+		-chaos.duration=$(CHAOS_DURATION) -chaos.seed=$(CHAOS_SEED) -chaos.out=$(CURDIR)/data/chaos
 
 bench: coredns
 	$(GO) test -run '^$$' -bench . -benchmem ./plugin/...

@@ -3,6 +3,7 @@ module github.com/craftdns/craftdns
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/buraksezer/consistent v0.10.0
 	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/coredns/caddy v1.1.4
