@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -52,26 +53,42 @@ var (
 	putKeys = []string{"p0." + chaosZone, "p1." + chaosZone, "p2." + chaosZone}
 )
 
-// chaos is one run: the members, their links, the clients' history and
-// the faults injected.
+// chaos is one run: the shards, their members and links, the routers, the
+// clients' history and the faults injected.
 type chaos struct {
 	t       *testing.T
+	seed    uint64
 	rng     *rand.Rand
-	members []*shardMember
+	shards  []string
+	members map[string][]*shardMember // shard → members
+	all     []*shardMember
+	routers []*router
+	owner   map[string]string // key → the shard that holds it
 	fn      *faultnet.Net
 	disks   map[string]string // member → its tmpfs data directory
 	h       *history
-	seed    uint64
 
-	faults      map[string]int
-	healLeader  []time.Duration // heal → every member agrees on a leader
-	sent, erred map[string]int
+	faults     map[string]int
+	healLeader []time.Duration // heal → every member of every shard agrees on its leader
+	active     atomic.Value    // the fault in progress ("none" between faults)
+	routerDown atomic.Int64    // odd while a router is down; bumped when one goes down and when it is back
+
 	mu          sync.Mutex
-	names       []string // names added by acknowledged API writes
+	names       []string          // names added by acknowledged API writes
+	routerReads map[string][2]int // fault in progress → router queries sent, failed
+	routerFails []string          // the first few failures
 }
 
 // TestChaosShard runs the chaos suite on one shard of three members.
-func TestChaosShard(t *testing.T) {
+func TestChaosShard(t *testing.T) { runChaos(t, 1) }
+
+// TestChaosSharded runs it on the sharded example: two shards of three
+// members, key mode name, and its router.
+func TestChaosSharded(t *testing.T) {
+	runChaos(t, 2, routerSpec{zones: []string{chaosZone}, key: "name", timeout: "500ms", downFor: "5s", probe: "1s"})
+}
+
+func runChaos(t *testing.T, nshards int, routers ...routerSpec) {
 	seed := *chaosSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -81,23 +98,27 @@ func TestChaosShard(t *testing.T) {
 	fn := faultnet.New()
 	t.Cleanup(fn.Close)
 	c := &chaos{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x63686173)), fn: fn, h: newHistory(),
-		faults: map[string]int{}, disks: map[string]string{}}
-	for _, m := range []string{"a1", "a2", "a3"} {
-		c.disks[m] = smallDataDir(t, filepath.Join(wd, "data", m), 64<<20)
+		faults: map[string]int{}, disks: map[string]string{}, owner: map[string]string{}, routerReads: map[string][2]int{}}
+	c.active.Store("none")
+	for i := 0; i < nshards; i++ {
+		for j := 1; j <= 3; j++ {
+			m := fmt.Sprintf("%c%d", 'a'+i, j)
+			c.disks[m] = smallDataDir(t, filepath.Join(wd, "data", m), 64<<20)
+		}
 	}
-	s := startShardedNet(t, wd, 1, 3, []string{chaosZone}, fn)
-	c.members = s.members["a"]
-	putZone(t, c.members[0].client(), chaosZone, smallZone(chaosZone, 3))
-	for _, m := range c.members {
-		harness.Eventually(t, "the zone on "+m.name, 20*time.Second, func() bool { return harness.HasA(m.addr(), "h1."+chaosZone, "198.51.100.1") })
+	s := startShardedNet(t, wd, nshards, 3, []string{chaosZone}, fn, routers...)
+	c.shards, c.members, c.routers = s.shards, s.members, s.routers
+	for _, sh := range c.shards {
+		c.all = append(c.all, c.members[sh]...)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, m := range c.members {
+			for _, m := range c.all {
 				t.Logf("%s log (last 3 KiB):\n%s", m.name, tail(m.p.Logs(), 3072))
 			}
 		}
 	})
+	c.setup()
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -111,6 +132,9 @@ func TestChaosShard(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		wg.Go(func() { c.localReader(stop) })
 	}
+	if len(c.routers) > 0 {
+		wg.Go(func() { c.routerReader(stop) })
+	}
 
 	c.inject(time.Now().Add(*chaosDuration))
 	time.Sleep(2 * time.Second) // clients go on with every fault healed
@@ -118,6 +142,73 @@ func TestChaosShard(t *testing.T) {
 	wg.Wait()
 	c.finish()
 }
+
+// setup creates the zone (through the router when there is one, which
+// splits it over the shards), gives each key a first value and finds the
+// shard that holds it.
+func (c *chaos) setup() {
+	t := c.t
+	if len(c.routers) > 0 {
+		putZone(t, c.routers[0].client(), chaosZone, smallZone(chaosZone, 3))
+	} else {
+		putZone(t, c.all[0].client(), chaosZone, smallZone(chaosZone, 3))
+	}
+	for _, m := range c.all {
+		harness.Eventually(t, "the zone on "+m.name, 20*time.Second, func() bool {
+			_, err := readTXT(m.addr(), chaosZone)
+			return err == nil
+		})
+	}
+	first := c.endpoints("")[0]
+	for _, key := range append(slices.Clone(casKeys), putKeys...) {
+		val := casValue(1, 99, 0)
+		if !strings.HasPrefix(key, "c") {
+			val = "put c=99"
+		}
+		res := c.write(99, first, key, "", val)
+		if res != resOK {
+			t.Fatalf("first write of %s through %s: %v", key, first.name, res)
+		}
+		harness.Eventually(t, "a shard holding "+key, 20*time.Second, func() bool {
+			for _, sh := range c.shards {
+				if v, err := readTXT(c.members[sh][0].addr(), key); err == nil && v == val {
+					c.owner[key] = sh
+					return true
+				}
+			}
+			return false
+		})
+	}
+	t.Logf("keys by shard: %v", c.owner)
+}
+
+// endpoint is where a client sends a request: a member or a router.
+type endpoint struct {
+	name     string // a1, router1
+	dns, api string // host:port, http://host:port
+	member   bool
+}
+
+// endpoints returns the members of the shard that holds key (every member
+// for ""), and the routers.
+func (c *chaos) endpoints(key string) []endpoint {
+	var out []endpoint
+	for _, m := range c.all {
+		if key == "" || m.shard == c.owner[key] {
+			out = append(out, endpoint{m.name, m.addr(), m.client().Base, true})
+		}
+	}
+	for _, r := range c.routers {
+		out = append(out, endpoint{r.name, r.addr(), r.client().Base, false})
+	}
+	if key == "" && len(c.routers) > 0 {
+		out = out[len(out)-len(c.routers):] // a write to any name: through a router
+	}
+	return out
+}
+
+// keyMembers returns the members of the shard that holds key.
+func (c *chaos) keyMembers(key string) []*shardMember { return c.members[c.owner[key]] }
 
 // smallDataDir mounts a tmpfs of size bytes at dir, so that a fault can
 // fill the member's disk. Root is needed; elsewhere than in CI the
@@ -146,12 +237,12 @@ func pick[T any](rng *rand.Rand, s []T) T { return s[rng.IntN(len(s))] }
 // the seeded one to itself).
 func clientRand() *rand.Rand { return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())) }
 
-// readTXT asks m for key's TXT RRset: its one value, "" for none.
-func readTXT(m *shardMember, key string) (string, error) {
-	c := &dns.Client{Timeout: time.Second}
+// readTXT asks addr for key's TXT RRset: its one value, "" for none.
+func readTXT(addr, key string) (string, error) {
+	cl := &dns.Client{Timeout: 2 * time.Second}
 	q := new(dns.Msg)
 	q.SetQuestion(key, dns.TypeTXT)
-	r, _, err := c.Exchange(q, m.addr())
+	r, _, err := cl.Exchange(q, addr)
 	if err != nil {
 		return "", err
 	}
@@ -173,22 +264,42 @@ func readTXT(m *shardMember, key string) (string, error) {
 	return vals[0], nil
 }
 
-// localRead reads key from m and records it.
-func (c *chaos) localRead(m *shardMember, key string) (string, bool) {
+// read reads key through ep. A member's answer goes into the history of
+// local reads; a router's is counted, with its failures, by the fault in
+// progress.
+func (c *chaos) read(ep endpoint, key string) (string, bool) {
 	call := c.h.now()
-	v, err := readTXT(m, key)
+	fault, down := c.active.Load().(string), c.routerDown.Load()
+	v, err := readTXT(ep.dns, key)
+	if !ep.member {
+		if down%2 == 1 || c.routerDown.Load() != down {
+			fault = "router-kill" // a router was down while the query waited
+		}
+		c.mu.Lock()
+		n := c.routerReads[fault]
+		n[0]++
+		if err != nil {
+			n[1]++
+			if fault != "router-kill" && len(c.routerFails) < 10 {
+				c.routerFails = append(c.routerFails, fmt.Sprintf("%s at %v during %s: %v", key, time.Duration(call).Round(time.Millisecond), fault, err))
+			}
+		}
+		c.routerReads[fault] = n
+		c.mu.Unlock()
+		return v, err == nil
+	}
 	if err != nil {
 		c.h.count("read error")
 		return "", false
 	}
-	c.h.read(localRead{member: m.name, key: key, value: v, call: call, ret: c.h.now()})
+	c.h.read(localRead{member: ep.name, key: key, value: v, call: call, ret: c.h.now()})
 	return v, true
 }
 
-// update sends a signed UPDATE of the zone to m: the prerequisite that
+// update sends a signed UPDATE of the zone to addr: the prerequisite that
 // key's TXT RRset is old ("": that it does not exist) and, with val set,
 // the RRset replaced by val.
-func update(m *shardMember, key, old, val string) regResult {
+func update(addr, key, old, val string) regResult {
 	u := new(dns.Msg)
 	u.SetUpdate(chaosZone)
 	if old == "" {
@@ -202,7 +313,7 @@ func update(m *shardMember, key, old, val string) regResult {
 	}
 	u.SetTsig(updateKey, dns.HmacSHA256, 300, time.Now().Unix())
 	cl := &dns.Client{Net: "tcp", Timeout: 8 * time.Second, TsigSecret: map[string]string{updateKey: updateSecret}}
-	r, _, err := cl.Exchange(u, m.addr())
+	r, _, err := cl.Exchange(u, addr)
 	switch {
 	case err != nil:
 		return resUnknown
@@ -214,8 +325,56 @@ func update(m *shardMember, key, old, val string) regResult {
 	return resUnknown
 }
 
-// casWriter reads a key from a member and writes the next version with a
-// cas through a member, until stop.
+// apiClient bounds API calls, so that a paused member does not hold a
+// client for long.
+var apiClient = &http.Client{Timeout: 8 * time.Second}
+
+// write sets key to val through ep and records it: with a cas key, an
+// UPDATE whose prerequisite is old; with a put key, an API change that
+// also adds a new name. It returns what the client learnt.
+func (c *chaos) write(client int, ep endpoint, key, old, val string) regResult {
+	call := c.h.now()
+	if strings.HasPrefix(key, "c") {
+		res := update(ep.dns, key, old, val)
+		ret := c.h.now()
+		c.h.op(client, regOp{Kind: "cas", Key: key, Old: old, New: val}, res, call, ret)
+		if res == resOK && ep.member {
+			c.h.ack(ackedWrite{member: ep.name, key: key, value: val, ord: casVersion(val), ret: ret}, false)
+		}
+		return res
+	}
+	name := fmt.Sprintf("n%d-%d.%s", client, call, chaosZone)
+	body, _ := json.Marshal(map[string]any{
+		"delete": []any{map[string]string{"name": key, "type": "TXT"}},
+		"add":    []string{fmt.Sprintf("%s 60 IN TXT %q", key, val), name + " 60 IN A 192.0.2.7"},
+	})
+	var out struct{ Serial uint32 }
+	res := resUnknown
+	resp, err := apiClient.Post(ep.api+"/v1/zones/"+chaosZone+"/records", "application/json", bytes.NewReader(body))
+	if err == nil {
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusOK && json.Unmarshal(data, &out) == nil:
+			res = resOK
+		case resp.StatusCode/100 == 4:
+			c.t.Errorf("API write through %s refused: %d %s", ep.name, resp.StatusCode, data)
+		}
+	}
+	ret := c.h.now()
+	c.h.op(client, regOp{Kind: "put", Key: key, New: val}, res, call, ret)
+	if res == resOK {
+		// A router answers with the serial of the shard it wrote to; the
+		// order of put values is kept for those a member acknowledged.
+		c.h.ack(ackedWrite{member: ep.name, key: key, value: val, ord: int64(out.Serial), ret: ret}, ep.member)
+		c.mu.Lock()
+		c.names = append(c.names, name)
+		c.mu.Unlock()
+	}
+	return res
+}
+
+// casWriter reads a cas key and writes its next version, until stop.
 func (c *chaos) casWriter(stop <-chan struct{}, id int) {
 	rng := clientRand()
 	for seq := 0; ; seq++ {
@@ -225,7 +384,7 @@ func (c *chaos) casWriter(stop <-chan struct{}, id int) {
 		default:
 		}
 		key := pick(rng, casKeys)
-		old, ok := c.localRead(pick(rng, c.members), key)
+		old, ok := c.read(pick(rng, c.endpoints(key)), key)
 		if !ok {
 			time.Sleep(50 * time.Millisecond)
 			continue
@@ -235,46 +394,11 @@ func (c *chaos) casWriter(stop <-chan struct{}, id int) {
 			c.t.Errorf("%s holds %q, which no cas wrote", key, old)
 			return
 		}
-		m := pick(rng, c.members)
-		val := casValue(ver+1, id, seq)
-		call := c.h.now()
-		res := update(m, key, old, val)
-		ret := c.h.now()
-		c.h.op(id, regOp{Kind: "cas", Key: key, Old: old, New: val}, res, call, ret)
-		if res == resOK {
-			c.h.ack(ackedWrite{member: m.name, key: key, value: val, ord: ver + 1, ret: ret}, false)
-		}
+		c.write(id, pick(rng, c.endpoints(key)), key, old, casValue(ver+1, id, seq))
 	}
 }
 
-// prober reads a key from one member and checks the value through the log
-// on another (an UPDATE with the prerequisite only), until stop.
-func (c *chaos) prober(stop <-chan struct{}, id int) {
-	rng := clientRand()
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		key := pick(rng, append(slices.Clone(casKeys), putKeys...))
-		v, ok := c.localRead(pick(rng, c.members), key)
-		if !ok {
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		call := c.h.now()
-		res := update(pick(rng, c.members), key, v, "")
-		c.h.op(id, regOp{Kind: "probe", Key: key, Old: v}, res, call, c.h.now())
-	}
-}
-
-// apiClient bounds API calls, so that a paused member does not hold a
-// client for long.
-var apiClient = &http.Client{Timeout: 8 * time.Second}
-
-// putWriter replaces a put key's value through a member's API, adding a
-// new name in the same change, until stop.
+// putWriter replaces a put key's value through the API, until stop.
 func (c *chaos) putWriter(stop <-chan struct{}, id int) {
 	rng := clientRand()
 	for seq := 0; ; seq++ {
@@ -284,37 +408,32 @@ func (c *chaos) putWriter(stop <-chan struct{}, id int) {
 		default:
 		}
 		key := pick(rng, putKeys)
-		m := pick(rng, c.members)
-		val := fmt.Sprintf("put c=%d s=%d", id, seq)
-		name := fmt.Sprintf("n%d-%d.%s", id, seq, chaosZone)
-		body, _ := json.Marshal(map[string]any{
-			"delete": []any{map[string]string{"name": key, "type": "TXT"}},
-			"add":    []string{fmt.Sprintf("%s 60 IN TXT %q", key, val), name + " 60 IN A 192.0.2.7"},
-		})
-		call := c.h.now()
-		var out struct{ Serial uint32 }
-		res := resUnknown
-		resp, err := apiClient.Post(m.client().Base+"/v1/zones/"+chaosZone+"/records", "application/json", bytes.NewReader(body))
-		if err == nil {
-			data, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && json.Unmarshal(data, &out) == nil {
-				res = resOK
-			} else if resp.StatusCode/100 == 4 {
-				c.t.Errorf("API write refused: %d %s", resp.StatusCode, data)
-				return
-			}
-		}
-		ret := c.h.now()
-		c.h.op(id, regOp{Kind: "put", Key: key, New: val}, res, call, ret)
-		if res == resOK {
-			c.h.ack(ackedWrite{member: m.name, key: key, value: val, ord: int64(out.Serial), ret: ret}, true)
-			c.mu.Lock()
-			c.names = append(c.names, name)
-			c.mu.Unlock()
-		} else {
+		if c.write(id, pick(rng, c.endpoints(key)), key, "", fmt.Sprintf("put c=%d s=%d", id, seq)) != resOK {
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+}
+
+// prober reads a key and checks that value through the log (an UPDATE
+// with the prerequisite only), until stop.
+func (c *chaos) prober(stop <-chan struct{}, id int) {
+	rng := clientRand()
+	keys := append(slices.Clone(casKeys), putKeys...)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		key := pick(rng, keys)
+		v, ok := c.read(pick(rng, c.endpoints(key)), key)
+		if !ok {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		call := c.h.now()
+		res := update(pick(rng, c.endpoints(key)).dns, key, v, "")
+		c.h.op(id, regOp{Kind: "probe", Key: key, Old: v}, res, call, c.h.now())
 	}
 }
 
@@ -328,21 +447,35 @@ func (c *chaos) localReader(stop <-chan struct{}) {
 			return
 		default:
 		}
-		if _, ok := c.localRead(pick(rng, c.members), pick(rng, keys)); !ok {
+		key := pick(rng, keys)
+		m := pick(rng, c.keyMembers(key))
+		if _, ok := c.read(endpoint{m.name, m.addr(), m.client().Base, true}, key); !ok {
 			time.Sleep(20 * time.Millisecond)
 		}
 		time.Sleep(2 * time.Millisecond) // bounds the history of a long run
+	}
+}
 
+// routerReader asks the routers for random keys, until stop.
+func (c *chaos) routerReader(stop <-chan struct{}) {
+	rng := clientRand()
+	keys := append(slices.Clone(casKeys), putKeys...)
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		r := pick(rng, c.routers)
+		c.read(endpoint{r.name, r.addr(), r.client().Base, false}, pick(rng, keys))
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
 // memberStatus is what GET /v1/cluster says.
 type memberStatus struct {
-	ID      uint64
-	Leader  uint64
-	Commit  uint64
-	Applied uint64
-	Ready   bool
+	ID     uint64
+	Leader uint64
 }
 
 var statusClient = &http.Client{Timeout: 500 * time.Millisecond}
@@ -360,17 +493,17 @@ func status(m *shardMember) (memberStatus, error) {
 	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
-// leader returns the member every member names as leader, or nil.
-func (c *chaos) leader() *shardMember {
+// leader returns the member every member of shard names as leader, or nil.
+func (c *chaos) leader(shard string) *shardMember {
 	var id uint64
-	for _, m := range c.members {
+	for _, m := range c.members[shard] {
 		st, err := status(m)
 		if err != nil || st.Leader == 0 || id != 0 && st.Leader != id {
 			return nil
 		}
 		id = st.Leader
 	}
-	for _, m := range c.members {
+	for _, m := range c.members[shard] {
 		if m.name[1:] == fmt.Sprint(id) {
 			return m
 		}
@@ -378,43 +511,34 @@ func (c *chaos) leader() *shardMember {
 	return nil
 }
 
-// waitLeader waits until every member names the same leader and returns
-// how long that took; the test fails after 30s.
+// waitLeader waits until the members of every shard name the same leader
+// and returns how long that took; the test fails after 30s.
 func (c *chaos) waitLeader(what string) time.Duration {
 	start := time.Now()
-	for time.Since(start) < 30*time.Second {
-		if c.leader() != nil {
-			return time.Since(start)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	c.t.Fatalf("no leader 30s after %s", what)
-	return 0
-}
-
-// target picks the member a fault hits: the leader with probability
-// leaderBias (when there is one), else any member.
-func (c *chaos) target(leaderBias float64) *shardMember {
-	leaderFirst, other := c.rng.Float64() < leaderBias, pick(c.rng, c.members) // both drawn: the schedule replays
-	if leaderFirst {
-		if l := c.leader(); l != nil {
-			return l
+	for _, sh := range c.shards {
+		for c.leader(sh) == nil {
+			if time.Since(start) > 30*time.Second {
+				c.t.Fatalf("shard %s without a leader 30s after %s", sh, what)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return other
+	return time.Since(start)
 }
 
-// chaosFaults are the fault kinds and their weights.
+// chaosFaults are the fault kinds, their weights and how often they aim at
+// a shard's leader rather than at any member.
 var chaosFaults = []struct {
 	kind   string
 	weight int
+	leader float64
 }{
-	{"kill", 4}, {"pause", 2}, {"isolate-hold", 2}, {"isolate-drop", 1}, {"isolate-reset", 1},
-	{"leader-oneway", 1}, {"flap", 1}, {"delay", 1}, {"disk-full", 1},
+	{"kill", 4, 0.6}, {"pause", 2, 0.5}, {"isolate-hold", 2, 0.5}, {"isolate-drop", 1, 0.5}, {"isolate-reset", 1, 0.5},
+	{"leader-oneway", 1, 1}, {"flap", 1, 0.5}, {"delay", 1, 0}, {"disk-full", 1, 0.3}, {"router-kill", 1, 0},
 }
 
 // inject draws faults until the deadline: each lasts 0.5-5s and is healed,
-// then the run waits for a leader and pauses 0.5-2.5s.
+// then the run waits for a leader in every shard and pauses 0.5-2.5s.
 func (c *chaos) inject(until time.Time) {
 	total := 0
 	for _, f := range chaosFaults {
@@ -422,38 +546,63 @@ func (c *chaos) inject(until time.Time) {
 	}
 	for n := 1; time.Now().Before(until); n++ {
 		w := c.rng.IntN(total)
-		kind := ""
+		kind, bias := "", 0.0
 		for _, f := range chaosFaults {
 			if w -= f.weight; w < 0 {
-				kind = f.kind
+				kind, bias = f.kind, f.leader
 				break
 			}
 		}
 		dur := 500*time.Millisecond + time.Duration(c.rng.IntN(4500))*time.Millisecond
-		bias := 0.5
-		if kind == "leader-oneway" {
-			bias = 1
-		}
 		gap := 500*time.Millisecond + time.Duration(c.rng.IntN(2000))*time.Millisecond
-		if kind == "disk-full" && c.disks["a1"] == "" {
-			kind = "kill"
+		shard := pick(c.rng, c.shards)
+		leaderFirst, other := c.rng.Float64() < bias, pick(c.rng, c.members[shard]) // all drawn: the schedule replays
+		switch {
+		case kind == "disk-full" && c.disks["a1"] == "":
+			kind = "kill" // no tmpfs: not root
+		case kind == "router-kill" && len(c.routers) == 0:
+			kind = "pause"
 		}
-		m := c.target(bias)
-		c.t.Logf("fault %d at %v: %s %s for %v", n, time.Duration(c.h.now()).Round(time.Millisecond), kind, m.name, dur)
-		c.fault(kind, m, dur)
+		m := other
+		if l := c.leader(shard); leaderFirst && l != nil {
+			m = l
+		}
+		target := m.name
+		switch kind {
+		case "delay":
+			target = "every link"
+		case "router-kill":
+			target = c.routers[int(other.name[1]-'1')%len(c.routers)].name
+		}
+		c.t.Logf("fault %d at %v: %s %s for %v", n, time.Duration(c.h.now()).Round(time.Millisecond), kind, target, dur)
+		c.active.Store(kind)
+		c.fault(kind, m, target, dur)
+		c.active.Store("none")
 		c.faults[kind]++
-		c.healLeader = append(c.healLeader, c.waitLeader(fmt.Sprintf("healing %s of %s", kind, m.name)))
+		c.healLeader = append(c.healLeader, c.waitLeader(fmt.Sprintf("healing %s of %s", kind, target)))
 		time.Sleep(gap)
 	}
 }
 
-// fault injects one fault of kind into m for dur and heals it.
-func (c *chaos) fault(kind string, m *shardMember, dur time.Duration) {
+// fault injects one fault of kind into m (router-kill: into the router
+// named target) for dur and heals it.
+func (c *chaos) fault(kind string, m *shardMember, target string, dur time.Duration) {
 	switch kind {
 	case "kill":
 		m.p.Kill()
 		time.Sleep(dur)
 		m.p.Restart()
+	case "router-kill":
+		for _, r := range c.routers {
+			if r.name == target {
+				c.routerDown.Add(1)
+				r.p.Kill()
+				time.Sleep(dur)
+				r.p.Restart()
+				harness.WaitReady(c.t, fmt.Sprintf("http://127.0.0.1:%d/ready", r.rdy), r.p)
+				c.routerDown.Add(1)
+			}
+		}
 	case "pause":
 		m.p.Signal(syscall.SIGSTOP)
 		time.Sleep(dur)
@@ -464,7 +613,7 @@ func (c *chaos) fault(kind string, m *shardMember, dur time.Duration) {
 		time.Sleep(dur)
 		c.fn.Heal()
 	case "leader-oneway": // what m sends is lost; what it is sent arrives
-		for _, p := range c.members {
+		for _, p := range c.members[m.shard] {
 			if p != m {
 				c.fn.Get(m.name, p.name).Set(faultnet.Drop)
 			}
@@ -533,42 +682,47 @@ func export(m *shardMember) string {
 	return string(b)
 }
 
-// finish waits until the members agree, probes every key's final value
-// through the log, checks the history and reports.
+// finish waits until the members of each shard agree, probes every key's
+// final value through the log, checks the history and reports.
 func (c *chaos) finish() {
 	t := c.t
 	c.healLeader = append(c.healLeader, c.waitLeader("the last heal"))
-	var exp string
-	harness.Eventually(t, "identical exports on every member", 60*time.Second, func() bool {
-		e0 := export(c.members[0])
-		for _, m := range c.members[1:] {
-			if e := export(m); e0 == "" || e != e0 {
-				return false
+	var an anomalies
+	final := map[string]string{}
+	present := map[string]bool{}
+	for _, sh := range c.shards {
+		var exp string
+		harness.Eventually(t, "identical exports on the members of shard "+sh, 60*time.Second, func() bool {
+			ms := c.members[sh]
+			e0 := export(ms[0])
+			for _, m := range ms[1:] {
+				if e := export(m); e0 == "" || e != e0 {
+					return false
+				}
+			}
+			exp = e0
+			return true
+		})
+		zp := dns.NewZoneParser(strings.NewReader(exp), chaosZone, "")
+		for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+			name := strings.ToLower(rr.Header().Name)
+			present[name] = true
+			if txt, ok := rr.(*dns.TXT); ok && c.owner[name] == sh {
+				final[name] = strings.Join(txt.Txt, "")
 			}
 		}
-		exp = e0
-		return true
-	})
-	final := map[string]string{}
-	zp := dns.NewZoneParser(strings.NewReader(exp), chaosZone, "")
-	present := map[string]bool{}
-	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
-		present[strings.ToLower(rr.Header().Name)] = true
-		if txt, ok := rr.(*dns.TXT); ok {
-			final[strings.ToLower(txt.Hdr.Name)] = strings.Join(txt.Txt, "")
+		if err := zp.Err(); err != nil {
+			t.Fatalf("parsing the final export of shard %s: %v", sh, err)
 		}
 	}
-	if err := zp.Err(); err != nil {
-		t.Fatalf("parsing the final export: %v", err)
-	}
-	var an anomalies
 	for i, key := range append(slices.Clone(casKeys), putKeys...) {
-		m := c.members[i%len(c.members)]
+		eps := c.endpoints(key)
+		ep := eps[i%len(eps)]
 		call := c.h.now()
-		res := update(m, key, final[key], "")
+		res := update(ep.dns, key, final[key], "")
 		c.h.op(100, regOp{Kind: "probe", Key: key, Old: final[key]}, res, call, c.h.now())
 		if res != resOK {
-			an.add("final value", "%s is %q in every export, but the probe through %s says %v", key, final[key], m.name, res)
+			an.add("final value", "%s is %q in every export, but the probe through %s says %v", key, final[key], ep.name, res)
 		}
 	}
 	c.mu.Lock()
@@ -578,11 +732,17 @@ func (c *chaos) finish() {
 		}
 	}
 	acked := len(c.names)
+	routerFailed := 0
+	for fault, n := range c.routerReads {
+		if fault != "router-kill" {
+			routerFailed += n[1]
+		}
+	}
 	c.mu.Unlock()
 	c.h.checkLocal(&an)
 	viz := filepath.Join(os.TempDir(), fmt.Sprintf("chaos-%d.html", c.seed))
 	if *chaosOut != "" {
-		viz = filepath.Join(*chaosOut, "chaos-history.html")
+		viz = filepath.Join(*chaosOut, t.Name()+"-history.html")
 	}
 	res, nops, err := c.h.checkLinearizable(5*time.Minute, viz)
 	if err != nil {
@@ -603,18 +763,25 @@ func (c *chaos) finish() {
 	counts := c.h.counts
 	c.h.mu.Unlock()
 	summary := map[string]any{
-		"faults": c.faults, "operations": counts, "operations_checked": nops,
+		"seed": c.seed, "faults": c.faults, "operations": counts, "operations_checked": nops,
 		"acknowledged_names": acked, "anomalies": an.byKind,
 		"max_heal_to_leader_ms": maxHeal.Milliseconds(),
+	}
+	if len(c.routers) > 0 {
+		summary["router_reads_by_fault"] = c.routerReads // [sent, failed]
+		summary["router_reads_failed_outside_router_kill"] = routerFailed
 	}
 	js, _ := json.MarshalIndent(summary, "", "  ")
 	t.Logf("chaos summary:\n%s", js)
 	if *chaosOut != "" {
-		if err := os.WriteFile(filepath.Join(*chaosOut, "chaos-summary.json"), js, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(*chaosOut, t.Name()+"-summary.json"), js, 0o644); err != nil {
 			t.Error(err)
 		}
 	}
 	if an.total() > 0 {
 		t.Errorf("%d anomalies:\n%s", an.total(), strings.Join(an.examples, "\n"))
+	}
+	if routerFailed > 0 {
+		t.Errorf("%d queries through the router failed while no router was down; the first:\n%s", routerFailed, strings.Join(c.routerFails, "\n"))
 	}
 }
