@@ -66,6 +66,7 @@ type chaos struct {
 	owner   map[string]string // key → the shard that holds it
 	fn      *faultnet.Net
 	disks   map[string]string // member → its tmpfs data directory
+	loss    bool              // loss faults: in a network namespace of its own
 	h       *history
 
 	faults     map[string]int
@@ -100,6 +101,7 @@ func runChaos(t *testing.T, nshards int, routers ...routerSpec) {
 	c := &chaos{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x63686173)), fn: fn, h: newHistory(),
 		faults: map[string]int{}, disks: map[string]string{}, owner: map[string]string{}, routerReads: map[string][2]int{}}
 	c.active.Store("none")
+	c.loss = lossFaults(t)
 	for i := 0; i < nshards; i++ {
 		for j := 1; j <= 3; j++ {
 			m := fmt.Sprintf("%c%d", 'a'+i, j)
@@ -535,6 +537,42 @@ var chaosFaults = []struct {
 }{
 	{"kill", 4, 0.6}, {"pause", 2, 0.5}, {"isolate-hold", 2, 0.5}, {"isolate-drop", 1, 0.5}, {"isolate-reset", 1, 0.5},
 	{"leader-oneway", 1, 1}, {"flap", 1, 0.5}, {"delay", 1, 0}, {"disk-full", 1, 0.3}, {"router-kill", 1, 0},
+	{"loss", 2, 0.5},
+}
+
+// lossFaults reports whether the suite runs in a network namespace of its
+// own, which integration/chaos.sh makes (it passes the machine's namespace
+// in CHAOS_HOST_NETNS), so that the loss faults may add iptables rules.
+// Anywhere else they are left out: no rule ever goes into the machine's own
+// namespace.
+func lossFaults(t *testing.T) bool {
+	host := os.Getenv("CHAOS_HOST_NETNS")
+	self, err := os.Readlink("/proc/self/ns/net")
+	switch {
+	case host == "":
+		t.Logf("no loss faults: not started by integration/chaos.sh in a network namespace of its own")
+		return false
+	case err != nil || self == host:
+		t.Fatalf("CHAOS_HOST_NETNS is %s and this process's namespace %s (%v): refusing to add iptables rules", host, self, err)
+	}
+	harness.RequireTool(t, "iptables")
+	return true
+}
+
+// lossRule is the iptables rule (without -A or -D) that drops the share p
+// of the packets to and from ports on loopback.
+func lossRule(ports []string, p float64) []string {
+	return []string{"INPUT", "-i", "lo", "-m", "multiport", "--ports", strings.Join(ports, ","),
+		"-m", "statistic", "--mode", "random", "--probability", fmt.Sprintf("%.2f", p), "-j", "DROP"}
+}
+
+func iptables(t *testing.T, op string, rule []string) {
+	for _, proto := range []string{"tcp", "udp"} {
+		args := append([]string{op, rule[0], "-p", proto}, rule[1:]...)
+		if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables %s: %v %s", strings.Join(args, " "), err, out)
+		}
+	}
 }
 
 // inject draws faults until the deadline: each lasts 0.5-5s and is healed,
@@ -562,6 +600,8 @@ func (c *chaos) inject(until time.Time) {
 			kind = "kill" // no tmpfs: not root
 		case kind == "router-kill" && len(c.routers) == 0:
 			kind = "pause"
+		case kind == "loss" && !c.loss:
+			kind = "isolate-drop" // not in a namespace of its own
 		}
 		m := other
 		if l := c.leader(shard); leaderFirst && l != nil {
@@ -635,6 +675,18 @@ func (c *chaos) fault(kind string, m *shardMember, target string, dur time.Durat
 		faultnet.Set(faultnet.Delay, c.fn.Links()...)
 		time.Sleep(dur)
 		c.fn.Heal()
+	case "loss": // a share of the packets to and from m's ports (Raft, its links, DNS, API) lost
+		p := 0.05 + 0.25*c.rng.Float64()
+		ports := []string{fmt.Sprint(m.raft), fmt.Sprint(m.dns), fmt.Sprint(m.api)}
+		for _, l := range c.fn.Links() {
+			if l.From == m.name {
+				ports = append(ports, harness.Port(l.Addr()))
+			}
+		}
+		rule := lossRule(ports, p)
+		iptables(c.t, "-A", rule)
+		time.Sleep(dur)
+		iptables(c.t, "-D", rule)
 	case "disk-full":
 		fill := filepath.Join(c.disks[m.name], "fill")
 		fillDisk(c.t, fill)
