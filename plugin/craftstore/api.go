@@ -66,14 +66,14 @@ func (a *apiServer) close() {
 	a.srv.Shutdown(ctx)
 }
 
-// fail answers err with the status it carries (replica.Error), 413 for a
-// body over the limit, or 500.
+// fail answers err with the HTTP status of its kind (replica.Error), 413
+// for a body over the limit, or 500.
 func fail(w http.ResponseWriter, err error) {
 	var rerr *replica.Error
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &rerr):
-		httpapi.WriteError(w, rerr.Status, rerr.Msg)
+		httpapi.WriteError(w, httpStatus(rerr), rerr.Msg)
 	case errors.As(err, &tooBig):
 		httpapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", tooBig.Limit))
 	default:
@@ -81,8 +81,27 @@ func fail(w http.ResponseWriter, err error) {
 	}
 }
 
+// httpStatus is the HTTP status that answers an error of err's kind.
+func httpStatus(err error) int {
+	switch {
+	case errors.Is(err, replica.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, replica.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, replica.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, replica.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, replica.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, replica.ErrUpstream):
+		return http.StatusBadGateway
+	}
+	return http.StatusInternalServerError
+}
+
 func badRequest(format string, a ...any) error {
-	return &replica.Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf(format, a...)}
+	return replica.Errorf(replica.ErrInvalid, format, a...)
 }
 
 // zoneParam returns the canonical origin named in the path.
@@ -101,7 +120,7 @@ func (a *apiServer) existingZone(r *http.Request) (string, error) {
 		return "", err
 	}
 	if a.rep.Zone(z) == nil {
-		return "", &replica.Error{Status: http.StatusNotFound, Msg: fmt.Sprintf("zone %q not found", z)}
+		return "", replica.Errorf(replica.ErrNotFound, "zone %q not found", z)
 	}
 	return z, nil
 }

@@ -129,16 +129,17 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 
 // axfrIn transfers origin from primary by AXFR, TSIG-signed with key unless
 // nil, and returns its records without the closing SOA, checked like a zone
-// file. Errors are *replica.Error: 502 when the transfer fails, 400 when the
-// zone is not acceptable, 413 when it is larger than a zone file may be.
+// file. Errors are *replica.Error: ErrUpstream when the transfer fails,
+// ErrInvalid when the zone is not acceptable, ErrTooLarge when it is larger
+// than a zone file may be.
 func axfrIn(ctx context.Context, origin, primary string, key *tsigKey) ([]dns.RR, error) {
-	bad := func(status int, format string, a ...any) error {
-		return &replica.Error{Status: status, Msg: fmt.Sprintf("AXFR of %s from %s: ", origin, primary) + fmt.Sprintf(format, a...)}
+	bad := func(kind error, format string, a ...any) error {
+		return replica.Errorf(kind, "AXFR of %s from %s: %s", origin, primary, fmt.Sprintf(format, a...))
 	}
 	d := net.Dialer{Timeout: axfrDialTimeout}
 	nc, err := d.DialContext(ctx, "tcp", primary)
 	if err != nil {
-		return nil, bad(http.StatusBadGateway, "%v", err)
+		return nil, bad(replica.ErrUpstream, "%v", err)
 	}
 	// Closing the connection ends the transfer (when the request goes away
 	// or the zone is too large); the channel then closes with an error.
@@ -154,7 +155,7 @@ func axfrIn(ctx context.Context, origin, primary string, key *tsigKey) ([]dns.RR
 	env, err := tr.In(m, primary)
 	if err != nil {
 		nc.Close()
-		return nil, bad(http.StatusBadGateway, "%v", err)
+		return nil, bad(replica.ErrUpstream, "%v", err)
 	}
 	var rrs []dns.RR
 	size := 0
@@ -164,7 +165,7 @@ func axfrIn(ctx context.Context, origin, primary string, key *tsigKey) ([]dns.RR
 			continue // draining after an error
 		}
 		if e.Error != nil {
-			ferr = bad(http.StatusBadGateway, "%v", e.Error)
+			ferr = bad(replica.ErrUpstream, "%v", e.Error)
 			continue
 		}
 		for _, rr := range e.RR {
@@ -172,7 +173,7 @@ func axfrIn(ctx context.Context, origin, primary string, key *tsigKey) ([]dns.RR
 			rrs = append(rrs, rr)
 		}
 		if size > maxZoneBody {
-			ferr = bad(http.StatusRequestEntityTooLarge, "zone over %d bytes", maxZoneBody)
+			ferr = bad(replica.ErrTooLarge, "zone over %d bytes", maxZoneBody)
 			nc.Close()
 		}
 	}
@@ -180,15 +181,15 @@ func axfrIn(ctx context.Context, origin, primary string, key *tsigKey) ([]dns.RR
 		return nil, ferr
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, bad(http.StatusBadGateway, "%v", err)
+		return nil, bad(replica.ErrUpstream, "%v", err)
 	}
 	// The transfer ends with the SOA it began with (RFC 5936 section 2.2).
 	if len(rrs) < 2 || rrs[len(rrs)-1].Header().Rrtype != dns.TypeSOA {
-		return nil, bad(http.StatusBadGateway, "incomplete transfer")
+		return nil, bad(replica.ErrUpstream, "incomplete transfer")
 	}
 	rrs = rrs[:len(rrs)-1]
 	if err := checkZone(origin, rrs); err != nil {
-		return nil, bad(http.StatusBadRequest, "%v", err)
+		return nil, bad(replica.ErrInvalid, "%v", err)
 	}
 	return rrs, nil
 }
@@ -211,8 +212,7 @@ func (s seedSource) String() string {
 func (s seedSource) load(ctx context.Context, origin string) (rrs []dns.RR, retry bool, err error) {
 	if s.primary != "" {
 		rrs, err = axfrIn(ctx, origin, s.primary, nil)
-		var rerr *replica.Error
-		retry = errors.As(err, &rerr) && rerr.Status == http.StatusBadGateway
+		retry = errors.Is(err, replica.ErrUpstream)
 		return rrs, retry, err
 	}
 	text, err := os.ReadFile(s.file)

@@ -1,7 +1,6 @@
 package craftstore
 
 import (
-	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -73,11 +72,10 @@ func (o observer) Applied(n int, d time.Duration) {
 }
 
 func (o observer) Proposed(err error) {
-	var rerr *replica.Error
 	result := "applied"
 	switch {
 	case err == nil:
-	case errors.As(err, &rerr) && rerr.Status < 500:
+	case replica.Refused(err):
 		result = "refused"
 	default:
 		result = "unavailable"

@@ -2,6 +2,7 @@ package craftstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -129,9 +130,26 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 	rcode, _, err := rep.Update(wctx, origin, r.Answer, r.Ns)
 	if err != nil {
 		log.Warningf("UPDATE for %s: %v", origin, err)
-		return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNoReachableAuthority, err.Error())
+		rcode, ede := updateFailure(err)
+		return reply(w, r, rcode, ede, err.Error())
 	}
 	return reply(w, r, rcode, 0, "")
+}
+
+// updateFailure is the rcode and Extended DNS Error code that answer an
+// UPDATE whose proposal failed with err (its kind, replica.Err...).
+func updateFailure(err error) (int, uint16) {
+	switch {
+	case errors.Is(err, replica.ErrNotFound): // the zone was deleted meanwhile
+		return dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative
+	case errors.Is(err, replica.ErrInvalid), errors.Is(err, replica.ErrTooLarge):
+		return dns.RcodeFormatError, dns.ExtendedErrorCodeOther
+	case errors.Is(err, replica.ErrConflict):
+		return dns.RcodeRefused, dns.ExtendedErrorCodeOther
+	}
+	// Unavailable (no leader, no quorum in time: it may still be applied)
+	// or a failure of this member.
+	return dns.RcodeServerFailure, dns.ExtendedErrorCodeNoReachableAuthority
 }
 
 func (c *Craftstore) permits(zone, key, name string, qtype uint16) bool {

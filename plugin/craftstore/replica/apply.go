@@ -2,8 +2,6 @@ package replica
 
 import (
 	"encoding/json"
-	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
@@ -11,19 +9,6 @@ import (
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )
-
-// Error is a refusal of a command: deterministic, so every member refuses
-// the same entry the same way. Status is the HTTP status the API answers.
-type Error struct {
-	Status int
-	Msg    string
-}
-
-func (e *Error) Error() string { return e.Msg }
-
-func errorf(status int, format string, a ...any) *Error {
-	return &Error{Status: status, Msg: fmt.Sprintf(format, a...)}
-}
 
 // Result is what applying a command produced, handed back to its proposer.
 type Result struct {
@@ -62,7 +47,7 @@ func applyCommand(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	case opDeleteZone:
 		zb := g.Bucket(bucketZones)
 		if zb.Bucket([]byte(c.Zone)) == nil {
-			return Result{}, nil, errorf(http.StatusNotFound, "zone %q not found", c.Zone)
+			return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
 		}
 		if err := zb.DeleteBucket([]byte(c.Zone)); err != nil {
 			return Result{}, nil, err
@@ -87,7 +72,7 @@ func applyCommand(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		m.DNS, m.API = c.Member.DNS, c.Member.API
 		return Result{}, nil, putMember(g, m)
 	}
-	return Result{}, nil, errorf(http.StatusBadRequest, "unknown command %d", c.Op)
+	return Result{}, nil, Errorf(ErrInvalid, "unknown command %d", c.Op)
 }
 
 // rrsAt reads and decodes the RRs stored under name in bucket b.
@@ -115,14 +100,14 @@ func putRRs(b *bolt.Bucket, name string, rrs []dns.RR) error {
 func applyChange(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	zb := g.Bucket(bucketZones).Bucket([]byte(c.Zone))
 	if zb == nil {
-		return Result{}, nil, errorf(http.StatusNotFound, "zone %q not found", c.Zone)
+		return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
 	}
 	names := map[string][]dns.RR{}
 	var order []string
 	load := func(name string) ([]dns.RR, error) {
 		name = strings.ToLower(dns.Fqdn(name))
 		if !dns.IsSubDomain(c.Zone, name) {
-			return nil, errorf(http.StatusBadRequest, "name %q is outside zone %q", name, c.Zone)
+			return nil, Errorf(ErrInvalid, "name %q is outside zone %q", name, c.Zone)
 		}
 		if rrs, ok := names[name]; ok {
 			return rrs, nil
@@ -155,17 +140,17 @@ func applyChange(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		switch {
 		case d.RR != nil:
 			if apex && (d.RR.Header().Rrtype == dns.TypeSOA) {
-				return Result{}, nil, errorf(http.StatusBadRequest, "the SOA record cannot be deleted")
+				return Result{}, nil, Errorf(ErrInvalid, "the SOA record cannot be deleted")
 			}
 			names[key] = removeRRs(rrs, func(rr dns.RR) bool { return dns.IsDuplicate(rr, d.RR) })
 		case d.Type != 0:
 			if apex && (d.Type == dns.TypeSOA || d.Type == dns.TypeNS) {
-				return Result{}, nil, errorf(http.StatusBadRequest, "the apex %s RRset cannot be deleted", dns.TypeToString[d.Type])
+				return Result{}, nil, Errorf(ErrInvalid, "the apex %s RRset cannot be deleted", dns.TypeToString[d.Type])
 			}
 			names[key] = removeRRs(rrs, func(rr dns.RR) bool { return rr.Header().Rrtype == d.Type })
 		default:
 			if apex {
-				return Result{}, nil, errorf(http.StatusBadRequest, "the zone apex cannot be deleted (it holds the SOA and NS records)")
+				return Result{}, nil, Errorf(ErrInvalid, "the zone apex cannot be deleted (it holds the SOA and NS records)")
 			}
 			names[key] = nil
 		}
@@ -180,7 +165,7 @@ func applyChange(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		key := strings.ToLower(dns.Fqdn(rr.Header().Name))
 		if soa, ok := rr.(*dns.SOA); ok {
 			if key != c.Zone {
-				return Result{}, nil, errorf(http.StatusBadRequest, "SOA record at %q is not at the zone apex", key)
+				return Result{}, nil, Errorf(ErrInvalid, "SOA record at %q is not at the zone apex", key)
 			}
 			newSOA = soa
 		}
@@ -339,7 +324,7 @@ func checkName(name string, rrs []dns.RR) error {
 		}
 	}
 	if cname && other {
-		return errorf(http.StatusConflict, "CNAME and other data at %q (RFC 1034 section 3.6.2)", name)
+		return Errorf(ErrConflict, "CNAME and other data at %q (RFC 1034 section 3.6.2)", name)
 	}
 	return nil
 }
@@ -354,14 +339,14 @@ func checkApex(origin string, apex []dns.RR) error {
 		case dns.TypeNS:
 			ns++
 		case dns.TypeCNAME:
-			return errorf(http.StatusConflict, "CNAME at the zone apex %q", origin)
+			return Errorf(ErrConflict, "CNAME at the zone apex %q", origin)
 		}
 	}
 	if soa != 1 {
-		return errorf(http.StatusConflict, "zone %q must have exactly one SOA record at its apex", origin)
+		return Errorf(ErrConflict, "zone %q must have exactly one SOA record at its apex", origin)
 	}
 	if ns == 0 {
-		return errorf(http.StatusConflict, "zone %q must keep at least one NS record at its apex", origin)
+		return Errorf(ErrConflict, "zone %q must keep at least one NS record at its apex", origin)
 	}
 	return nil
 }

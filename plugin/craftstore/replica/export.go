@@ -1,8 +1,6 @@
 package replica
 
 import (
-	"net/http"
-
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )
@@ -14,7 +12,7 @@ func (r *Replica) Export(origin string, fn func(dns.RR) error) error {
 	return r.db.View(func(tx *bolt.Tx) error {
 		b := generation(tx).Bucket(bucketZones).Bucket([]byte(origin))
 		if b == nil {
-			return errorf(http.StatusNotFound, "zone %q not found", origin)
+			return Errorf(ErrNotFound, "zone %q not found", origin)
 		}
 		apex, err := rrsAt(b, origin)
 		if err != nil {

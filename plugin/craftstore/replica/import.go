@@ -2,7 +2,6 @@ package replica
 
 import (
 	"encoding/binary"
-	"net/http"
 	"strings"
 
 	"github.com/miekg/dns"
@@ -42,7 +41,7 @@ func importOf(g *bolt.Bucket, c *command) (*bolt.Bucket, bool, error) {
 	meta := g.Bucket(bucketImportMeta).Get([]byte(c.Zone))
 	b := g.Bucket(bucketImports).Bucket([]byte(c.Zone))
 	if len(meta) != 9 || b == nil || binary.BigEndian.Uint64(meta) != c.Import {
-		return nil, false, errorf(http.StatusConflict, "import of zone %q was superseded by another import", c.Zone)
+		return nil, false, Errorf(ErrConflict, "import of zone %q was superseded by another import", c.Zone)
 	}
 	return b, meta[8] == 1, nil
 }

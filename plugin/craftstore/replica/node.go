@@ -30,11 +30,11 @@ func (r *Replica) run() {
 			}
 		case <-r.removedc:
 			r.log.Warningf("member %d was removed from the group; Raft stopped", r.cfg.ID)
-			r.failWaiters(errorf(503, "member was removed from the group"))
+			r.failWaiters(Errorf(ErrUnavailable, "member was removed from the group"))
 			<-r.stopc
 			return
 		case <-r.stopc:
-			r.failWaiters(errorf(503, "member is shutting down"))
+			r.failWaiters(Errorf(ErrUnavailable, "member is shutting down"))
 			return
 		}
 	}
@@ -187,7 +187,7 @@ func (r *Replica) retry(what string, tick <-chan time.Time, f func() error) bool
 				break wait
 			case <-r.stopc:
 				timer.Stop()
-				r.failWaiters(errorf(503, "member is shutting down"))
+				r.failWaiters(Errorf(ErrUnavailable, "member is shutting down"))
 				return false
 			}
 		}

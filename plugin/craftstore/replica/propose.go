@@ -3,7 +3,6 @@ package replica
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/miekg/dns"
@@ -15,7 +14,7 @@ import (
 // ErrNoQuorum is returned when a proposal is not committed and applied in
 // time: there is no leader, or no majority acknowledged it. The write may
 // still commit later; it was not acknowledged.
-var ErrNoQuorum = &Error{Status: http.StatusServiceUnavailable,
+var ErrNoQuorum = &Error{Kind: ErrUnavailable,
 	Msg: "not committed in time: no leader or no quorum (the change may still be applied later)"}
 
 // propose submits c and waits until it is committed and applied here.
@@ -23,7 +22,7 @@ func (r *Replica) propose(ctx context.Context, c *command) (Result, error) {
 	c.ID = r.nextID.Add(1)
 	data, err := c.marshal()
 	if err != nil {
-		return Result{}, errorf(http.StatusBadRequest, "%v", err)
+		return Result{}, Errorf(ErrInvalid, "%v", err)
 	}
 	return r.proposeWait(ctx, c.ID, func(ctx context.Context) error { return r.node.Propose(ctx, data) })
 }
@@ -35,16 +34,16 @@ func (r *Replica) proposeWait(ctx context.Context, id uint64, submit func(contex
 		defer func() { o.Proposed(err) }()
 	}
 	if r.removed.Load() {
-		return Result{}, errorf(http.StatusServiceUnavailable, "member was removed from the group")
+		return Result{}, Errorf(ErrUnavailable, "member was removed from the group")
 	}
 	if err := r.StorageError(); err != nil {
-		return Result{}, errorf(http.StatusServiceUnavailable, "member's storage fails (%v): write to another member", err)
+		return Result{}, Errorf(ErrUnavailable, "member's storage fails (%v): write to another member", err)
 	}
 	if r.leaderless.Load() {
 		// Cut off from its group (or the group has no majority): rather
 		// than after the write timeout, say so now, so that a client (or
 		// craftroute's API) tries another member.
-		return Result{}, errorf(http.StatusServiceUnavailable, "member has known no leader for %v or more: write to another member",
+		return Result{}, Errorf(ErrUnavailable, "member has known no leader for %v or more: write to another member",
 			time.Duration(staleTicks)*r.cfg.Tick)
 	}
 	ch := make(chan applied, 1)
@@ -70,7 +69,7 @@ func (r *Replica) proposeWait(ctx context.Context, id uint64, submit func(contex
 		case <-ctx.Done():
 			return Result{}, ErrNoQuorum
 		case <-r.donec:
-			return Result{}, errorf(http.StatusServiceUnavailable, "member is shutting down")
+			return Result{}, Errorf(ErrUnavailable, "member is shutting down")
 		}
 	}
 	select {
@@ -156,10 +155,10 @@ func (r *Replica) confChange(ctx context.Context, t pb.ConfChangeType, m Member)
 		known = known || have.ID == m.ID
 	}
 	if t == pb.ConfChangeAddNode && known {
-		return errorf(http.StatusConflict, "member %d already exists", m.ID)
+		return Errorf(ErrConflict, "member %d already exists", m.ID)
 	}
 	if t == pb.ConfChangeRemoveNode && !known {
-		return errorf(http.StatusNotFound, "member %d not found", m.ID)
+		return Errorf(ErrNotFound, "member %d not found", m.ID)
 	}
 	ctxData, err := marshalMember(m)
 	if err != nil {

@@ -1,8 +1,6 @@
 package replica
 
 import (
-	"net/http"
-
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )
@@ -30,7 +28,7 @@ func (r *Replica) Transfer(origin string, serial uint32, fn func([]dns.RR) error
 		g := generation(tx)
 		zb := g.Bucket(bucketZones).Bucket([]byte(origin))
 		if zb == nil {
-			return errorf(http.StatusNotFound, "zone %q not found", origin)
+			return Errorf(ErrNotFound, "zone %q not found", origin)
 		}
 		apex, err := rrsAt(zb, origin)
 		if err != nil {
@@ -43,7 +41,7 @@ func (r *Replica) Transfer(origin string, serial uint32, fn func([]dns.RR) error
 			}
 		}
 		if soa == nil {
-			return errorf(http.StatusInternalServerError, "zone %q has no SOA", origin)
+			return Errorf(ErrInternal, "zone %q has no SOA", origin)
 		}
 		if serial != 0 {
 			if serial == soa.Serial || serialNewer(serial, soa.Serial) {

@@ -3,7 +3,6 @@ package replica
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/miekg/dns"
@@ -23,7 +22,7 @@ func (r *Replica) Update(ctx context.Context, zone string, prereq, updates []dns
 	m := &dns.Msg{Answer: headerOnly(prereq), Ns: headerOnly(updates)}
 	packed, err := m.Pack()
 	if err != nil {
-		return dns.RcodeFormatError, 0, errorf(http.StatusBadRequest, "packing update: %v", err)
+		return dns.RcodeFormatError, 0, Errorf(ErrInvalid, "packing update: %v", err)
 	}
 	res, err := r.propose(ctx, &command{Op: opUpdate, Zone: zone, Update: packed})
 	return res.Rcode, res.Serial, err
