@@ -7,7 +7,8 @@
 #   make test       unit and integration tests (with the nested test module integration/acme)
 #   make test-race  the plugins' and internal/'s tests under the race detector
 #   make chaos      the chaos suite for CHAOS_DURATION (30m): faults drawn from CHAOS_SEED (0: random,
-#                   printed) against real members, histories checked with porcupine (bench/chaos.md)
+#                   printed) against real members, histories checked with porcupine (bench/chaos.md);
+#                   CHAOS_RUN='^TestChaosSharded$' runs only the sharded set-up
 #   make dropin     add craftstore and craftroute to a stock CoreDNS v1.15.0 source tree as the
 #                   README says, build it and check it (fetches CoreDNS's whole module graph)
 #   make bench      Go benchmarks and the dnsperf comparison (bench/README.md)

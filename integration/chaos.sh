@@ -1,10 +1,11 @@
 #!/bin/sh
 # integration/chaos.sh DURATION [SEED [OUT]]: the chaos suite (TestChaosShard
 # and TestChaosSharded, bench/chaos.md) for DURATION each, seed 0 drawing a
-# new seed. As root it runs inside a network namespace of its own (unshare
-# -n, loopback up), where its loss faults add iptables rules; they never
-# touch the machine's own namespace. Without root they are left out, except
-# in CI (CI=true), where that is an error.
+# new seed; CHAOS_RUN='^TestChaosSharded$' runs one of them. As root it runs
+# inside a network namespace of its own (unshare -n, loopback up), where its
+# loss faults add iptables rules; they never touch the machine's own
+# namespace. Without root they are left out, except in CI (CI=true), where
+# that is an error.
 set -eu
 cd "$(dirname "$0")/.."
 dur=${1:-45s}
@@ -14,7 +15,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/integration.test" ./integration
 export COREDNS_BINARY="${COREDNS_BINARY:-$PWD/coredns}"
-set -- "$tmp/integration.test" -test.run '^TestChaos(Shard|Sharded)$' -test.v -test.count=1 -test.timeout 4h \
+set -- "$tmp/integration.test" -test.run "${CHAOS_RUN:-^TestChaos(Shard|Sharded)\$}" -test.v -test.count=1 -test.timeout 4h \
 	-chaos.duration="$dur" -chaos.seed="$seed" ${out:+-chaos.out="$out"}
 cd integration
 if unshare -n true 2>/dev/null && command -v iptables >/dev/null; then

@@ -537,7 +537,7 @@ var chaosFaults = []struct {
 }{
 	{"kill", 4, 0.6}, {"pause", 2, 0.5}, {"isolate-hold", 2, 0.5}, {"isolate-drop", 1, 0.5}, {"isolate-reset", 1, 0.5},
 	{"leader-oneway", 1, 1}, {"flap", 1, 0.5}, {"delay", 1, 0}, {"disk-full", 1, 0.3}, {"router-kill", 1, 0},
-	{"loss", 2, 0.5}, {"kill-majority", 1, 0.5}, {"partition-all", 1, 0},
+	{"loss", 2, 0.5}, {"kill-majority", 1, 0.5}, {"partition-all", 1, 0}, {"kill-each-shard", 1, 0.5},
 }
 
 // majorityFaults take a shard's quorum away: queries through the router
@@ -646,6 +646,18 @@ func (c *chaos) fault(kind string, m *shardMember, target string, dur time.Durat
 				harness.WaitReady(c.t, fmt.Sprintf("http://127.0.0.1:%d/ready", r.rdy), r.p)
 				c.routerDown.Add(1)
 			}
+		}
+	case "kill-each-shard": // m, and the member of the same number in every other shard
+		var down []*shardMember
+		for _, sh := range c.shards {
+			down = append(down, c.members[sh][slices.Index(c.members[m.shard], m)])
+		}
+		for _, d := range down {
+			d.p.Kill()
+		}
+		time.Sleep(dur)
+		for _, d := range down {
+			d.p.Restart()
 		}
 	case "kill-majority": // m and the next member of its shard
 		ms := c.members[m.shard]
