@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/integration/harness"
+	"github.com/craftdns/craftdns/internal/ede"
 
 	"github.com/miekg/dns"
 )
@@ -382,12 +383,8 @@ func TestUpdateLimits(t *testing.T) {
 }
 
 func extendedError(r *dns.Msg) string {
-	if opt := r.IsEdns0(); opt != nil {
-		for _, o := range opt.Option {
-			if e, ok := o.(*dns.EDNS0_EDE); ok {
-				return e.ExtraText
-			}
-		}
+	if e := ede.Of(r); e != nil {
+		return e.ExtraText
 	}
 	return ""
 }

@@ -32,7 +32,6 @@ const (
 var (
 	apiMu        sync.Mutex
 	apiListeners = map[string]*apiListener{} // listen address → listener
-	apiServers   = map[*Craftroute]*apiServer{}
 )
 
 // apiListener is one listening address and the instances sharing it.
@@ -91,24 +90,28 @@ func (c *Craftroute) startAPI() error {
 			apiListeners[key] = l
 		}
 		l.cur.Store(a)
-		go l.srv.Serve(ln)
+		go func() {
+			if err := l.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Errorf("api on %s: %v", ln.Addr(), err)
+			}
+		}()
 	}
 	a.l = l
 	l.users = append(l.users, a)
 	l.cur.Store(a)
-	apiServers[c] = a
+	c.api = a
 	return nil
 }
 
 // stopAPI stops c's API; the listener closes with its last instance.
 func (c *Craftroute) stopAPI() {
 	apiMu.Lock()
-	a := apiServers[c]
+	a := c.api
 	if a == nil {
 		apiMu.Unlock()
 		return
 	}
-	delete(apiServers, c)
+	c.api = nil
 	l := a.l
 	l.users = slices.DeleteFunc(l.users, func(x *apiServer) bool { return x == a })
 	if len(l.users) > 0 {
@@ -131,7 +134,7 @@ func (c *Craftroute) stopAPI() {
 func (c *Craftroute) apiAddr() string {
 	apiMu.Lock()
 	defer apiMu.Unlock()
-	if a := apiServers[c]; a != nil {
+	if a := c.api; a != nil {
 		return a.l.ln.Addr().String()
 	}
 	return ""

@@ -1,8 +1,9 @@
 package craftroute
 
 import (
-	"sync"
 	"time"
+
+	"github.com/coredns/coredns/plugin/pkg/cache"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 
@@ -11,13 +12,13 @@ import (
 
 // negCache holds merged negative answers (NXDOMAIN and NODATA that took a
 // broadcast) for the TTL of the SOA they carry, which craftstore caps at the
-// SOA MINIMUM (RFC 2308 §3, §5). It is bounded: when full, an arbitrary
-// entry makes room. Writes through this router purge the zone's entries;
-// writes elsewhere show after at most the negative TTL, as with any cache.
+// SOA MINIMUM (RFC 2308 §3, §5). It is CoreDNS's plugin/pkg/cache, as the
+// cache plugin uses: 256 shards with a lock each, and a random entry of a
+// full shard evicted, so it holds about max entries (at least 4 per shard).
+// Writes through this router purge the zone's entries; writes elsewhere show
+// after at most the negative TTL, as with any cache.
 type negCache struct {
-	max int
-	mu  sync.RWMutex // read-locked by lookups, which every query of key mode name makes
-	m   map[negKey]*negEntry
+	c   *cache.Cache[*negEntry] // nil: off
 	now func() time.Time
 }
 
@@ -28,7 +29,23 @@ type negKey struct {
 	do    bool
 }
 
+// hash is the key's cache index; the entry keeps its key, so that two keys
+// with one hash never answer for each other.
+func (k negKey) hash() uint64 {
+	b := make([]byte, 0, len(k.name)+4)
+	b = append(b, k.name...)
+	b = append(b, byte(k.qtype>>8), byte(k.qtype))
+	if k.edns {
+		b = append(b, 1)
+	}
+	if k.do {
+		b = append(b, 2)
+	}
+	return cache.Hash(b)
+}
+
 type negEntry struct {
+	key     negKey
 	msg     *dns.Msg
 	origin  string // zone: the SOA's owner
 	stored  time.Time
@@ -36,29 +53,28 @@ type negEntry struct {
 }
 
 func newNegCache(max int) *negCache {
-	return &negCache{max: max, m: map[negKey]*negEntry{}, now: time.Now}
+	nc := &negCache{now: time.Now}
+	if max > 0 {
+		nc.c = cache.New[*negEntry](max)
+	}
+	return nc
 }
 
 // get returns a copy of the cached answer for name/qtype, its TTLs lowered
 // by the time spent in the cache, or nil.
 func (nc *negCache) get(name string, qtype uint16, edns, do bool) *dns.Msg {
-	if nc.max == 0 {
+	if nc.c == nil {
 		return nil
 	}
 	k := negKey{dnsname.Lower(name), qtype, edns, do}
-	now := nc.now()
-	nc.mu.RLock()
-	e := nc.m[k]
-	nc.mu.RUnlock()
-	if e == nil {
+	h := k.hash()
+	e, ok := nc.c.Get(h)
+	if !ok || e.key != k {
 		return nil
 	}
+	now := nc.now()
 	if !now.Before(e.expires) {
-		nc.mu.Lock()
-		if nc.m[k] == e {
-			delete(nc.m, k)
-		}
-		nc.mu.Unlock()
+		nc.c.Remove(h)
 		return nil
 	}
 	m := e.msg.Copy()
@@ -75,7 +91,7 @@ func (nc *negCache) get(name string, qtype uint16, edns, do bool) *dns.Msg {
 
 // put caches negative answer m for the TTL of its SOA.
 func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg) {
-	if nc.max == 0 {
+	if nc.c == nil {
 		return
 	}
 	var soa *dns.SOA
@@ -88,37 +104,31 @@ func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg) {
 		return
 	}
 	now := nc.now()
-	e := &negEntry{msg: m.Copy(), origin: dnsname.Lower(soa.Hdr.Name), stored: now,
-		expires: now.Add(time.Duration(soa.Hdr.Ttl) * time.Second)}
 	k := negKey{dnsname.Lower(name), qtype, edns, do}
-	nc.mu.Lock()
-	defer nc.mu.Unlock()
-	if _, ok := nc.m[k]; !ok && len(nc.m) >= nc.max {
-		for old := range nc.m { // evict one: random enough, O(1)
-			delete(nc.m, old)
-			break
-		}
-	}
-	nc.m[k] = e
+	nc.c.Add(k.hash(), &negEntry{key: k, msg: m.Copy(), origin: dnsname.Lower(soa.Hdr.Name), stored: now,
+		expires: now.Add(time.Duration(soa.Hdr.Ttl) * time.Second)})
 }
 
 // purge drops the entries of zone.
 func (nc *negCache) purge(origin string) {
-	origin = dnsname.Lower(dns.Fqdn(origin))
-	nc.mu.Lock()
-	defer nc.mu.Unlock()
-	for k, e := range nc.m {
-		if e.origin == origin {
-			delete(nc.m, k)
-		}
+	if nc.c == nil {
+		return
 	}
+	origin = dnsname.Lower(dns.Fqdn(origin))
+	nc.c.Walk(func(items map[uint64]*negEntry, k uint64) bool {
+		if e, ok := items[k]; ok && e.origin == origin {
+			delete(items, k)
+		}
+		return true
+	})
 }
 
 // len returns the number of entries.
 func (nc *negCache) len() int {
-	nc.mu.Lock()
-	defer nc.mu.Unlock()
-	return len(nc.m)
+	if nc.c == nil {
+		return 0
+	}
+	return nc.c.Len()
 }
 
 // purgeNegative drops the cached negative answers of zone (after a write).

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
 
 	"github.com/miekg/dns"
@@ -27,6 +28,72 @@ func (e *errNoShard) Error() string {
 }
 
 func (e *errNoShard) Unwrap() error { return e.err }
+
+// resolve answers a single-question query.
+func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
+	q := r.Question[0]
+	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
+		return ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeNotSupported, "zone transfers are served by the shard members, not the router"), nil
+	}
+	if c.cfg.key == keyZone {
+		// The whole zone is on one shard: its answer is final as it is.
+		s := c.shardFor(q.Name)
+		resp, err := c.exchange(ctx, s, forward(r))
+		if err != nil {
+			return nil, &errNoShard{s.Name, err}
+		}
+		resp.Id, resp.Question = r.Id, r.Question
+		partition.Strip(resp)
+		if r.IsEdns0() == nil {
+			resp.Extra = withoutOPT(resp.Extra)
+		}
+		return resp, nil
+	}
+	opt := r.IsEdns0()
+	edns, do := opt != nil, opt != nil && opt.Do()
+	if m := c.neg.get(q.Name, q.Qtype, edns, do); m != nil {
+		negCacheHits.Inc()
+		m.Id, m.Question = r.Id, r.Question
+		c.soa.present(m)
+		return m, nil
+	}
+	resp, broadcast, err := c.resolveName(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if broadcast {
+		if neg := negativeKind(resp); neg != "" {
+			negativeMerged.WithLabelValues(neg).Inc()
+			c.neg.put(q.Name, q.Qtype, edns, do, resp)
+		}
+	}
+	return resp, nil
+}
+
+// negativeKind names a negative answer: "NXDOMAIN", "NODATA" or "".
+func negativeKind(m *dns.Msg) string {
+	switch {
+	case m.Rcode == dns.RcodeNameError:
+		return "NXDOMAIN"
+	case m.Rcode == dns.RcodeSuccess && len(m.Answer) == 0 && m.Authoritative:
+		for _, rr := range m.Ns {
+			if rr.Header().Rrtype == dns.TypeSOA {
+				return "NODATA"
+			}
+		}
+	}
+	return ""
+}
+
+// exchange sends req to shard s: the test exchanger when set, else the
+// shard's members in order of liveness.
+func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns.Msg, error) {
+	if c.ex != nil {
+		return c.ex.exchange(ctx, s, req)
+	}
+	resp, _, err := s.Exchange(ctx, req, c.cfg.downFor)
+	return resp, err
+}
 
 // exchanger sends a query to a shard; (*Shard).Exchange in production, an
 // in-memory shard in tests.
@@ -186,25 +253,31 @@ func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype ui
 		return &step{resp: resp, facts: facts}, nil
 	}
 	broadcasts.Inc()
+	return c.merge(name, owner, c.fanOut(ctx, r, name, qtype, owner, resp, facts))
+}
 
-	// Absent on the owner: ask every other shard.
-	type result struct {
-		resp  *dns.Msg
-		facts partition.Facts
-		err   error
-	}
+// shardResult is one shard's partition-mode answer to a broadcast query.
+type shardResult struct {
+	resp  *dns.Msg
+	facts partition.Facts
+	err   error // errNotHere: the shard does not hold the zone
+}
+
+// fanOut asks every shard but the owner, whose answer (resp, facts) is
+// known, for name/qtype at once, and returns the answers in shard order.
+func (c *Craftroute) fanOut(ctx context.Context, r *dns.Msg, name string, qtype uint16, owner *Shard, resp *dns.Msg, facts partition.Facts) []shardResult {
 	shards := c.cfg.shards
-	results := make([]result, len(shards))
+	results := make([]shardResult, len(shards))
 	done := make(chan struct{}, len(shards))
 	for i, s := range shards {
 		if s == owner {
-			results[i] = result{resp: resp, facts: facts}
+			results[i] = shardResult{resp: resp, facts: facts}
 			done <- struct{}{}
 			continue
 		}
 		go func() {
 			resp, err := c.exchange(ctx, s, query(r, name, qtype))
-			res := result{resp: resp, err: err}
+			res := shardResult{resp: resp, err: err}
 			if err == nil {
 				res.facts, res.err = partition.Parse(resp)
 				if res.err != nil && resp.Rcode == dns.RcodeRefused {
@@ -218,11 +291,16 @@ func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype ui
 	for range shards {
 		<-done
 	}
+	return results
+}
 
-	// Merge. A name that exists anywhere (an empty non-terminal over another
-	// shard's names) is final; else the deepest closest encloser over all
-	// shards is the zone's, and only its wildcard synthesizes (RFC 4592
-	// §3.3.1); else the name does not exist.
+// merge makes one unsharded server's answer for name out of every shard's
+// (fanOut). A name that exists anywhere (an empty non-terminal over another
+// shard's names) is final; else the deepest closest encloser over all
+// shards is the zone's, and only its wildcard synthesizes (RFC 4592
+// §3.3.1); else the name does not exist.
+func (c *Craftroute) merge(name string, owner *Shard, results []shardResult) (*step, error) {
+	shards := c.cfg.shards
 	best := -1
 	for i, res := range results {
 		if errors.Is(res.err, errNotHere) {

@@ -86,6 +86,12 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 			s.API = urls
 		}
 	}
+	// The members, now that the whole block (timeout included) is read.
+	for _, s := range cr.cfg.shards {
+		for i, m := range s.Members {
+			s.Members[i] = newMember(s.Name, m.Addr, cr.cfg.timeout)
+		}
+	}
 	cfg := &cr.cfg
 	if cfg.api != "" && cfg.token == "" && !loopback(cfg.api) {
 		return nil, c.Errf("api on %q is not loopback: it needs a token", cfg.api)
@@ -155,7 +161,8 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 			if err != nil {
 				return c.Err(err.Error())
 			}
-			s.Members = append(s.Members, newMember(s.Name, addr, cfg.timeout))
+			// The Member is made once the block is read (parse), with its timeout.
+			s.Members = append(s.Members, &Member{Addr: addr})
 		}
 		cfg.shards = append(cfg.shards, s)
 	case "shard_api":
@@ -178,11 +185,6 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 		}
 	case "timeout":
 		cfg.timeout, err = duration(false)
-		for _, s := range cfg.shards { // members listed before the timeout
-			for i, m := range s.Members {
-				s.Members[i] = newMember(s.Name, m.Addr, cfg.timeout)
-			}
-		}
 	case "down_for":
 		cfg.downFor, err = duration(false)
 	case "probe":

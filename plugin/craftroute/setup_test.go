@@ -1,6 +1,7 @@
 package craftroute
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,6 +53,13 @@ func TestSetup(t *testing.T) {
 		cfg.partitions != 1021 || cfg.load != 1.5 || cfg.negCache != 0 || cfg.shardToken != "s3cret" || cfg.seeds["example.org."] != "zone.txt" {
 		t.Errorf("config: %+v", cfg)
 	}
+	for _, s := range cfg.shards { // timeout comes after the shards: every member has it
+		for _, m := range s.Members {
+			if m.timeout != 300*time.Millisecond || m.proxy == nil {
+				t.Errorf("member %s of shard %s: timeout %v, proxy %v", m.Addr, s.Name, m.timeout, m.proxy)
+			}
+		}
+	}
 	if cfg.keys["update."] == "" || cfg.keyAlgs["update."] != dns.HmacSHA256 {
 		t.Errorf("keys: %v %v", cfg.keys, cfg.keyAlgs)
 	}
@@ -92,5 +100,28 @@ func TestSetupErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: expected an error with %q, got %v", tc.conf, tc.want, err)
 		}
+	}
+}
+
+// TestStartAPIFails: when the API cannot listen, start fails and undoes
+// what it started (probes, member connections).
+func TestStartAPIFails(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cr, err := parse(caddy.NewTestController("dns", "craftroute {\nshard a 127.0.0.1:53\nprobe 1s\napi "+ln.Addr().String()+"\n}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cr.start(); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("expected the API's listen error, got %v", err)
+	}
+	if cr.stopProbes != nil || cr.api != nil {
+		t.Errorf("expected the probes stopped and no API, got probes %v, api %v", cr.stopProbes != nil, cr.api)
+	}
+	if err := cr.stop(); err != nil { // the shutdown hook after a failed start
+		t.Errorf("stop after a failed start: %v", err)
 	}
 }

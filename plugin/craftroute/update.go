@@ -11,6 +11,7 @@ import (
 	"github.com/coredns/coredns/plugin/tsig"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/ede"
 
 	"github.com/miekg/dns"
 )
@@ -33,22 +34,22 @@ const spanNames = 8
 // split: in key mode "name" one whose names span shards is refused.
 func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeSOA || r.Question[0].Qclass != dns.ClassINET {
-		return updateReply(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, "the zone section must hold one SOA question of class IN")
+		return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, "the zone section must hold one SOA question of class IN")
 	}
 	origin := dnsname.Lower(dns.Fqdn(r.Question[0].Name))
 	if c.zoneOf(origin) == "" {
 		// RFC 2136 §3.1.1: not authoritative for the zone.
-		return updateReply(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
+		return ede.Write(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
 	}
 	key, ok := tsig.ValidatedKeyName(ctx)
 	if !ok {
-		return updateReply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
 			"UPDATE needs a valid TSIG signature: the router forwards signed updates only")
 	}
 	key = dnsname.Lower(dns.Fqdn(key))
 	secret, ok := c.cfg.keys[key]
 	if !ok {
-		return updateReply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
 			fmt.Sprintf("the router has no secret for key %s to sign the forwarded update with", key))
 	}
 	alg := c.cfg.keyAlgs[key]
@@ -58,7 +59,7 @@ func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 	// RFC 2136 §3.2 and §3.4.1.3: every prerequisite and update inside the zone.
 	for _, rr := range append(r.Answer[:len(r.Answer):len(r.Answer)], r.Ns...) {
 		if !dns.IsSubDomain(origin, dnsname.Lower(rr.Header().Name)) {
-			return updateReply(w, r, dns.RcodeNotZone, dns.ExtendedErrorCodeOther,
+			return ede.Write(w, r, dns.RcodeNotZone, dns.ExtendedErrorCodeOther,
 				fmt.Sprintf("%s is outside zone %s", rr.Header().Name, origin))
 		}
 	}
@@ -70,12 +71,12 @@ func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		s, why, err = c.updateShard(ctx, origin, r)
 		switch {
 		case errors.Is(err, errZoneAbsent):
-			return updateReply(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, err.Error())
+			return ede.Write(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, err.Error())
 		case err != nil:
 			log.Warningf("UPDATE for %s: %v", origin, err)
-			return updateReply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNoReachableAuthority, err.Error())
+			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNoReachableAuthority, err.Error())
 		case s == nil:
-			return updateReply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, why)
+			return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, why)
 		}
 	}
 
@@ -85,25 +86,20 @@ func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		if err.sent {
 			updatesForwarded.WithLabelValues(s.Name, "none").Inc() // sent, no answer
 		}
-		return updateReply(w, r, dns.RcodeServerFailure, err.ede, err.Error())
+		return ede.Write(w, r, dns.RcodeServerFailure, err.ede, err.Error())
 	}
 	updatesForwarded.WithLabelValues(s.Name, rcodeString(resp.Rcode)).Inc()
 	if resp.Rcode == dns.RcodeSuccess {
 		c.purgeNegative(origin)
 	}
-	m := new(dns.Msg)
-	m.SetRcode(r, resp.Rcode)
-	if opt := r.IsEdns0(); opt != nil {
-		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
-		if ropt := resp.IsEdns0(); ropt != nil {
-			for _, o := range ropt.Option {
-				if ede, ok := o.(*dns.EDNS0_EDE); ok {
-					m.IsEdns0().Option = append(m.IsEdns0().Option, ede)
-				}
+	// The member's rcode, with the Extended DNS Errors it gave.
+	m := ede.Reply(r, resp.Rcode, 0, "")
+	if opt, ropt := m.IsEdns0(), resp.IsEdns0(); opt != nil && ropt != nil {
+		for _, o := range ropt.Option {
+			if e, ok := o.(*dns.EDNS0_EDE); ok {
+				opt.Option = append(opt.Option, e)
 			}
 		}
-	} else if m.Rcode > 0xF {
-		m.Rcode = dns.RcodeServerFailure // an extended rcode needs EDNS (RFC 6891 §6.1.3)
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
@@ -226,21 +222,4 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 	}
 	return nil, &updateError{ede: dns.ExtendedErrorCodeNoReachableAuthority,
 		msg: fmt.Sprintf("shard %s: no member reachable, nothing sent: %v", s.Name, lastErr)}
-}
-
-// updateReply answers r with rcode and, when why is set and the client
-// speaks EDNS, an Extended DNS Error (RFC 8914) saying why. The answer is
-// written: like CoreDNS's acl plugin it returns success, since an error
-// rcode would make the server answer again.
-func updateReply(w dns.ResponseWriter, r *dns.Msg, rcode int, ede uint16, why string) (int, error) {
-	m := new(dns.Msg)
-	m.SetRcode(r, rcode)
-	if opt := r.IsEdns0(); opt != nil {
-		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
-		if why != "" {
-			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: ede, ExtraText: why})
-		}
-	}
-	w.WriteMsg(m)
-	return dns.RcodeSuccess, nil
 }

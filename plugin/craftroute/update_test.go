@@ -11,6 +11,8 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 
+	"github.com/craftdns/craftdns/internal/ede"
+
 	"github.com/miekg/dns"
 )
 
@@ -153,17 +155,6 @@ func sendUpdate(t *testing.T, addr, key, secret string, rrs ...string) *dns.Msg 
 	return resp
 }
 
-func ede(m *dns.Msg) *dns.EDNS0_EDE {
-	if opt := m.IsEdns0(); opt != nil {
-		for _, o := range opt.Option {
-			if e, ok := o.(*dns.EDNS0_EDE); ok {
-				return e
-			}
-		}
-	}
-	return nil
-}
-
 func total(fms ...*fakeMember) int {
 	n := 0
 	for _, fm := range fms {
@@ -184,7 +175,7 @@ func TestUpdateZoneMode(t *testing.T) {
 
 	resp := sendUpdate(t, front, updKey, updSecret, "www.example.org. 300 IN A 192.0.2.1", "mail.example.org. 300 IN A 192.0.2.2")
 	if resp.Rcode != dns.RcodeSuccess {
-		t.Fatalf("expected NOERROR, got %s (%v)", dns.RcodeToString[resp.Rcode], ede(resp))
+		t.Fatalf("expected NOERROR, got %s (%v)", dns.RcodeToString[resp.Rcode], ede.Of(resp))
 	}
 	got, status := owner.received()
 	if len(got) != 1 || status[0] != nil {
@@ -202,8 +193,8 @@ func TestUpdateZoneMode(t *testing.T) {
 
 	// The shard's rcode and Extended DNS Error come back.
 	resp = sendUpdate(t, front, updKey, updSecret, "forbidden.example.org. 300 IN A 192.0.2.1")
-	if resp.Rcode != dns.RcodeRefused || ede(resp) == nil || ede(resp).ExtraText != shardEDEText {
-		t.Errorf("expected the shard's REFUSED and EDE, got %s %v", dns.RcodeToString[resp.Rcode], ede(resp))
+	if resp.Rcode != dns.RcodeRefused || ede.Of(resp) == nil || ede.Of(resp).ExtraText != shardEDEText {
+		t.Errorf("expected the shard's REFUSED and EDE, got %s %v", dns.RcodeToString[resp.Rcode], ede.Of(resp))
 	}
 }
 
@@ -217,7 +208,7 @@ func TestUpdateRefusedKeys(t *testing.T) {
 		{"", "", "needs a valid TSIG"},
 	} {
 		resp := sendUpdate(t, front, tc.key, tc.secret, "www.example.org. 300 IN A 192.0.2.1")
-		e := ede(resp)
+		e := ede.Of(resp)
 		if resp.Rcode != dns.RcodeRefused || e == nil || e.InfoCode != dns.ExtendedErrorCodeProhibited || !strings.Contains(e.ExtraText, tc.want) {
 			t.Errorf("key %q: expected REFUSED with EDE %q, got %s %v", tc.key, tc.want, dns.RcodeToString[resp.Rcode], e)
 		}
@@ -253,7 +244,7 @@ func TestUpdateNameMode(t *testing.T) {
 		{"glue below a cut", []string{"ns9.sub.example.org. 300 IN A 192.0.2.1"}, "ns9.sub.example.org. (on every shard)"},
 	} {
 		resp := sendUpdate(t, front, updKey, updSecret, tc.rrs...)
-		e := ede(resp)
+		e := ede.Of(resp)
 		if resp.Rcode != dns.RcodeRefused || e == nil || !strings.Contains(e.ExtraText, tc.want) || !strings.Contains(e.ExtraText, "key zone") {
 			t.Errorf("%s: expected REFUSED with EDE %q, got %s %v", tc.name, tc.want, dns.RcodeToString[resp.Rcode], e)
 		}
@@ -265,7 +256,7 @@ func TestUpdateNameMode(t *testing.T) {
 	// One name: forwarded to its owner.
 	resp := sendUpdate(t, front, updKey, updSecret, n1+" 300 IN A 192.0.2.2", n1+" 300 IN TXT y")
 	if resp.Rcode != dns.RcodeSuccess {
-		t.Fatalf("expected NOERROR, got %s %v", dns.RcodeToString[resp.Rcode], ede(resp))
+		t.Fatalf("expected NOERROR, got %s %v", dns.RcodeToString[resp.Rcode], ede.Of(resp))
 	}
 	if got, status := fm["s1"].received(); len(got) != 1 || status[0] != nil {
 		t.Errorf("expected one signed update on s1, got %d %v", len(got), status)
@@ -296,7 +287,7 @@ func TestUpdateMemberFailover(t *testing.T) {
 	c = updateRouter(t, keyZone, []*fakeMember{x, y})
 	front = updateFront(t, c)
 	resp = sendUpdate(t, front, updKey, updSecret, "www.example.org. 300 IN A 192.0.2.1")
-	e := ede(resp)
+	e := ede.Of(resp)
 	if resp.Rcode != dns.RcodeServerFailure || e == nil || !strings.Contains(e.ExtraText, "may or may not have been applied") {
 		t.Errorf("expected SERVFAIL saying the update may have been applied, got %s %v", dns.RcodeToString[resp.Rcode], e)
 	}
@@ -314,7 +305,7 @@ func TestUpdateNotAuth(t *testing.T) {
 	m.SetEdns0(1232, false)
 	rec := &recorder{}
 	c.serveUpdate(context.Background(), rec, m)
-	if rec.msg == nil || rec.msg.Rcode != dns.RcodeNotAuth || ede(rec.msg) == nil {
+	if rec.msg == nil || rec.msg.Rcode != dns.RcodeNotAuth || ede.Of(rec.msg) == nil {
 		t.Errorf("expected NOTAUTH with EDE, got %v", rec.msg)
 	}
 	if total(a) != 0 {

@@ -13,6 +13,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -60,7 +61,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// lack a zone the group has.
 		if partition.Routed(r) || c.cfg.stale == "refuse" {
 			staleCount.WithLabelValues(c.member(), "refused").Inc()
-			return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is not ready: it is not in touch with its group")
+			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is not ready: it is not in touch with its group")
 		}
 		staleCount.WithLabelValues(c.member(), "served").Inc()
 	}
@@ -70,11 +71,11 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		if c.Fall.Through(qname) {
 			return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 		}
-		return refuse(w, r, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
 	}
 	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
 		// The transfer plugin, when configured, runs before us and serves these.
-		return refuse(w, r, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed")
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed")
 	}
 
 	m := new(dns.Msg)
@@ -95,11 +96,6 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 
 // member is the member label of the metrics.
 func (c *Craftstore) member() string { return strconv.FormatUint(c.cfg.id, 10) }
-
-// refuse answers REFUSED with an Extended DNS Error saying why.
-func refuse(w dns.ResponseWriter, r *dns.Msg, code uint16, why string) (int, error) {
-	return reply(w, r, dns.RcodeRefused, code, why)
-}
 
 // Name implements plugin.Handler.
 func (c *Craftstore) Name() string { return "craftstore" }

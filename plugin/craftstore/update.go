@@ -9,6 +9,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/tsig"
 
+	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -90,7 +91,7 @@ func (r allowRule) permits(zone, key, name string, qtype uint16) bool {
 // then the whole message as one replicated entry.
 func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeSOA || r.Question[0].Qclass != dns.ClassINET {
-		return reply(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, "the zone section must hold one SOA question of class IN")
+		return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, "the zone section must hold one SOA question of class IN")
 	}
 	origin := dns.CanonicalName(r.Question[0].Name)
 	if plugin.Zones(c.Zones).Matches(origin) == "" || c.rep.Load() != nil && c.rep.Load().Zone(origin) == nil {
@@ -98,29 +99,29 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 			return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 		}
 		// RFC 2136 §3.1.1: not authoritative for the zone.
-		return reply(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
+		return ede.Write(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
 	}
 	rep := c.rep.Load()
 	if rep == nil {
-		return reply(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is starting")
+		return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is starting")
 	}
 	if len(c.cfg.allow) == 0 {
-		return reply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "updates are not enabled (no allow rules)")
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "updates are not enabled (no allow rules)")
 	}
 	key, ok := tsig.ValidatedKeyName(ctx)
 	if !ok {
-		return reply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "UPDATE needs a valid TSIG signature")
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "UPDATE needs a valid TSIG signature")
 	}
 	if n := len(r.Answer) + len(r.Ns); n > c.cfg.maxUpdate {
-		return reply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeOther, fmt.Sprintf("%d records in one UPDATE, at most %d", n, c.cfg.maxUpdate))
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeOther, fmt.Sprintf("%d records in one UPDATE, at most %d", n, c.cfg.maxUpdate))
 	}
 	if rcode, why := replica.CheckUpdate(origin, r.Answer, r.Ns); rcode != dns.RcodeSuccess {
-		return reply(w, r, rcode, dns.ExtendedErrorCodeOther, why)
+		return ede.Write(w, r, rcode, dns.ExtendedErrorCodeOther, why)
 	}
 	for _, rr := range r.Ns {
 		h := rr.Header()
 		if !c.permits(origin, key, h.Name, h.Rrtype) {
-			return reply(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
+			return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
 				fmt.Sprintf("key %s may not update %s %s", key, h.Name, dns.TypeToString[h.Rrtype]))
 		}
 	}
@@ -130,10 +131,10 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 	rcode, _, err := rep.Update(wctx, origin, r.Answer, r.Ns)
 	if err != nil {
 		log.Warningf("UPDATE for %s: %v", origin, err)
-		rcode, ede := updateFailure(err)
-		return reply(w, r, rcode, ede, err.Error())
+		rcode, code := updateFailure(err)
+		return ede.Write(w, r, rcode, code, err.Error())
 	}
-	return reply(w, r, rcode, 0, "")
+	return ede.Write(w, r, rcode, 0, "")
 }
 
 // updateFailure is the rcode and Extended DNS Error code that answer an
@@ -159,20 +160,4 @@ func (c *Craftstore) permits(zone, key, name string, qtype uint16) bool {
 		}
 	}
 	return false
-}
-
-// reply answers r with rcode and, when why is set, an Extended DNS Error
-// (RFC 8914) saying why. The answer is written: like CoreDNS's acl plugin it
-// returns success, since an error rcode would make the server answer again.
-func reply(w dns.ResponseWriter, r *dns.Msg, rcode int, ede uint16, why string) (int, error) {
-	m := new(dns.Msg)
-	m.SetRcode(r, rcode)
-	if opt := r.IsEdns0(); opt != nil {
-		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
-		if why != "" {
-			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: ede, ExtraText: why})
-		}
-	}
-	w.WriteMsg(m)
-	return dns.RcodeSuccess, nil
 }

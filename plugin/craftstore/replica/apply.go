@@ -30,9 +30,19 @@ type effect struct {
 	seeded  bool               // opImportCommit of a seed: the group has seeded zone
 }
 
-// applyCommand applies c to generation g inside a write transaction. A
-// refusal is returned as *Error with g unchanged.
-func applyCommand(g *bolt.Bucket, c *command) (Result, *effect, error) {
+// applyCommand applies c to generation g inside a write transaction, then
+// trims the changed zone's IXFR journal to journal changes. A refusal is
+// returned as *Error with g unchanged.
+func applyCommand(g *bolt.Bucket, c *command, journal int) (Result, *effect, error) {
+	res, eff, err := applyOp(g, c)
+	if err == nil && eff != nil && eff.zone != "" && !eff.deleted {
+		err = journalTrim(g, eff.zone, journal)
+	}
+	return res, eff, err
+}
+
+// applyOp applies c's operation to g.
+func applyOp(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	switch c.Op {
 	case opChange:
 		return applyChange(g, c)

@@ -237,7 +237,7 @@ func (r *Replica) applyEntry(tx *bolt.Tx, g *bolt.Bucket, e *pb.Entry, done uint
 		if err != nil {
 			return err
 		}
-		res, eff, err := applyCommand(g, c)
+		res, eff, err := applyCommand(g, c, r.cfg.Journal)
 		if rerr, ok := err.(*Error); ok {
 			p.results[c.ID] = applied{err: rerr}
 			return nil
@@ -246,11 +246,6 @@ func (r *Replica) applyEntry(tx *bolt.Tx, g *bolt.Bucket, e *pb.Entry, done uint
 			return err
 		}
 		if eff != nil {
-			if eff.zone != "" && !eff.deleted {
-				if err := journalTrim(g, eff.zone, r.cfg.Journal); err != nil {
-					return err
-				}
-			}
 			p.effects = append(p.effects, eff)
 		}
 		p.results[c.ID] = applied{res: res}

@@ -55,7 +55,7 @@ func TestImportInOneTransaction(t *testing.T) {
 	err := r.db.Update(func(tx *bolt.Tx) error {
 		for _, cmd := range cmds {
 			var err error
-			if res, _, err = applyCommand(generation(tx), cmd); err != nil {
+			if res, _, err = applyCommand(generation(tx), cmd, 0); err != nil {
 				return err
 			}
 		}
