@@ -136,12 +136,15 @@ type history struct {
 	ops    []porcupine.Operation
 	reads  []localRead
 	acked  []ackedWrite
-	serial map[string]int64 // put value → the zone serial its write acknowledged
-	counts map[string]int   // "kind result" → operations
+	serial map[string]int64  // put value → the zone serial its write acknowledged
+	counts map[string]int    // "kind result" → operations
+	seen   map[string]int64  // value → when a read first returned it
+	names  map[string]string // put value → the name its change added
 }
 
 func newHistory() *history {
-	return &history{t0: time.Now(), serial: map[string]int64{}, counts: map[string]int{}}
+	return &history{t0: time.Now(), serial: map[string]int64{}, counts: map[string]int{},
+		seen: map[string]int64{}, names: map[string]string{}}
 }
 
 // now is the history's clock.
@@ -167,6 +170,69 @@ func (h *history) read(r localRead) {
 	defer h.mu.Unlock()
 	h.counts["read"]++
 	h.reads = append(h.reads, r)
+	h.observeLocked(r.value, r.ret)
+}
+
+// observe notes that a read, returning at ret, saw value.
+func (h *history) observe(value string, ret int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.observeLocked(value, ret)
+}
+
+func (h *history) observeLocked(value string, ret int64) {
+	if t, ok := h.seen[value]; value != "" && (!ok || ret < t) {
+		h.seen[value] = ret
+	}
+}
+
+// putName notes the name that the change writing put value adds.
+func (h *history) putName(value, name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.names[value] = name
+}
+
+// resolve settles the writes whose outcome the client did not learn, so
+// that porcupine need not try each at every later point (its search grows
+// with 2^unknowns). Every value is unique, and every value a writer or
+// the prober starts from was read (and observed) first:
+//   - a write whose value was observed was applied before that read
+//     returned: it becomes acknowledged, returning then;
+//   - a cas whose value was never observed was not applied: applied, it
+//     could only have been replaced by a cas starting from it, or be the
+//     final value, and both are observed;
+//   - a put whose value was never observed was applied only if the name its
+//     change added is in the final exports (present; names are never
+//     deleted): if not, it was not applied; if so, it stays unknown.
+//
+// It returns how many writes became acknowledged, were dropped as not
+// applied, and stay unknown.
+func (h *history) resolve(present map[string]bool) (applied, dropped, left int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ops := h.ops[:0]
+	for _, op := range h.ops {
+		in := op.Input.(regOp)
+		if op.Output.(regResult) != resUnknown {
+			ops = append(ops, op)
+			continue
+		}
+		if t, ok := h.seen[in.New]; ok {
+			op.Output, op.Return = resOK, t
+			ops = append(ops, op)
+			applied++
+			continue
+		}
+		if in.Kind == "put" && present[strings.ToLower(h.names[in.New])] {
+			ops = append(ops, op)
+			left++
+			continue
+		}
+		dropped++
+	}
+	h.ops = ops
+	return applied, dropped, left
 }
 
 func (h *history) ack(w ackedWrite, put bool) {
@@ -311,10 +377,11 @@ func (h *history) checkLinearizable(timeout time.Duration, vizPath string) (porc
 	h.mu.Lock()
 	ops := slices.Clone(h.ops)
 	h.mu.Unlock()
-	var last int64
+	var last int64 // after every call and every known return
 	for _, op := range ops {
-		if op.Return != math.MaxInt64 && op.Return > last {
-			last = op.Return
+		last = max(last, op.Call)
+		if op.Return != math.MaxInt64 {
+			last = max(last, op.Return)
 		}
 	}
 	for i := range ops {
@@ -323,8 +390,10 @@ func (h *history) checkLinearizable(timeout time.Duration, vizPath string) (porc
 			ops[i].Return = last
 		}
 	}
-	res, info := porcupine.CheckOperationsVerbose(registerModel, ops, timeout)
+	res := porcupine.CheckOperationsTimeout(registerModel, ops, timeout)
 	if res == porcupine.Illegal && vizPath != "" {
+		// Again, keeping what the visualization needs (more memory).
+		_, info := porcupine.CheckOperationsVerbose(registerModel, ops, timeout)
 		if err := porcupine.VisualizePath(registerModel, info, vizPath); err != nil {
 			return res, len(ops), err
 		}

@@ -72,4 +72,34 @@ func TestChaosCheckerFinds(t *testing.T) {
 	if an.byKind["read-your-writes"] != 1 || an.total() != 1 {
 		t.Errorf("expected one read-your-writes anomaly, got %v", an.examples)
 	}
+
+	// Unknown outcomes are settled by what was read: an observed value was
+	// applied before its first read returned; an unobserved cas was not
+	// applied; an unobserved put was applied only if its name is present.
+	res := newHistory()
+	res.op(0, regOp{Kind: "cas", Key: k, Old: "", New: v1}, resUnknown, ms(0), ms(10))
+	res.op(1, regOp{Kind: "cas", Key: k, Old: "", New: casValue(1, 1, 0)}, resUnknown, ms(0), ms(10))
+	res.read(localRead{member: "a1", key: k, value: v1, call: ms(20), ret: ms(30)})
+	res.op(0, regOp{Kind: "put", Key: p, New: "put 1"}, resUnknown, ms(0), ms(10))
+	res.putName("put 1", "n1.chaos.test.")
+	res.op(0, regOp{Kind: "put", Key: p, New: "put 2"}, resUnknown, ms(40), ms(50))
+	res.putName("put 2", "n2.chaos.test.")
+	if a, d, l := res.resolve(map[string]bool{"n2.chaos.test.": true}); a != 1 || d != 2 || l != 1 {
+		t.Errorf("expected 1 applied, 2 not applied, 1 unknown, got %d %d %d", a, d, l)
+	}
+	if op := res.ops[0]; op.Output != resOK || op.Return != ms(30) {
+		t.Errorf("expected the observed cas acknowledged at the read's return, got %v at %v", op.Output, op.Return)
+	}
+	if r, _, _ := res.checkLinearizable(time.Minute, ""); r != porcupine.Ok {
+		t.Errorf("expected the settled history to be linearizable, got %v", r)
+	}
+	// A value read before the cas that wrote it could be called is illegal.
+	early := newHistory()
+	early.op(0, regOp{Kind: "cas", Key: k, Old: "", New: v1}, resUnknown, ms(50), ms(60))
+	early.op(2, regOp{Kind: "probe", Key: k, Old: v1}, resOK, ms(10), ms(20))
+	early.observe(v1, ms(20))
+	early.resolve(nil)
+	if r, _, _ := early.checkLinearizable(time.Minute, ""); r != porcupine.Illegal {
+		t.Errorf("expected a value seen before its write to be illegal, got %v", r)
+	}
 }

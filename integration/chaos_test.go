@@ -49,9 +49,19 @@ const chaosZone = "chaos.test."
 // The registers: cas keys are written by RFC 2136 UPDATEs with
 // prerequisites, put keys through the HTTP API.
 var (
-	casKeys = []string{"c0." + chaosZone, "c1." + chaosZone, "c2." + chaosZone}
-	putKeys = []string{"p0." + chaosZone, "p1." + chaosZone, "p2." + chaosZone}
+	casKeys = keys("c", 6)
+	putKeys = keys("p", 6)
 )
+
+// keys returns n names of the zone: prefix0, prefix1, ... More keys keep
+// each key's history, which porcupine checks alone, short.
+func keys(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d.%s", prefix, i, chaosZone)
+	}
+	return out
+}
 
 // chaos is one run: the shards, their members and links, the routers, the
 // clients' history and the faults injected.
@@ -124,6 +134,9 @@ func runChaos(t *testing.T, nshards int, routers ...routerSpec) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(halt) // a fault that fails the test stops the clients too
 	for id := 0; id < 2; id++ {
 		wg.Go(func() { c.casWriter(stop, id) })
 	}
@@ -140,8 +153,7 @@ func runChaos(t *testing.T, nshards int, routers ...routerSpec) {
 
 	c.inject(time.Now().Add(*chaosDuration))
 	time.Sleep(2 * time.Second) // clients go on with every fault healed
-	close(stop)
-	wg.Wait()
+	halt()
 	c.finish()
 }
 
@@ -162,7 +174,7 @@ func (c *chaos) setup() {
 		})
 	}
 	first := c.endpoints("")[0]
-	for _, key := range append(slices.Clone(casKeys), putKeys...) {
+	for _, key := range allKeys {
 		val := casValue(1, 99, 0)
 		if !strings.HasPrefix(key, "c") {
 			val = "put c=99"
@@ -288,6 +300,9 @@ func (c *chaos) read(ep endpoint, key string) (string, bool) {
 		}
 		c.routerReads[fault] = n
 		c.mu.Unlock()
+		if err == nil {
+			c.h.observe(v, c.h.now())
+		}
 		return v, err == nil
 	}
 	if err != nil {
@@ -346,6 +361,7 @@ func (c *chaos) write(client int, ep endpoint, key, old, val string) regResult {
 		return res
 	}
 	name := fmt.Sprintf("n%d-%d.%s", client, call, chaosZone)
+	c.h.putName(val, name)
 	body, _ := json.Marshal(map[string]any{
 		"delete": []any{map[string]string{"name": key, "type": "TXT"}},
 		"add":    []string{fmt.Sprintf("%s 60 IN TXT %q", key, val), name + " 60 IN A 192.0.2.7"},
@@ -376,8 +392,12 @@ func (c *chaos) write(client int, ep endpoint, key, old, val string) regResult {
 	return res
 }
 
-// casWriter reads a cas key and writes its next version, until stop.
-func (c *chaos) casWriter(stop <-chan struct{}, id int) {
+// allKeys are the cas and the put keys.
+var allKeys = append(slices.Clone(casKeys), putKeys...)
+
+// until runs a client's step, with its own random source and a step
+// number, until stop; a step that returns a pause waits that long first.
+func until(stop <-chan struct{}, step func(rng *rand.Rand, seq int) time.Duration) {
 	rng := clientRand()
 	for seq := 0; ; seq++ {
 		select {
@@ -385,93 +405,75 @@ func (c *chaos) casWriter(stop <-chan struct{}, id int) {
 			return
 		default:
 		}
+		time.Sleep(step(rng, seq))
+	}
+}
+
+// casWriter reads a cas key and writes its next version, until stop.
+func (c *chaos) casWriter(stop <-chan struct{}, id int) {
+	until(stop, func(rng *rand.Rand, seq int) time.Duration {
 		key := pick(rng, casKeys)
 		old, ok := c.read(pick(rng, c.endpoints(key)), key)
 		if !ok {
-			time.Sleep(50 * time.Millisecond)
-			continue
+			return 50 * time.Millisecond
 		}
 		ver := casVersion(old)
 		if ver < 0 {
 			c.t.Errorf("%s holds %q, which no cas wrote", key, old)
-			return
+			return time.Second
 		}
 		c.write(id, pick(rng, c.endpoints(key)), key, old, casValue(ver+1, id, seq))
-	}
+		return 0
+	})
 }
 
 // putWriter replaces a put key's value through the API, until stop.
 func (c *chaos) putWriter(stop <-chan struct{}, id int) {
-	rng := clientRand()
-	for seq := 0; ; seq++ {
-		select {
-		case <-stop:
-			return
-		default:
-		}
+	until(stop, func(rng *rand.Rand, seq int) time.Duration {
 		key := pick(rng, putKeys)
 		if c.write(id, pick(rng, c.endpoints(key)), key, "", fmt.Sprintf("put c=%d s=%d", id, seq)) != resOK {
-			time.Sleep(20 * time.Millisecond)
+			return 20 * time.Millisecond
 		}
-	}
+		return 0
+	})
 }
 
 // prober reads a key and checks that value through the log (an UPDATE
 // with the prerequisite only), until stop.
 func (c *chaos) prober(stop <-chan struct{}, id int) {
-	rng := clientRand()
-	keys := append(slices.Clone(casKeys), putKeys...)
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		key := pick(rng, keys)
+	until(stop, func(rng *rand.Rand, _ int) time.Duration {
+		key := pick(rng, allKeys)
 		v, ok := c.read(pick(rng, c.endpoints(key)), key)
 		if !ok {
-			time.Sleep(50 * time.Millisecond)
-			continue
+			return 50 * time.Millisecond
 		}
 		call := c.h.now()
 		res := update(pick(rng, c.endpoints(key)).dns, key, v, "")
 		c.h.op(id, regOp{Kind: "probe", Key: key, Old: v}, res, call, c.h.now())
-	}
+		return 0
+	})
 }
 
-// localReader reads random keys from random members, until stop.
+// localReader reads random keys from random members, until stop; the
+// pause between reads bounds the history of a long run.
 func (c *chaos) localReader(stop <-chan struct{}) {
-	rng := clientRand()
-	keys := append(slices.Clone(casKeys), putKeys...)
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		key := pick(rng, keys)
+	until(stop, func(rng *rand.Rand, _ int) time.Duration {
+		key := pick(rng, allKeys)
 		m := pick(rng, c.keyMembers(key))
 		if _, ok := c.read(endpoint{m.name, m.addr(), m.client().Base, true}, key); !ok {
-			time.Sleep(20 * time.Millisecond)
+			return 20 * time.Millisecond
 		}
-		time.Sleep(2 * time.Millisecond) // bounds the history of a long run
-	}
+		return 2 * time.Millisecond
+	})
 }
 
 // routerReader asks the routers for random keys, until stop.
 func (c *chaos) routerReader(stop <-chan struct{}) {
-	rng := clientRand()
-	keys := append(slices.Clone(casKeys), putKeys...)
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
+	until(stop, func(rng *rand.Rand, _ int) time.Duration {
 		r := pick(rng, c.routers)
-		c.read(endpoint{r.name, r.addr(), r.client().Base, false}, pick(rng, keys))
-		time.Sleep(2 * time.Millisecond)
-	}
+		c.read(endpoint{r.name, r.addr(), r.client().Base, false}, pick(rng, allKeys))
+		return 2 * time.Millisecond
+	})
 }
 
 // memberStatus is what GET /v1/cluster says.
@@ -526,6 +528,22 @@ func (c *chaos) waitLeader(what string) time.Duration {
 		}
 	}
 	return time.Since(start)
+}
+
+// waitReady waits until every member of shard is ready; the test fails
+// after 30s.
+func (c *chaos) waitReady(shard string) {
+	for _, m := range c.members[shard] {
+		url := fmt.Sprintf("http://127.0.0.1:%d/ready", m.ready)
+		harness.Eventually(c.t, m.name+" ready again", 30*time.Second, func() bool {
+			resp, err := statusClient.Get(url)
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
+	}
 }
 
 // chaosFaults are the fault kinds, their weights and how often they aim at
@@ -621,6 +639,11 @@ func (c *chaos) inject(until time.Time) {
 		c.t.Logf("fault %d at %v: %s %s for %v", n, time.Duration(c.h.now()).Round(time.Millisecond), kind, target, dur)
 		c.active.Store(kind)
 		c.fault(kind, m, target, dur)
+		if kind == "kill-majority" || kind == "partition-all" {
+			// Until its members are ready again (a leader, then ReadIndex),
+			// the shard refuses the router's queries: still this fault's.
+			c.waitReady(m.shard)
+		}
 		c.active.Store("none")
 		c.faults[kind]++
 		c.healLeader = append(c.healLeader, c.waitLeader(fmt.Sprintf("healing %s of %s", kind, target)))
@@ -797,7 +820,8 @@ func (c *chaos) finish() {
 			t.Fatalf("parsing the final export of shard %s: %v", sh, err)
 		}
 	}
-	for i, key := range append(slices.Clone(casKeys), putKeys...) {
+	for i, key := range allKeys {
+		c.h.observe(final[key], c.h.now())
 		eps := c.endpoints(key)
 		ep := eps[i%len(eps)]
 		call := c.h.now()
@@ -822,11 +846,14 @@ func (c *chaos) finish() {
 	}
 	c.mu.Unlock()
 	c.h.checkLocal(&an)
+	applied, dropped, left := c.h.resolve(present)
 	viz := filepath.Join(os.TempDir(), fmt.Sprintf("chaos-%d.html", c.seed))
 	if *chaosOut != "" {
 		viz = filepath.Join(*chaosOut, t.Name()+"-history.html")
 	}
-	res, nops, err := c.h.checkLinearizable(5*time.Minute, viz)
+	// Bounded: porcupine's search, and its memory, grow quickly on a history
+	// it cannot linearize easily (gigabytes in minutes).
+	res, nops, err := c.h.checkLinearizable(time.Minute, viz)
 	if err != nil {
 		t.Errorf("writing the visualization: %v", err)
 	}
@@ -834,7 +861,7 @@ func (c *chaos) finish() {
 	case porcupine.Illegal:
 		an.add("linearizability", "porcupine: the register history is not linearizable (visualization: %s)", viz)
 	case porcupine.Unknown:
-		t.Errorf("porcupine could not decide within 5 minutes")
+		t.Errorf("porcupine could not decide within a minute (%d operations)", nops)
 	}
 
 	var maxHeal time.Duration
@@ -846,6 +873,7 @@ func (c *chaos) finish() {
 	c.h.mu.Unlock()
 	summary := map[string]any{
 		"seed": c.seed, "faults": c.faults, "operations": counts, "operations_checked": nops,
+		"unknown_writes":     map[string]int{"applied_by_observation": applied, "not_applied": dropped, "left_unknown": left},
 		"acknowledged_names": acked, "anomalies": an.byKind,
 		"max_heal_to_leader_ms": maxHeal.Milliseconds(),
 	}
