@@ -158,3 +158,18 @@ func summary(m *dns.Msg) string {
 	}
 	return b.String()
 }
+
+// ParseZone returns the RRs of zone file text for origin, as they are
+// (no checks), and fails the test on a syntax error.
+func ParseZone(t testing.TB, origin, text string) []dns.RR {
+	t.Helper()
+	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
+	var rrs []dns.RR
+	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+		rrs = append(rrs, rr)
+	}
+	if err := zp.Err(); err != nil {
+		t.Fatalf("parsing zone %s: %v", origin, err)
+	}
+	return rrs
+}

@@ -7,19 +7,12 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
-	"github.com/miekg/dns"
-)
-
-// Body size limits of the HTTP API, as craftstore's.
-const (
-	maxZoneBody    = 256 << 20 // a zone file
-	maxRecordsBody = 4 << 20   // a record change
+	"github.com/craftdns/craftdns/internal/zoneapi"
 )
 
 // The router's HTTP API serves craftstore's record and zone paths
@@ -63,12 +56,8 @@ func (c *Craftroute) startAPI() error {
 	}
 	a := &apiServer{shardClient: newShardClient(c), token: c.cfg.token}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/zones", a.listZones)
-	mux.HandleFunc("PUT /v1/zones/{zone}", a.putZone)
-	mux.HandleFunc("GET /v1/zones/{zone}", a.getZone)
-	mux.HandleFunc("DELETE /v1/zones/{zone}", a.deleteZone)
-	mux.HandleFunc("POST /v1/zones/{zone}/records", a.changeRecords)
-	mux.HandleFunc("GET /v1/zones/{zone}/records", a.getRecords)
+	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
+		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
 	mux.HandleFunc("GET /v1/shards", a.shards)
 	a.handler = httpapi.Auth("craftroute", a.token, mux)
 
@@ -140,63 +129,20 @@ func (c *Craftroute) apiAddr() string {
 	return ""
 }
 
-// apiError is an error with the HTTP status that answers it.
-type apiError struct {
-	status int
-	msg    string
-}
-
-func (e *apiError) Error() string { return e.msg }
-
-func apiErrorf(status int, format string, a ...any) *apiError {
-	return &apiError{status: status, msg: fmt.Sprintf(format, a...)}
-}
-
-// fail answers err with the status it carries (apiError), 413 for a body
-// over the limit, 404 for a zone a shard does not hold, or 502: the router
-// itself only fails at reaching the shards.
+// fail answers err with the status it carries (zoneapi.Error), 413 for a
+// body over the limit, 404 for a zone a shard does not hold, or 502: the
+// router itself only fails at reaching the shards.
 func fail(w http.ResponseWriter, err error) {
-	var aerr *apiError
-	var tooBig *http.MaxBytesError
+	if status, msg, ok := zoneapi.Status(err); ok {
+		httpapi.WriteError(w, status, msg)
+		return
+	}
 	switch {
-	case errors.As(err, &aerr):
-		httpapi.WriteError(w, aerr.status, aerr.msg)
-	case errors.As(err, &tooBig):
-		httpapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", tooBig.Limit))
 	case errors.Is(err, errZoneAbsent):
 		httpapi.WriteError(w, http.StatusNotFound, err.Error())
 	default:
 		httpapi.WriteError(w, http.StatusBadGateway, err.Error())
 	}
-}
-
-// zoneParam returns the canonical origin named in the path.
-func zoneParam(r *http.Request) (string, error) {
-	z := r.PathValue("zone")
-	if _, ok := dns.IsDomainName(z); !ok || z == "" {
-		return "", apiErrorf(http.StatusBadRequest, "%q is not a domain name", z)
-	}
-	return dns.CanonicalName(z), nil
-}
-
-// absName makes an API name absolute as craftstore does: a name inside the
-// zone as is (with or without the final dot), anything else without a final
-// dot relative to it.
-func absName(origin, name string) (string, error) {
-	if _, ok := dns.IsDomainName(name); !ok {
-		return "", apiErrorf(http.StatusBadRequest, "%q is not a domain name", name)
-	}
-	n := dns.CanonicalName(name)
-	if !dns.IsSubDomain(origin, n) && !strings.HasSuffix(name, ".") && name != "@" {
-		n = dns.CanonicalName(name + "." + origin)
-	}
-	if name == "@" {
-		n = origin
-	}
-	if !dns.IsSubDomain(origin, n) {
-		return "", apiErrorf(http.StatusBadRequest, "name %q is outside zone %q", name, origin)
-	}
-	return n, nil
 }
 
 // shardView is a shard in GET /v1/shards.

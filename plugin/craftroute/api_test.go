@@ -17,6 +17,7 @@ import (
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -106,9 +107,9 @@ func soaOf(rrs []dns.RR) *dns.SOA {
 func (f *fakeAPI) list(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := []zoneInfo{}
+	out := []zoneapi.ZoneInfo{}
 	for o, rrs := range f.zones {
-		out = append(out, zoneInfo{Zone: o, Serial: soaOf(rrs).Serial, Records: len(rrs)})
+		out = append(out, zoneapi.ZoneInfo{Zone: o, Serial: soaOf(rrs).Serial, Records: len(rrs)})
 	}
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
@@ -116,7 +117,7 @@ func (f *fakeAPI) list(w http.ResponseWriter, r *http.Request) {
 func (f *fakeAPI) put(w http.ResponseWriter, r *http.Request) {
 	origin := dns.CanonicalName(r.PathValue("zone"))
 	body, _ := io.ReadAll(r.Body)
-	rrs, err := parseZoneText(origin, string(body))
+	rrs, err := zoneapi.ParseZone(origin, string(body))
 	if err != nil {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
@@ -124,7 +125,7 @@ func (f *fakeAPI) put(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.zones[origin] = rrs
 	f.mu.Unlock()
-	httpapi.WriteJSON(w, http.StatusOK, zoneInfo{Zone: origin, Serial: soaOf(rrs).Serial, Records: len(rrs)})
+	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: soaOf(rrs).Serial, Records: len(rrs)})
 }
 
 func (f *fakeAPI) get(w http.ResponseWriter, r *http.Request) {
@@ -151,7 +152,7 @@ func (f *fakeAPI) del(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeAPI) change(w http.ResponseWriter, r *http.Request) {
 	origin := dns.CanonicalName(r.PathValue("zone"))
-	var req changeRequest
+	var req zoneapi.Change
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 		return
@@ -174,7 +175,7 @@ func (f *fakeAPI) change(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	for _, text := range req.Add {
-		rr, err := parseRecord(origin, text)
+		rr, err := zoneapi.ParseRecord(origin, text)
 		if err != nil {
 			httpapi.WriteError(w, http.StatusBadRequest, err.Error())
 			return
@@ -189,7 +190,7 @@ func (f *fakeAPI) change(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeAPI) records(w http.ResponseWriter, r *http.Request) {
 	origin := dns.CanonicalName(r.PathValue("zone"))
-	name, _ := absName(origin, r.URL.Query().Get("name"))
+	name, _ := zoneapi.AbsName(origin, r.URL.Query().Get("name"))
 	texts := []string{}
 	for _, rr := range f.zone(origin) {
 		if dnsname.Lower(rr.Header().Name) == name {
@@ -298,7 +299,7 @@ func TestAPIZoneNameMode(t *testing.T) {
 	if rep.Zone != splitOrigin || rep.Serial != 1 || len(rep.Shards) != 3 {
 		t.Errorf("PUT: unexpected report %s", body)
 	}
-	rrs, _ := parseZoneText(splitOrigin, splitZone())
+	rrs, _ := zoneapi.ParseZone(splitOrigin, splitZone())
 	if rep.Records != len(rrs) {
 		t.Errorf("PUT: expected %d records, got %d", len(rrs), rep.Records)
 	}
@@ -321,7 +322,7 @@ func TestAPIZoneNameMode(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("GET zone: expected 200, got %d %s", status, body)
 	}
-	got, err := parseZoneText(splitOrigin, string(body))
+	got, err := zoneapi.ParseZone(splitOrigin, string(body))
 	if err != nil {
 		t.Fatal(err)
 	}

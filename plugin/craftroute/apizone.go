@@ -13,24 +13,18 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 )
 
 // The zone and record paths of the router's API, placed by the key mode.
 
-// zoneInfo is a shard's zone as GET /v1/zones lists it.
-type zoneInfo struct {
-	Zone    string `json:"zone"`
-	Serial  uint32 `json:"serial"`
-	Records int    `json:"records"`
-}
-
 // routedZone is a zone as the router lists it: the highest serial, the sum
 // of the records of the shards that hold it (replicated records counted
 // once per shard), and those shards.
 type routedZone struct {
-	zoneInfo
+	zoneapi.ZoneInfo
 	Shards []string `json:"shards"`
 }
 
@@ -46,17 +40,17 @@ func (a *apiServer) listZones(w http.ResponseWriter, r *http.Request) {
 }
 
 // mergeZoneLists joins the shards' zone lists, sorted by zone.
-func mergeZoneLists(shards []*Shard, lists [][]zoneInfo) []routedZone {
+func mergeZoneLists(shards []*Shard, lists [][]zoneapi.ZoneInfo) []routedZone {
 	byZone := map[string]*routedZone{}
 	for i, list := range lists {
 		for _, zi := range list {
 			o := dnsname.Lower(dns.Fqdn(zi.Zone))
 			rz := byZone[o]
 			if rz == nil {
-				rz = &routedZone{zoneInfo: zoneInfo{Zone: o, Serial: zi.Serial}}
+				rz = &routedZone{ZoneInfo: zoneapi.ZoneInfo{Zone: o, Serial: zi.Serial}}
 				byZone[o] = rz
 			}
-			if serialAfter(zi.Serial, rz.Serial) {
+			if zoneapi.SerialAfter(zi.Serial, rz.Serial) {
 				rz.Serial = zi.Serial
 			}
 			rz.Records += zi.Records
@@ -72,16 +66,8 @@ func mergeZoneLists(shards []*Shard, lists [][]zoneInfo) []routedZone {
 	return out
 }
 
-// serialAfter reports whether SOA serial a is after b (RFC 1982).
-func serialAfter(a, b uint32) bool { return a != b && int32(a-b) > 0 }
-
 func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
-	origin, err := zoneParam(r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxZoneBody))
+	origin, body, err := zoneapi.ReadZone(w, r)
 	if err != nil {
 		fail(w, err)
 		return
@@ -94,7 +80,7 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *apiServer) getZone(w http.ResponseWriter, r *http.Request) {
-	origin, err := zoneParam(r)
+	origin, err := zoneapi.ZoneParam(r)
 	if err != nil {
 		fail(w, err)
 		return
@@ -123,7 +109,7 @@ func (a *apiServer) getZone(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(exports) == 0 {
-		fail(w, apiErrorf(http.StatusNotFound, "zone %q not found", origin))
+		fail(w, zoneapi.Errorf(http.StatusNotFound, "zone %q not found", origin))
 		return
 	}
 	rrs, err := mergeExports(origin, exports)
@@ -147,10 +133,10 @@ func mergeExports(origin string, exports [][]byte) ([]dns.RR, error) {
 	for _, text := range exports {
 		zp := dns.NewZoneParser(bytes.NewReader(text), origin, "")
 		zp.SetIncludeAllowed(false)
-		zp.SetDefaultTTL(defaultTTL)
+		zp.SetDefaultTTL(zoneapi.DefaultTTL)
 		for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
 			if s, isSOA := rr.(*dns.SOA); isSOA {
-				if soa == nil || serialAfter(s.Serial, soa.Serial) {
+				if soa == nil || zoneapi.SerialAfter(s.Serial, soa.Serial) {
 					soa = s
 				}
 				continue
@@ -175,7 +161,7 @@ func mergeExports(origin string, exports [][]byte) ([]dns.RR, error) {
 }
 
 func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
-	origin, err := zoneParam(r)
+	origin, err := zoneapi.ZoneParam(r)
 	if err != nil {
 		fail(w, err)
 		return
@@ -215,7 +201,7 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case absent == len(shards):
-		fail(w, apiErrorf(http.StatusNotFound, "zone %q not found", origin))
+		fail(w, zoneapi.Errorf(http.StatusNotFound, "zone %q not found", origin))
 	case deleted+absent < len(shards):
 		status, msg := rep.failure("DELETE")
 		rep.Error = msg
@@ -227,17 +213,13 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *apiServer) getRecords(w http.ResponseWriter, r *http.Request) {
-	origin, err := zoneParam(r)
+	origin, err := zoneapi.ZoneParam(r)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	name := r.URL.Query().Get("name")
-	if name == "" {
-		fail(w, apiErrorf(http.StatusBadRequest, "the name parameter is required"))
-		return
-	}
-	if name, err = absName(origin, name); err != nil {
+	name, _, err := zoneapi.RecordsQuery(r, origin)
+	if err != nil {
 		fail(w, err)
 		return
 	}
@@ -250,12 +232,12 @@ func (a *apiServer) getRecords(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
-	origin, err := zoneParam(r)
+	origin, err := zoneapi.ZoneParam(r)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRecordsBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, zoneapi.MaxRecordsBody))
 	if err != nil {
 		fail(w, err)
 		return
@@ -289,7 +271,7 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 // applyParts sends the parts of a record change to their shards, one after
 // the other in shard name order, and stops at the first failure. Each part
 // is atomic on its shard; the parts committed before a failure stay.
-func (a *apiServer) applyParts(ctx context.Context, origin string, parts map[*Shard]*changeRequest) (int, zoneReport) {
+func (a *apiServer) applyParts(ctx context.Context, origin string, parts map[*Shard]*zoneapi.Change) (int, zoneReport) {
 	shards := make([]*Shard, 0, len(parts))
 	for s := range parts {
 		shards = append(shards, s)
@@ -314,7 +296,7 @@ func (a *apiServer) applyParts(ctx context.Context, origin string, parts map[*Sh
 				sr.fail(fmt.Errorf("shard %s: unreadable answer", s.Name))
 			default:
 				sr.Status, sr.Serial = statusCommitted, out.Serial
-				if serialAfter(out.Serial, rep.Serial) || rep.Serial == 0 {
+				if zoneapi.SerialAfter(out.Serial, rep.Serial) || rep.Serial == 0 {
 					rep.Serial = out.Serial
 				}
 			}
@@ -353,9 +335,9 @@ type shardReport struct {
 
 func (sr *shardReport) fail(err error) {
 	sr.Status, sr.code, sr.Error = statusFailed, http.StatusBadGateway, err.Error()
-	var aerr *apiError
-	if errors.As(err, &aerr) {
-		sr.code = aerr.status
+	var zerr *zoneapi.Error
+	if errors.As(err, &zerr) {
+		sr.code = zerr.Status
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/craftdns/craftdns/internal/zoneapi"
 )
 
 // waitFor polls cond every 20ms, at most 500 times.
@@ -35,7 +37,7 @@ func TestSeedAndDiscover(t *testing.T) {
 	// A zone some shard holds already is not seeded; one only s1 holds is
 	// discovered.
 	for _, z := range []struct{ shard, origin string }{{"s0", "present.net."}, {"s1", "other.com."}} {
-		rrs, err := parseZoneText(z.origin, "@ 300 IN SOA ns h 7 2 3 4 5\n@ 300 IN NS ns\n")
+		rrs, err := zoneapi.ParseZone(z.origin, "@ 300 IN SOA ns h 7 2 3 4 5\n@ 300 IN NS ns\n")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +67,7 @@ func TestSeedAndDiscover(t *testing.T) {
 		}
 		return true
 	})
-	rrs, _ := parseZoneText(splitOrigin, splitZone())
+	rrs, _ := zoneapi.ParseZone(splitOrigin, splitZone())
 	for s, part := range c.split(splitOrigin, rrs) {
 		if got := len(ff[s.Name].zone(splitOrigin)); got != len(part) {
 			t.Errorf("shard %s: expected %d records, got %d", s.Name, len(part), got)
@@ -103,7 +105,7 @@ func TestSeedZoneMode(t *testing.T) {
 
 func TestRefreshZonesReplaces(t *testing.T) {
 	c, ff, _ := apiRouter(t, keyZone, 2, "")
-	rrs, err := parseZoneText("kept.net.", "@ 300 IN SOA ns h 1 2 3 4 5\n@ 300 IN NS ns\n")
+	rrs, err := zoneapi.ParseZone("kept.net.", "@ 300 IN SOA ns h 1 2 3 4 5\n@ 300 IN NS ns\n")
 	if err != nil {
 		t.Fatal(err)
 	}

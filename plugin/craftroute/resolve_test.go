@@ -74,23 +74,10 @@ func layout(t testing.TB, c *Craftroute, origin string, rrs []dns.RR) map[string
 	return parts
 }
 
-func parseZone(t testing.TB, origin, text string) []dns.RR {
-	t.Helper()
-	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
-	var rrs []dns.RR
-	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
-		rrs = append(rrs, rr)
-	}
-	if err := zp.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return rrs
-}
-
 // testRouter returns a router over n in-memory shards holding the zone text.
 func testRouter(t testing.TB, origin, text string, n int) (*Craftroute, *zone.Zone) {
 	t.Helper()
-	rrs := parseZone(t, origin, text)
+	rrs := dnsdiff.ParseZone(t, origin, text)
 	whole := zone.New(origin)
 	whole.Load(rrs)
 

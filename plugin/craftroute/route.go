@@ -1,7 +1,8 @@
 package craftroute
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -121,13 +122,7 @@ func (zs *zoneSet) update(f func(map[string]bool)) {
 
 // list returns the known zones, sorted.
 func (zs *zoneSet) list() []string {
-	m := *zs.cur.Load()
-	out := make([]string, 0, len(m))
-	for z := range m {
-		out = append(out, z)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(*zs.cur.Load()))
 }
 
 // zoneOf returns the longest server block zone or known zone containing

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 )
@@ -26,12 +27,12 @@ func (s *serials) observe(origin string, serial uint32) uint32 {
 	s.mu.RLock()
 	cur, ok := s.m[origin]
 	s.mu.RUnlock()
-	if ok && !serialAfter(serial, cur) {
+	if ok && !zoneapi.SerialAfter(serial, cur) {
 		return cur
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur, ok := s.m[origin]; ok && !serialAfter(serial, cur) {
+	if cur, ok := s.m[origin]; ok && !zoneapi.SerialAfter(serial, cur) {
 		return cur
 	}
 	if s.m == nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/craftdns/craftdns/internal/dnsdiff"
+
 	"github.com/miekg/dns"
 )
 
@@ -15,7 +17,7 @@ func TestSerialPresented(t *testing.T) {
 	ms := c.ex.(memShards)
 	// Shard s1 took a change: its serial is ahead.
 	rrs := []dns.RR{}
-	for _, rr := range parseZone(t, "example.org.", serveZone) {
+	for _, rr := range dnsdiff.ParseZone(t, "example.org.", serveZone) {
 		if soa, ok := rr.(*dns.SOA); ok {
 			soa.Serial = 5
 		}

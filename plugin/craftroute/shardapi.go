@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/craftdns/craftdns/internal/zoneapi"
 )
 
 // shardClient calls the shards' HTTP APIs.
@@ -106,7 +108,7 @@ type shardReply struct {
 	body   []byte
 }
 
-// err returns the error the reply carries as an apiError: of the shard's
+// err returns the error the reply carries as a *zoneapi.Error: of the shard's
 // status for a request it refused (4xx), of 502 when the shard failed (5xx)
 // or refused the router's shard_token (401, 403).
 func (r *shardReply) err(s *Shard) error {
@@ -122,11 +124,11 @@ func (r *shardReply) err(s *Shard) error {
 	}
 	switch {
 	case r.status == http.StatusUnauthorized || r.status == http.StatusForbidden:
-		return apiErrorf(http.StatusBadGateway, "shard %s refused the router's shard_token (%d): %s", s.Name, r.status, msg)
+		return zoneapi.Errorf(http.StatusBadGateway, "shard %s refused the router's shard_token (%d): %s", s.Name, r.status, msg)
 	case r.status >= 500:
-		return apiErrorf(http.StatusBadGateway, "shard %s (%d): %s", s.Name, r.status, msg)
+		return zoneapi.Errorf(http.StatusBadGateway, "shard %s (%d): %s", s.Name, r.status, msg)
 	}
-	return apiErrorf(r.status, "shard %s: %s", s.Name, msg)
+	return zoneapi.Errorf(r.status, "shard %s: %s", s.Name, msg)
 }
 
 // do is open, the answer read whole.
@@ -178,10 +180,10 @@ func (sc *shardClient) proxy(ctx context.Context, w http.ResponseWriter, s *Shar
 }
 
 // zoneLists returns the zone list of every shard (c.cfg.shards order).
-func (sc *shardClient) zoneLists(ctx context.Context) ([][]zoneInfo, []error) {
+func (sc *shardClient) zoneLists(ctx context.Context) ([][]zoneapi.ZoneInfo, []error) {
 	shards := sc.c.cfg.shards
 	replies, errs := sc.each(ctx, shards, http.MethodGet, "/v1/zones", nil, "")
-	lists := make([][]zoneInfo, len(shards))
+	lists := make([][]zoneapi.ZoneInfo, len(shards))
 	for i, rep := range replies {
 		switch {
 		case errs[i] != nil:
@@ -218,7 +220,7 @@ func (sc *shardClient) importZone(ctx context.Context, origin string, text []byt
 		return res.status, json.RawMessage(res.body)
 	}
 
-	rrs, err := parseZoneText(origin, string(text))
+	rrs, err := zoneapi.ParseZone(origin, string(text))
 	if err != nil {
 		return http.StatusBadRequest, map[string]string{"error": err.Error()}
 	}
@@ -231,7 +233,7 @@ func (sc *shardClient) importZone(ctx context.Context, origin string, text []byt
 		wg.Go(func() {
 			sr := shardReport{Shard: s.Name}
 			res, err := sc.do(ctx, s, http.MethodPut, zonePath(origin), "", zoneText(parts[s]), "text/dns")
-			var out zoneInfo
+			var out zoneapi.ZoneInfo
 			switch {
 			case err != nil:
 				sr.fail(err)
@@ -247,7 +249,7 @@ func (sc *shardClient) importZone(ctx context.Context, origin string, text []byt
 	}
 	wg.Wait()
 	for _, sr := range rep.Shards {
-		if sr.Status == statusCommitted && (rep.Serial == 0 || serialAfter(sr.Serial, rep.Serial)) {
+		if sr.Status == statusCommitted && (rep.Serial == 0 || zoneapi.SerialAfter(sr.Serial, rep.Serial)) {
 			rep.Serial = sr.Serial
 		}
 	}

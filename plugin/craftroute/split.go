@@ -14,6 +14,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 )
@@ -26,9 +27,6 @@ import (
 // their cut included: the router adds their addresses to referrals
 // (resolve.go), so that no copy of them can go stale. In key mode
 // "zone" the whole zone lives on the shard of its origin.
-
-// defaultTTL is the TTL of records written without one, as in craftstore.
-const defaultTTL = 3600
 
 // cutQueryParallel bounds the concurrent partition-mode queries that place
 // the names of one change.
@@ -94,52 +92,6 @@ func underCut(origin, name string, cuts map[string]bool) bool {
 		}
 	}
 	return false
-}
-
-// parseZoneText parses zone file text for origin (canonical) as craftstore
-// does and checks what every part of a split needs: every record inside the
-// zone and of class IN, one SOA at the apex, NS records at the apex. The
-// shards check the rest.
-func parseZoneText(origin, text string) ([]dns.RR, error) {
-	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
-	zp.SetIncludeAllowed(false)
-	zp.SetDefaultTTL(defaultTTL)
-	var rrs []dns.RR
-	soa, ns := 0, 0
-	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
-		h := rr.Header()
-		name := dnsname.Lower(h.Name)
-		if h.Class != dns.ClassINET {
-			return nil, fmt.Errorf("record %q: class must be IN", rr.String())
-		}
-		if !dns.IsSubDomain(origin, name) {
-			return nil, fmt.Errorf("record %q: name is outside zone %q", h.Name, origin)
-		}
-		switch h.Rrtype {
-		case dns.TypeSOA:
-			if name != origin {
-				return nil, fmt.Errorf("SOA record at %q is not at the zone apex %q", h.Name, origin)
-			}
-			soa++
-		case dns.TypeNS:
-			if name == origin {
-				ns++
-			}
-		}
-		rrs = append(rrs, rr)
-	}
-	if err := zp.Err(); err != nil {
-		return nil, err
-	}
-	switch {
-	case soa == 0:
-		return nil, fmt.Errorf("zone %q has no SOA record at its apex", origin)
-	case soa > 1:
-		return nil, fmt.Errorf("zone %q has %d SOA records", origin, soa)
-	case ns == 0:
-		return nil, fmt.Errorf("zone %q has no NS records at its apex", origin)
-	}
-	return rrs, nil
 }
 
 // zoneText writes rrs as zone file text, one record per line.
@@ -311,7 +263,7 @@ func (c *Craftroute) checkNewCuts(ctx context.Context, origin string, cuts map[s
 				return &errNoShard{s.Name, err}
 			}
 			if f, err := partition.Parse(resp); err == nil && f.Kind == partition.Final && f.Origin == origin {
-				return apiErrorf(http.StatusConflict, "%s holds records or has names below it (on shard %s): "+
+				return zoneapi.Errorf(http.StatusConflict, "%s holds records or has names below it (on shard %s): "+
 					"in key mode name a delegation over existing names needs the zone imported again (PUT)", name, s.Name)
 			}
 		}
@@ -319,35 +271,21 @@ func (c *Craftroute) checkNewCuts(ctx context.Context, origin string, cuts map[s
 	return nil
 }
 
-// changeRequest is the body of POST /v1/zones/{zone}/records.
-type changeRequest struct {
-	Add    []string          `json:"add,omitempty"`
-	Delete []json.RawMessage `json:"delete,omitempty"`
-}
-
 // splitChange parses a record change of zone origin (the body of POST
 // /v1/zones/{zone}/records) and groups its additions and deletions by the
 // shards that hold their names (key mode "name"). Errors are apiErrors for
 // a bad body, errZoneAbsent, or failures to reach the shards.
-func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte) (map[*Shard]*changeRequest, error) {
-	var req changeRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, apiErrorf(http.StatusBadRequest, "body: %v", err)
-	}
-	if len(req.Add) == 0 && len(req.Delete) == 0 {
-		return nil, apiErrorf(http.StatusBadRequest, "nothing to add or delete")
+func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte) (map[*Shard]*zoneapi.Change, error) {
+	req, err := zoneapi.ReadChange(bytes.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	p := newPlacer(c, origin)
 	adds := make([]placement, len(req.Add))
 	for i, text := range req.Add {
-		rr, err := parseRecord(origin, text)
-		if err == nil && !dns.IsSubDomain(origin, dnsname.Lower(rr.Header().Name)) {
-			err = fmt.Errorf("record %q: name is outside zone %q", rr.Header().Name, origin)
-		}
+		rr, err := zoneapi.ParseRecord(origin, text)
 		if err != nil {
-			return nil, apiErrorf(http.StatusBadRequest, "add[%d]: %v", i, err)
+			return nil, zoneapi.BadRequest("add[%d]: %v", i, err)
 		}
 		adds[i] = placement{dnsname.Lower(rr.Header().Name), rr.Header().Rrtype}
 		if ns, ok := rr.(*dns.NS); ok {
@@ -358,7 +296,7 @@ func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte
 	for i, raw := range req.Delete {
 		pl, err := deletionPlacement(origin, raw)
 		if err != nil {
-			return nil, apiErrorf(http.StatusBadRequest, "delete[%d]: %v", i, err)
+			return nil, zoneapi.BadRequest("delete[%d]: %v", i, err)
 		}
 		dels[i] = pl
 	}
@@ -368,10 +306,10 @@ func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte
 	if err := c.checkNewCuts(ctx, origin, p.newCuts); err != nil {
 		return nil, err
 	}
-	parts := map[*Shard]*changeRequest{}
-	part := func(s *Shard) *changeRequest {
+	parts := map[*Shard]*zoneapi.Change{}
+	part := func(s *Shard) *zoneapi.Change {
 		if parts[s] == nil {
-			parts[s] = &changeRequest{}
+			parts[s] = &zoneapi.Change{}
 		}
 		return parts[s]
 	}
@@ -388,59 +326,19 @@ func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte
 	return parts, nil
 }
 
-// parseRecord parses one record in zone file syntax, relative to origin.
-func parseRecord(origin, text string) (dns.RR, error) {
-	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
-	zp.SetIncludeAllowed(false)
-	zp.SetDefaultTTL(defaultTTL)
-	rr, ok := zp.Next()
-	if err := zp.Err(); err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, errors.New("empty record")
-	}
-	if _, more := zp.Next(); more {
-		return nil, fmt.Errorf("%q holds more than one record", text)
-	}
-	return rr, nil
-}
-
-// deletionPlacement reads a deletion, "RR text", {"name","type"} or
-// {"name"}, for its name and type (dns.TypeANY: every RRset).
+// deletionPlacement reads a deletion (zoneapi.ParseDeletion) for its name
+// and type (dns.TypeANY: every RRset).
 func deletionPlacement(origin string, raw json.RawMessage) (placement, error) {
-	var text string
-	if json.Unmarshal(raw, &text) == nil {
-		rr, err := parseRecord(origin, text)
-		if err != nil {
-			return placement{}, err
-		}
-		name := dnsname.Lower(rr.Header().Name)
-		if !dns.IsSubDomain(origin, name) {
-			return placement{}, fmt.Errorf("record %q: name is outside zone %q", rr.Header().Name, origin)
-		}
-		return placement{name, rr.Header().Rrtype}, nil
-	}
-	var sel struct {
-		Name string `json:"name"`
-		Type string `json:"type"`
-	}
-	if err := json.Unmarshal(raw, &sel); err != nil || sel.Name == "" {
-		return placement{}, errors.New(`want "RR text", {"name","type"} or {"name"}`)
-	}
-	name, err := absName(origin, sel.Name)
-	if err != nil {
+	d, err := zoneapi.ParseDeletion(origin, raw)
+	switch {
+	case err != nil:
 		return placement{}, err
+	case d.RR != nil:
+		return placement{dnsname.Lower(d.RR.Header().Name), d.RR.Header().Rrtype}, nil
+	case d.Type == 0:
+		return placement{d.Name, dns.TypeANY}, nil
 	}
-	pl := placement{name: name, rrtype: dns.TypeANY}
-	if sel.Type != "" {
-		t, ok := dns.StringToType[strings.ToUpper(sel.Type)]
-		if !ok {
-			return placement{}, fmt.Errorf("unknown type %q", sel.Type)
-		}
-		pl.rrtype = t
-	}
-	return pl, nil
+	return placement{d.Name, d.Type}, nil
 }
 
 // byName returns shards sorted by name.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -66,7 +67,7 @@ func rrKey(rr dns.RR) string { return strings.ToLower(rr.String()) }
 
 func TestSplitNameMode(t *testing.T) {
 	c := splitRouter(t, keyName, 3)
-	rrs, err := parseZoneText(splitOrigin, splitZone())
+	rrs, err := zoneapi.ParseZone(splitOrigin, splitZone())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestSplitNameMode(t *testing.T) {
 
 func TestSplitZoneMode(t *testing.T) {
 	c := splitRouter(t, keyZone, 3)
-	rrs, err := parseZoneText(splitOrigin, splitZone())
+	rrs, err := zoneapi.ParseZone(splitOrigin, splitZone())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,25 +147,6 @@ func TestUnderCut(t *testing.T) {
 	for _, tc := range tests {
 		if got := underCut("example.org.", tc.name, cuts); got != tc.want {
 			t.Errorf("underCut(%s): expected %v, got %v", tc.name, tc.want, got)
-		}
-	}
-}
-
-func TestParseZoneTextErrors(t *testing.T) {
-	tests := []struct {
-		text, want string
-	}{
-		{"@ 300 IN NS ns1\n", "no SOA"},
-		{"@ 300 IN SOA ns1 h 1 2 3 4 5\n", "no NS"},
-		{"@ 300 IN SOA ns1 h 1 2 3 4 5\n@ 300 IN NS ns1\nwww.example.net. 300 IN A 192.0.2.1\n", "outside zone"},
-		{"@ 300 IN SOA ns1 h 1 2 3 4 5\n@ 300 IN NS ns1\nwww 300 CH A 192.0.2.1\n", "class must be IN"},
-		{"@ 300 IN SOA ns1 h 1 2 3 4 5\n@ 300 IN NS ns1\nwww 300 IN SOA ns1 h 1 2 3 4 5\n", "not at the zone apex"},
-		{"@ 300 IN SOA ns1 h 1 2 3 4 5\n@ 300 IN NS ns1\nwww 300 IN A 192.0.2\n", "A"},
-	}
-	for _, tc := range tests {
-		_, err := parseZoneText(splitOrigin, tc.text)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: expected an error with %q, got %v", tc.text, tc.want, err)
 		}
 	}
 }
@@ -215,7 +197,7 @@ func (zs *zoneShards) load(c *Craftroute, origin string, rrs []dns.RR) {
 
 func TestCoveredByCut(t *testing.T) {
 	c := splitRouter(t, keyName, 3)
-	rrs, err := parseZoneText(splitOrigin, splitZone())
+	rrs, err := zoneapi.ParseZone(splitOrigin, splitZone())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +232,7 @@ func TestCoveredByCut(t *testing.T) {
 
 func TestPlacer(t *testing.T) {
 	c := splitRouter(t, keyName, 3)
-	rrs, err := parseZoneText(splitOrigin, splitZone())
+	rrs, err := zoneapi.ParseZone(splitOrigin, splitZone())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 )
@@ -119,7 +120,7 @@ func updateRouter(t *testing.T, key string, members ...[]*fakeMember) *Craftrout
 			s.Members = append(s.Members, newMember(s.Name, fm.addr, time.Second))
 		}
 	}
-	rrs, err := parseZoneText(splitOrigin, splitZone())
+	rrs, err := zoneapi.ParseZone(splitOrigin, splitZone())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,26 +3,17 @@ package craftstore
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
-)
-
-// Body size limits of the HTTP API.
-const (
-	maxZoneBody    = 256 << 20 // a zone file
-	maxRecordsBody = 4 << 20   // a record change or a member change
 )
 
 // apiServer is the HTTP JSON API of one member (README.md, "HTTP API";
@@ -42,19 +33,19 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica) (
 	}
 	a := &apiServer{ln: ln, rep: rep, token: token, timeout: timeout}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/zones", a.listZones)
-	mux.HandleFunc("PUT /v1/zones/{zone}", a.putZone)
-	mux.HandleFunc("GET /v1/zones/{zone}", a.getZone)
-	mux.HandleFunc("DELETE /v1/zones/{zone}", a.deleteZone)
+	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
+		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
 	mux.HandleFunc("POST /v1/zones/{zone}/axfr", a.axfrZone)
-	mux.HandleFunc("POST /v1/zones/{zone}/records", a.changeRecords)
-	mux.HandleFunc("GET /v1/zones/{zone}/records", a.getRecords)
 	mux.HandleFunc("GET /v1/cluster", a.cluster)
 	mux.HandleFunc("GET /v1/health", a.health)
 	mux.HandleFunc("POST /v1/cluster/members", a.addMember)
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", a.removeMember)
 	a.srv = &http.Server{Handler: httpapi.Auth("craftstore", a.token, mux), ReadHeaderTimeout: 10 * time.Second}
-	go a.srv.Serve(ln)
+	go func() {
+		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Errorf("api on %s: %v", ln.Addr(), err)
+		}
+	}()
 	return a, nil
 }
 
@@ -70,12 +61,13 @@ func (a *apiServer) close() {
 // for a body over the limit, or 500.
 func fail(w http.ResponseWriter, err error) {
 	var rerr *replica.Error
-	var tooBig *http.MaxBytesError
+	if status, msg, ok := zoneapi.Status(err); ok {
+		httpapi.WriteError(w, status, msg)
+		return
+	}
 	switch {
 	case errors.As(err, &rerr):
 		httpapi.WriteError(w, httpStatus(rerr), rerr.Msg)
-	case errors.As(err, &tooBig):
-		httpapi.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", tooBig.Limit))
 	default:
 		httpapi.WriteError(w, http.StatusInternalServerError, err.Error())
 	}
@@ -104,18 +96,9 @@ func badRequest(format string, a ...any) error {
 	return replica.Errorf(replica.ErrInvalid, format, a...)
 }
 
-// zoneParam returns the canonical origin named in the path.
-func zoneParam(r *http.Request) (string, error) {
-	z := r.PathValue("zone")
-	if _, ok := dns.IsDomainName(z); !ok || z == "" {
-		return "", badRequest("%q is not a domain name", z)
-	}
-	return dns.CanonicalName(z), nil
-}
-
-// existingZone is zoneParam for a zone that must exist.
+// existingZone is zoneapi.ZoneParam for a zone that must exist.
 func (a *apiServer) existingZone(r *http.Request) (string, error) {
-	z, err := zoneParam(r)
+	z, err := zoneapi.ZoneParam(r)
 	if err != nil {
 		return "", err
 	}
@@ -125,20 +108,14 @@ func (a *apiServer) existingZone(r *http.Request) (string, error) {
 	return z, nil
 }
 
-type zoneInfo struct {
-	Zone    string `json:"zone"`
-	Serial  uint32 `json:"serial"`
-	Records int    `json:"records"`
-}
-
 func (a *apiServer) listZones(w http.ResponseWriter, r *http.Request) {
-	out := []zoneInfo{}
+	out := []zoneapi.ZoneInfo{}
 	for _, o := range a.rep.Zones() {
 		z := a.rep.Zone(o)
 		if z == nil {
 			continue
 		}
-		info := zoneInfo{Zone: o, Records: z.Records()}
+		info := zoneapi.ZoneInfo{Zone: o, Records: z.Records()}
 		if soa := z.SOA(); soa != nil {
 			info.Serial = soa.Serial
 		}
@@ -148,17 +125,12 @@ func (a *apiServer) listZones(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
-	origin, err := zoneParam(r)
+	origin, body, err := zoneapi.ReadZone(w, r)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxZoneBody))
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	rrs, err := parseZone(origin, string(body))
+	rrs, err := zoneapi.ParseZone(origin, string(body))
 	if err != nil {
 		fail(w, badRequest("%v", err))
 		return
@@ -170,7 +142,7 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, zoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
+	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }
 
 func (a *apiServer) getZone(w http.ResponseWriter, r *http.Request) {
@@ -214,69 +186,22 @@ func (a *apiServer) getRecords(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	name := r.URL.Query().Get("name")
-	if name == "" {
-		fail(w, badRequest("the name parameter is required"))
-		return
-	}
-	if name, err = absName(origin, name); err != nil {
+	name, qtype, err := zoneapi.RecordsQuery(r, origin)
+	if err != nil {
 		fail(w, err)
 		return
-	}
-	var qtype uint16
-	if t := r.URL.Query().Get("type"); t != "" {
-		var ok bool
-		if qtype, ok = dns.StringToType[strings.ToUpper(t)]; !ok {
-			fail(w, badRequest("unknown type %q", t))
-			return
-		}
 	}
 	texts := []string{}
 	for _, rr := range a.rep.Zone(origin).RRs(name, qtype) {
 		texts = append(texts, rr.String())
 	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"zone": origin, "name": name, "records": texts})
+	httpapi.WriteJSON(w, http.StatusOK, zoneapi.Records{Zone: origin, Name: name, Records: texts})
 }
 
-// absName makes an API name absolute: a name inside the zone as is (with or
-// without the final dot), anything else without a final dot relative to it.
-func absName(origin, name string) (string, error) {
-	if _, ok := dns.IsDomainName(name); !ok {
-		return "", badRequest("%q is not a domain name", name)
-	}
-	n := dns.CanonicalName(name)
-	if !dns.IsSubDomain(origin, n) && !strings.HasSuffix(name, ".") && name != "@" {
-		n = dns.CanonicalName(name + "." + origin)
-	}
-	if name == "@" {
-		n = origin
-	}
-	if !dns.IsSubDomain(origin, n) {
-		return "", badRequest("name %q is outside zone %q", name, origin)
-	}
-	return n, nil
-}
-
-// decodeBody decodes a JSON request body of at most maxRecordsBody bytes
-// into v, refusing unknown fields: a *replica.Error (400) for a bad body, an
-// *http.MaxBytesError (413) for one over the limit.
+// decodeBody decodes a JSON request body of at most zoneapi.MaxRecordsBody
+// bytes into v (zoneapi.Decode).
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRecordsBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return err
-		}
-		return badRequest("body: %v", err)
-	}
-	return nil
-}
-
-// changeRequest is the body of POST /v1/zones/{zone}/records.
-type changeRequest struct {
-	Add    []string          `json:"add"`
-	Delete []json.RawMessage `json:"delete"`
+	return zoneapi.Decode(http.MaxBytesReader(w, r.Body, zoneapi.MaxRecordsBody), v)
 }
 
 func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
@@ -285,18 +210,14 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	var req changeRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	req, err := zoneapi.ReadChange(http.MaxBytesReader(w, r.Body, zoneapi.MaxRecordsBody))
+	if err != nil {
 		fail(w, err)
-		return
-	}
-	if len(req.Add) == 0 && len(req.Delete) == 0 {
-		fail(w, badRequest("nothing to add or delete"))
 		return
 	}
 	add := make([]dns.RR, 0, len(req.Add))
 	for i, text := range req.Add {
-		rr, err := parseRR(origin, text)
+		rr, err := zoneapi.ParseRecord(origin, text)
 		if err != nil {
 			fail(w, badRequest("add[%d]: %v", i, err))
 			return
@@ -305,12 +226,12 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	del := make([]replica.Deletion, 0, len(req.Delete))
 	for i, raw := range req.Delete {
-		d, err := parseDeletion(origin, raw)
+		d, err := zoneapi.ParseDeletion(origin, raw)
 		if err != nil {
 			fail(w, badRequest("delete[%d]: %v", i, err))
 			return
 		}
-		del = append(del, d)
+		del = append(del, replica.Deletion(d))
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
@@ -319,36 +240,7 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"zone": origin, "serial": serial})
-}
-
-// parseDeletion reads "RR text", {"name","type"} or {"name"}.
-func parseDeletion(origin string, raw json.RawMessage) (replica.Deletion, error) {
-	var text string
-	if json.Unmarshal(raw, &text) == nil {
-		rr, err := parseRR(origin, text)
-		return replica.Deletion{RR: rr}, err
-	}
-	var sel struct {
-		Name string `json:"name"`
-		Type string `json:"type"`
-	}
-	if err := json.Unmarshal(raw, &sel); err != nil || sel.Name == "" {
-		return replica.Deletion{}, errors.New(`want "RR text", {"name","type"} or {"name"}`)
-	}
-	name, err := absName(origin, sel.Name)
-	if err != nil {
-		return replica.Deletion{}, err
-	}
-	d := replica.Deletion{Name: name}
-	if sel.Type != "" {
-		t, ok := dns.StringToType[strings.ToUpper(sel.Type)]
-		if !ok {
-			return replica.Deletion{}, fmt.Errorf("unknown type %q", sel.Type)
-		}
-		d.Type = t
-	}
-	return d, nil
+	httpapi.WriteJSON(w, http.StatusOK, zoneapi.Changed{Zone: origin, Serial: serial})
 }
 
 func (a *apiServer) cluster(w http.ResponseWriter, r *http.Request) {

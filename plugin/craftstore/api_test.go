@@ -173,16 +173,3 @@ func TestAPIToken(t *testing.T) {
 		t.Errorf("expected 200 with the token, got %d %s", code, raw)
 	}
 }
-
-func TestAbsName(t *testing.T) {
-	for in, want := range map[string]string{"www": "www.example.org.", "www.example.org": "www.example.org.",
-		"WWW.example.org.": "www.example.org.", "@": "example.org.", "example.org": "example.org."} {
-		got, err := absName("example.org.", in)
-		if err != nil || got != want {
-			t.Errorf("absName(%q): expected %q, got %q %v", in, want, got, err)
-		}
-	}
-	if _, err := absName("example.org.", "www.example.net."); err == nil {
-		t.Error("expected an error for a name outside the zone")
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -20,7 +21,7 @@ import (
 // Operators moving off BIND or Knot import a zone from its primary by AXFR
 // (RFC 5936): through the API (POST /v1/zones/{zone}/axfr) or with
 // `seed ZONE axfr ADDRESS` when the data directory is new. The records are
-// checked like a zone file (checkZone) and replace the zone as PUT does.
+// checked like a zone file (zoneapi.CheckZone) and replace the zone as PUT does.
 
 // Timeouts of a transfer from a primary: to connect, per message, and for
 // a whole transfer that seeds a zone.
@@ -91,7 +92,7 @@ func primaryAddr(s string) (string, error) {
 // axfrZone is POST /v1/zones/{zone}/axfr: transfer the zone from a primary
 // and create or replace it, answering like PUT.
 func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
-	origin, err := zoneParam(r)
+	origin, err := zoneapi.ZoneParam(r)
 	if err != nil {
 		fail(w, err)
 		return
@@ -124,7 +125,7 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.Infof("imported zone %s by AXFR from %s: %d records, serial %d", origin, primary, res.Records, res.Serial)
-	httpapi.WriteJSON(w, http.StatusOK, zoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
+	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }
 
 // axfrIn transfers origin from primary by AXFR, TSIG-signed with key unless
@@ -172,8 +173,8 @@ func axfrIn(ctx context.Context, origin, primary string, key *tsigKey) ([]dns.RR
 			size += dns.Len(rr)
 			rrs = append(rrs, rr)
 		}
-		if size > maxZoneBody {
-			ferr = bad(replica.ErrTooLarge, "zone over %d bytes", maxZoneBody)
+		if size > zoneapi.MaxZoneBody {
+			ferr = bad(replica.ErrTooLarge, "zone over %d bytes", zoneapi.MaxZoneBody)
 			nc.Close()
 		}
 	}
@@ -188,7 +189,7 @@ func axfrIn(ctx context.Context, origin, primary string, key *tsigKey) ([]dns.RR
 		return nil, bad(replica.ErrUpstream, "incomplete transfer")
 	}
 	rrs = rrs[:len(rrs)-1]
-	if err := checkZone(origin, rrs); err != nil {
+	if err := zoneapi.CheckZone(origin, rrs); err != nil {
 		return nil, bad(replica.ErrInvalid, "%v", err)
 	}
 	return rrs, nil
@@ -219,6 +220,6 @@ func (s seedSource) load(ctx context.Context, origin string) (rrs []dns.RR, retr
 	if err != nil {
 		return nil, false, err
 	}
-	rrs, err = parseZone(origin, string(text))
+	rrs, err = zoneapi.ParseZone(origin, string(text))
 	return rrs, false, err
 }

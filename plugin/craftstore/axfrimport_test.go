@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/craftdns/craftdns/internal/dnsdiff"
+
 	"github.com/miekg/dns"
 )
 
@@ -17,14 +19,7 @@ const (
 // would; with signed set it requires the TSIG key xfrKey.
 func startPrimary(t *testing.T, origin, text string, signed bool) string {
 	t.Helper()
-	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
-	var rrs []dns.RR
-	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
-		rrs = append(rrs, rr)
-	}
-	if err := zp.Err(); err != nil {
-		t.Fatal(err)
-	}
+	rrs := dnsdiff.ParseZone(t, origin, text)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -29,7 +30,7 @@ alias IN CNAME www
 func newZoneMember(t *testing.T) (*replica.Replica, []dns.RR) {
 	t.Helper()
 	_, rep := newAPI(t, "")
-	rrs, err := parseZone("example.org.", partitionZone)
+	rrs, err := zoneapi.ParseZone("example.org.", partitionZone)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/plugin/transfer"
 
+	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -22,7 +23,7 @@ import (
 func newTransferer(t *testing.T) (*Craftstore, *replica.Replica) {
 	t.Helper()
 	_, rep := newAPI(t, "")
-	rrs, err := parseZone("example.org.", apiZone)
+	rrs, err := zoneapi.ParseZone("example.org.", apiZone)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,8 @@ package replica
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
@@ -37,13 +38,7 @@ func (r *Replica) Zone(origin string) *zone.Zone { return (*r.zones.Load())[orig
 
 // Zones returns the canonical origins of all zones, sorted.
 func (r *Replica) Zones() []string {
-	zs := *r.zones.Load()
-	out := make([]string, 0, len(zs))
-	for o := range zs {
-		out = append(out, o)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(*r.zones.Load()))
 }
 
 // swapZone installs (or with z nil removes) the view of one zone. Only the

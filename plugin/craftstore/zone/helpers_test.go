@@ -1,33 +1,20 @@
 package zone
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/test"
 
+	"github.com/craftdns/craftdns/internal/dnsdiff"
+
 	"github.com/miekg/dns"
 )
-
-// parse returns the RRs of a zone file text.
-func parse(t testing.TB, origin, text string) []dns.RR {
-	t.Helper()
-	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
-	var rrs []dns.RR
-	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
-		rrs = append(rrs, rr)
-	}
-	if err := zp.Err(); err != nil {
-		t.Fatalf("parsing zone %s: %v", origin, err)
-	}
-	return rrs
-}
 
 // load returns a Zone holding the zone file text.
 func load(t testing.TB, origin, text string) *Zone {
 	t.Helper()
 	z := New(origin)
-	z.Load(parse(t, origin, text))
+	z.Load(dnsdiff.ParseZone(t, origin, text))
 	return z
 }
 

@@ -67,7 +67,7 @@ func serve(t *testing.T, z *Zone) string {
 // compares their answers to queries.
 func diff(t *testing.T, origin, zoneText string, queries []dnsdiff.Query) {
 	z := New(origin)
-	z.Load(parse(t, origin, zoneText))
+	z.Load(dnsdiff.ParseZone(t, origin, zoneText))
 	ours := serve(t, z)
 	nsd := dnsdiff.StartNSD(t, origin, zoneText)
 	dnsdiff.Compare(t, nsd, ours, queries)

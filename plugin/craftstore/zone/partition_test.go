@@ -154,7 +154,7 @@ func TestPartitionProperties(t *testing.T) {
 	const origin = "example.com."
 	for _, seed := range []int64{1, 2} {
 		text, queries := dnsdiff.GenerateZone(origin, seed, dnsdiff.DefaultNames)
-		rrs := parse(t, origin, text)
+		rrs := dnsdiff.ParseZone(t, origin, text)
 		z := New(origin)
 		z.Load(rrs)
 

@@ -1,0 +1,331 @@
+// Package zoneapi is the contract of the zone and record paths of the HTTP
+// API, which craftstore serves for its member and craftroute serves over
+// the shards (docs/design.md, "HTTP API"): the path parameters, the bodies
+// and their limits, zone and record texts, the JSON types and the errors
+// that refuse a request. Both plugins parse a request the same way, so an
+// operator gets the same answer from a member and from a router.
+package zoneapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// Limits and defaults.
+const (
+	MaxZoneBody    = 256 << 20 // a zone file (PUT /v1/zones/{zone})
+	MaxRecordsBody = 4 << 20   // a record change, or another JSON body
+	// DefaultTTL is the TTL of records written without one (RFC 1035 master
+	// files take it from $TTL; the API's record texts may omit it).
+	DefaultTTL = 3600
+)
+
+// ZoneInfo is a zone as GET /v1/zones lists it, and the reply of PUT.
+type ZoneInfo struct {
+	Zone    string `json:"zone"`
+	Serial  uint32 `json:"serial"`
+	Records int    `json:"records"`
+}
+
+// Change is the body of POST /v1/zones/{zone}/records: records to add
+// (zone file lines) and deletions ("RR text", {"name","type"} or {"name"}),
+// applied as one change, deletions first.
+type Change struct {
+	Add    []string          `json:"add,omitempty"`
+	Delete []json.RawMessage `json:"delete,omitempty"`
+}
+
+// Changed is the reply to a change: the zone's serial after it.
+type Changed struct {
+	Zone   string `json:"zone"`
+	Serial uint32 `json:"serial"`
+}
+
+// Handlers serve the zone and record paths of the contract.
+type Handlers struct {
+	ListZones, PutZone, GetZone, DeleteZone, ChangeRecords, GetRecords http.HandlerFunc
+}
+
+// Register adds the zone and record paths to mux.
+func (h Handlers) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/zones", h.ListZones)
+	mux.HandleFunc("PUT /v1/zones/{zone}", h.PutZone)
+	mux.HandleFunc("GET /v1/zones/{zone}", h.GetZone)
+	mux.HandleFunc("DELETE /v1/zones/{zone}", h.DeleteZone)
+	mux.HandleFunc("POST /v1/zones/{zone}/records", h.ChangeRecords)
+	mux.HandleFunc("GET /v1/zones/{zone}/records", h.GetRecords)
+}
+
+// Error refuses a request with an HTTP status and a message for the client.
+type Error struct {
+	Status int
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Errorf returns an Error with status.
+func Errorf(status int, format string, a ...any) *Error {
+	return &Error{Status: status, Msg: fmt.Sprintf(format, a...)}
+}
+
+// BadRequest returns an Error with status 400.
+func BadRequest(format string, a ...any) *Error {
+	return Errorf(http.StatusBadRequest, format, a...)
+}
+
+// Status returns the HTTP status and message of an error that refuses the
+// request as the contract says: an *Error, or a body over its limit (413).
+// ok is false for any other error, which each plugin maps itself.
+func Status(err error) (status int, msg string, ok bool) {
+	var zerr *Error
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &zerr):
+		return zerr.Status, zerr.Msg, true
+	case errors.As(err, &tooBig):
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", tooBig.Limit), true
+	}
+	return 0, "", false
+}
+
+// ZoneParam returns the canonical origin named in the request's path.
+func ZoneParam(r *http.Request) (string, error) {
+	z := r.PathValue("zone")
+	if _, ok := dns.IsDomainName(z); !ok || z == "" {
+		return "", BadRequest("%q is not a domain name", z)
+	}
+	return dns.CanonicalName(z), nil
+}
+
+// ReadZone reads a PUT /v1/zones/{zone} request: the canonical origin and
+// the zone file text, at most MaxZoneBody bytes.
+func ReadZone(w http.ResponseWriter, r *http.Request) (origin string, text []byte, err error) {
+	if origin, err = ZoneParam(r); err != nil {
+		return "", nil, err
+	}
+	if text, err = io.ReadAll(http.MaxBytesReader(w, r.Body, MaxZoneBody)); err != nil {
+		return "", nil, err
+	}
+	return origin, text, nil
+}
+
+// Records is the reply of GET /v1/zones/{zone}/records.
+type Records struct {
+	Zone    string   `json:"zone"`
+	Name    string   `json:"name"`
+	Records []string `json:"records"`
+}
+
+// RecordsQuery reads the query of GET /v1/zones/{zone}/records for zone
+// origin: the name (required, made absolute) and the type (0: every type).
+func RecordsQuery(r *http.Request, origin string) (name string, qtype uint16, err error) {
+	q := r.URL.Query()
+	if name = q.Get("name"); name == "" {
+		return "", 0, BadRequest("the name parameter is required")
+	}
+	if name, err = AbsName(origin, name); err != nil {
+		return "", 0, err
+	}
+	if t := q.Get("type"); t != "" {
+		var ok bool
+		if qtype, ok = dns.StringToType[strings.ToUpper(t)]; !ok {
+			return "", 0, BadRequest("unknown type %q", t)
+		}
+	}
+	return name, qtype, nil
+}
+
+// AbsName makes an API name absolute and canonical: "@" is the origin, a
+// name inside the zone stays as it is (with or without the final dot), and
+// any other name without a final dot is relative to the origin.
+func AbsName(origin, name string) (string, error) {
+	if _, ok := dns.IsDomainName(name); !ok {
+		return "", BadRequest("%q is not a domain name", name)
+	}
+	n := dns.CanonicalName(name)
+	if !dns.IsSubDomain(origin, n) && !strings.HasSuffix(name, ".") && name != "@" {
+		n = dns.CanonicalName(name + "." + origin)
+	}
+	if name == "@" {
+		n = origin
+	}
+	if !dns.IsSubDomain(origin, n) {
+		return "", BadRequest("name %q is outside zone %q", name, origin)
+	}
+	return n, nil
+}
+
+// Decode decodes a JSON body into v, refusing unknown fields: a 400 Error
+// for a bad body; an *http.MaxBytesError passes through (413).
+func Decode(body io.Reader, v any) error {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return err
+		}
+		return BadRequest("body: %v", err)
+	}
+	return nil
+}
+
+// ReadChange decodes a Change, refusing one with nothing to do.
+func ReadChange(body io.Reader) (Change, error) {
+	var c Change
+	if err := Decode(body, &c); err != nil {
+		return Change{}, err
+	}
+	if len(c.Add) == 0 && len(c.Delete) == 0 {
+		return Change{}, BadRequest("nothing to add or delete")
+	}
+	return c, nil
+}
+
+// ParseRecord parses one record in zone file syntax, relative to origin,
+// and checks that the zone can hold it (CheckRecord).
+func ParseRecord(origin, text string) (dns.RR, error) {
+	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
+	zp.SetIncludeAllowed(false)
+	zp.SetDefaultTTL(DefaultTTL)
+	rr, ok := zp.Next()
+	if err := zp.Err(); err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errors.New("empty record")
+	}
+	if _, more := zp.Next(); more {
+		return nil, fmt.Errorf("%q holds more than one record", text)
+	}
+	return rr, CheckRecord(origin, rr)
+}
+
+// CheckRecord checks that zone origin can hold rr: class IN, a name inside
+// the zone, and a type that is data.
+func CheckRecord(origin string, rr dns.RR) error {
+	h := rr.Header()
+	if h.Class != dns.ClassINET {
+		return fmt.Errorf("record %q: class must be IN", rr.String())
+	}
+	if !dns.IsSubDomain(origin, strings.ToLower(h.Name)) {
+		return fmt.Errorf("record %q: name is outside zone %q", h.Name, origin)
+	}
+	switch h.Rrtype {
+	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeANY:
+		return fmt.Errorf("record %q: type %s cannot be stored", h.Name, dns.TypeToString[h.Rrtype])
+	}
+	return nil
+}
+
+// Deletion is one entry of Change.Delete: a record (RR set), or a name
+// and, unless Type is 0, a type.
+type Deletion struct {
+	RR   dns.RR
+	Name string // canonical
+	Type uint16
+}
+
+// ParseDeletion reads "RR text", {"name","type"} or {"name"}.
+func ParseDeletion(origin string, raw json.RawMessage) (Deletion, error) {
+	var text string
+	if json.Unmarshal(raw, &text) == nil {
+		rr, err := ParseRecord(origin, text)
+		return Deletion{RR: rr}, err
+	}
+	var sel struct {
+		Name string `json:"name"`
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &sel); err != nil || sel.Name == "" {
+		return Deletion{}, errors.New(`want "RR text", {"name","type"} or {"name"}`)
+	}
+	name, err := AbsName(origin, sel.Name)
+	if err != nil {
+		return Deletion{}, err
+	}
+	d := Deletion{Name: name}
+	if sel.Type != "" {
+		t, ok := dns.StringToType[strings.ToUpper(sel.Type)]
+		if !ok {
+			return Deletion{}, fmt.Errorf("unknown type %q", sel.Type)
+		}
+		d.Type = t
+	}
+	return d, nil
+}
+
+// ParseZone parses zone file text for origin and checks it (CheckZone).
+func ParseZone(origin, text string) ([]dns.RR, error) {
+	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
+	zp.SetIncludeAllowed(false)
+	zp.SetDefaultTTL(DefaultTTL)
+	var rrs []dns.RR
+	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+		rrs = append(rrs, rr)
+	}
+	if err := zp.Err(); err != nil {
+		return nil, err
+	}
+	if err := CheckZone(origin, rrs); err != nil {
+		return nil, err
+	}
+	return rrs, nil
+}
+
+// CheckZone checks what a zone needs: every record as CheckRecord says,
+// exactly one SOA at the apex, NS records at the apex, no CNAME beside
+// other data (RFC 1034 section 3.6.2) nor at the apex.
+func CheckZone(origin string, rrs []dns.RR) error {
+	soa, ns := 0, 0
+	kinds := map[string]uint8{} // name -> 1 CNAME, 2 other data, 3 both
+	for _, rr := range rrs {
+		if err := CheckRecord(origin, rr); err != nil {
+			return err
+		}
+		name := strings.ToLower(rr.Header().Name)
+		switch rr.Header().Rrtype {
+		case dns.TypeSOA:
+			if name != origin {
+				return fmt.Errorf("SOA record at %q is not at the zone apex %q", rr.Header().Name, origin)
+			}
+			soa++
+		case dns.TypeNS:
+			if name == origin {
+				ns++
+			}
+		}
+		if rr.Header().Rrtype == dns.TypeCNAME {
+			kinds[name] |= 1
+		} else if t := rr.Header().Rrtype; t != dns.TypeRRSIG && t != dns.TypeNSEC && t != dns.TypeNSEC3 {
+			kinds[name] |= 2
+		}
+	}
+	switch {
+	case soa == 0:
+		return fmt.Errorf("zone %q has no SOA record at its apex", origin)
+	case soa > 1:
+		return fmt.Errorf("zone %q has %d SOA records", origin, soa)
+	case ns == 0:
+		return fmt.Errorf("zone %q has no NS records at its apex", origin)
+	}
+	for name, k := range kinds {
+		if k == 3 {
+			return fmt.Errorf("CNAME and other data at %q (RFC 1034 section 3.6.2)", name)
+		}
+		if k&1 == 1 && name == origin {
+			return fmt.Errorf("CNAME at the zone apex %q", origin)
+		}
+	}
+	return nil
+}
+
+// SerialAfter reports whether SOA serial a is after b (RFC 1982).
+func SerialAfter(a, b uint32) bool { return a != b && int32(a-b) > 0 }
