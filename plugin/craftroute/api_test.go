@@ -44,12 +44,8 @@ type fakeReq struct {
 func newFakeAPI(t *testing.T, name string) *fakeAPI {
 	f := &fakeAPI{name: name, zones: map[string][]dns.RR{}, fail: map[string]int{}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/zones", f.list)
-	mux.HandleFunc("PUT /v1/zones/{zone}", f.put)
-	mux.HandleFunc("GET /v1/zones/{zone}", f.get)
-	mux.HandleFunc("DELETE /v1/zones/{zone}", f.del)
-	mux.HandleFunc("POST /v1/zones/{zone}/records", f.change)
-	mux.HandleFunc("GET /v1/zones/{zone}/records", f.records)
+	zoneapi.Handlers{ListZones: f.list, PutZone: f.put, GetZone: f.get, DeleteZone: f.del,
+		ChangeRecords: f.change, GetRecords: f.records}.Register(mux)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
