@@ -546,6 +546,22 @@ func (c *chaos) waitReady(shard string) {
 	}
 }
 
+// waitRouters waits until every router answers for every key that shard
+// holds; the test fails after 30s.
+func (c *chaos) waitRouters(shard string) {
+	for _, r := range c.routers {
+		for _, key := range allKeys {
+			if c.owner[key] != shard {
+				continue
+			}
+			harness.Eventually(c.t, r.name+" answering for "+key, 30*time.Second, func() bool {
+				_, err := readTXT(r.addr(), key)
+				return err == nil
+			})
+		}
+	}
+}
+
 // chaosFaults are the fault kinds, their weights and how often they aim at
 // a shard's leader rather than at any member.
 var chaosFaults = []struct {
@@ -640,9 +656,11 @@ func (c *chaos) inject(until time.Time) {
 		c.active.Store(kind)
 		c.fault(kind, m, target, dur)
 		if kind == "kill-majority" || kind == "partition-all" {
-			// Until its members are ready again (a leader, then ReadIndex),
-			// the shard refuses the router's queries: still this fault's.
+			// Until its members are ready again (a leader, then ReadIndex)
+			// and the routers answer for its names, the shard refuses the
+			// routers' queries: still this fault's.
 			c.waitReady(m.shard)
+			c.waitRouters(m.shard)
 		}
 		c.active.Store("none")
 		c.faults[kind]++
