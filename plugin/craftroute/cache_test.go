@@ -67,6 +67,12 @@ func TestNegCache(t *testing.T) {
 		t.Fatalf("%d entries left after the purge", n)
 	}
 
+	// A lookup allocates nothing when it misses (every query of key mode
+	// name asks the cache first).
+	if n := testing.AllocsPerRun(100, func() { nc.get("miss.example.org.", dns.TypeA, true, false) }); n != 0 {
+		t.Errorf("expected a missing lookup to allocate nothing, got %v allocations", n)
+	}
+
 	// No SOA or a zero TTL: not cached; a disabled cache caches nothing.
 	nc.put("z.example.org.", dns.TypeA, true, false, new(dns.Msg))
 	nc.put("y.example.org.", dns.TypeA, true, false, negAnswer(t, "y.", 0))
