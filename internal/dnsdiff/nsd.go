@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -116,30 +117,39 @@ func StartNSD(t testing.TB, origin, zoneText string, options ...string) (addr st
 
 var errExited = errors.New("nsd exited")
 
+// startNSD starts nsd -d -c conf, its output to out, in a process group of
+// its own: NSD forks a server and an xfrd process, and if the main process
+// dies uncleanly they must not outlive the test. exited closes when it
+// ends; stop asks it to end (SIGTERM) and kills the group after 5s.
+func startNSD(bin, conf string, out io.Writer) (exited <-chan struct{}, stop func(), err error) {
+	cmd := exec.Command(bin, "-d", "-c", conf)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	return done, func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	}, nil
+}
+
 // runNSD starts nsd -d with conf and waits until it answers the SOA query
 // for origin at addr. On success the process is stopped on t.Cleanup. The
 // error is errExited if NSD ended by itself (it could not bind the port, or
 // the configuration is wrong).
 func runNSD(t testing.TB, bin, conf, addr, origin string) error {
 	out := &syncBuffer{}
-	cmd := exec.Command(bin, "-d", "-c", conf)
-	cmd.Stdout, cmd.Stderr = out, out
-	// Its own process group: NSD forks a server and an xfrd process, and
-	// if the main process dies uncleanly they must not outlive the test.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	exited, stop, err := startNSD(bin, conf, out)
+	if err != nil {
 		return err
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	stop := func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
 	}
 
 	var answered time.Time // when NSD first answered, but not with the SOA
