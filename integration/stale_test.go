@@ -21,7 +21,8 @@ import (
 // were killed has no leader. Within a few election timeouts its /ready
 // fails, craftroute's queries (the partition option) get SERVFAIL with the
 // Extended DNS Error "Not Ready", and plain queries still get its last
-// state (stale serve, the default). Once a peer is back, it is ready again.
+// state (stale serve, the default), as does the router's query that allows
+// a stale answer. Once a peer is back, it is ready again.
 func TestLoneMemberNotReady(t *testing.T) {
 	c := harness.StartUpdateCluster(t)
 	const lone = 1
@@ -48,6 +49,15 @@ func TestLoneMemberNotReady(t *testing.T) {
 	}
 	if !harness.HasA(c.Addr(lone), "www.example.org", "192.0.2.10") {
 		t.Error("expected a plain query to get the lone member's last state")
+	}
+	// When no member of the group can confirm its state, the router asks
+	// again allowing a stale answer: it gets the last state, marked so.
+	r, _, err = (&dns.Client{Timeout: 2 * time.Second}).Exchange(partition.AllowStale(m), c.Addr(lone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 || !hasEDE(r, dns.ExtendedErrorCodeStaleAnswer) {
+		t.Errorf("expected the last state with EDE Stale Answer for the router's second query, got %v", r)
 	}
 	// A write to it is refused at once with 503 (not after the write
 	// timeout), so that a client tries another member.

@@ -44,3 +44,11 @@ func Of(m *dns.Msg) *dns.EDNS0_EDE {
 	}
 	return nil
 }
+
+// Add adds an Extended DNS Error of code and why to response m when m
+// carries an OPT record (the query spoke EDNS0); else it does nothing.
+func Add(m *dns.Msg, code uint16, why string) {
+	if opt := m.IsEdns0(); opt != nil {
+		opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: why})
+	}
+}

@@ -105,10 +105,43 @@ func Requested(r *dns.Msg) bool {
 }
 
 // Routed reports whether query r carries the option in either mode: it comes
-// from craftroute, which wants answers only from members that caught up.
+// from craftroute, which wants answers only from members that caught up
+// (unless it allows a stale one, StaleAllowed).
 func Routed(r *dns.Msg) bool {
 	_, ok := payload(r)
 	return ok
+}
+
+// flagStale, in a query's third payload byte, allows a stale answer.
+const flagStale = 1
+
+// AllowStale returns a copy of routed query r that allows the member to
+// answer from its last state when it cannot confirm that state is current
+// (it is not ready, or its leader did not answer in time): craftroute asks
+// so after every member of a shard said it could not, as a name server
+// serves stale data rather than none (RFC 8767). r is not modified.
+func AllowStale(r *dns.Msg) *dns.Msg {
+	m := r.Copy()
+	opt := m.IsEdns0()
+	if opt == nil {
+		return m
+	}
+	for i, o := range opt.Option {
+		if l, ok := o.(*dns.EDNS0_LOCAL); ok && l.Code == Code {
+			d := []byte{version, modeFacts, flagStale}
+			if len(l.Data) >= 2 {
+				d[0], d[1] = l.Data[0], l.Data[1]
+			}
+			opt.Option[i] = &dns.EDNS0_LOCAL{Code: Code, Data: d}
+		}
+	}
+	return m
+}
+
+// StaleAllowed reports whether routed query r allows a stale answer.
+func StaleAllowed(r *dns.Msg) bool {
+	d, ok := payload(r)
+	return ok && len(d) >= 3 && d[2]&flagStale != 0
 }
 
 func payload(r *dns.Msg) ([]byte, bool) {

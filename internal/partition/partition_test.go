@@ -125,3 +125,21 @@ func TestStrip(t *testing.T) {
 		t.Errorf("expected no request after Strip")
 	}
 }
+
+func TestAllowStale(t *testing.T) {
+	for _, mode := range []func(*dns.Msg){Request, RequestFresh} {
+		m := new(dns.Msg)
+		m.SetQuestion("www.example.org.", dns.TypeA)
+		mode(m)
+		if StaleAllowed(m) {
+			t.Fatal("expected no stale answer allowed by default")
+		}
+		s := wire(t, AllowStale(m))
+		if !StaleAllowed(s) || !Routed(s) || Requested(s) != Requested(m) {
+			t.Errorf("expected the same mode with stale allowed, got %s", s)
+		}
+		if StaleAllowed(m) {
+			t.Error("AllowStale modified its argument")
+		}
+	}
+}

@@ -16,6 +16,9 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/transport"
 	"github.com/coredns/coredns/request"
 
+	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/partition"
+
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -263,6 +266,9 @@ func (s *Shard) Order(now time.Time, dst []*Member) []*Member {
 }
 
 // Exchange sends req to the shard's members in order of liveness until one answers.
+// When every member answered that it could not confirm its state is current
+// (SERVFAIL with the Extended DNS Error Not Ready), the members are asked
+// again allowing a stale answer.
 //
 // An error, a timeout or a SERVFAIL marks the member failed (down for
 // downFor) and the next member is tried; an answer marks it alive and is
@@ -302,6 +308,23 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 			return resp, m, nil
 		}
 	}
+	if servfail != nil && ctx.Err() == nil && notCurrent(servfail) && partition.Routed(req) && !partition.StaleAllowed(req) {
+		// No member could confirm its state is current: the shard has no
+		// leader (an election, a lost quorum) or none is reachable. A
+		// stale answer beats none (RFC 8767): ask again, allowing each
+		// member its last state; such answers carry the Extended DNS Error
+		// Stale Answer.
+		stale := partition.AllowStale(req)
+		for _, m := range order {
+			if ctx.Err() != nil {
+				break
+			}
+			if resp, e := m.Exchange(ctx, stale); e == nil && resp.Rcode != dns.RcodeServerFailure {
+				staleAnswers.WithLabelValues(s.Name).Inc()
+				return resp, m, nil
+			}
+		}
+	}
 	if servfail != nil {
 		return servfail, from, nil
 	}
@@ -309,4 +332,11 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 		err = fmt.Errorf("shard %q has no members", s.Name)
 	}
 	return nil, nil, err
+}
+
+// notCurrent reports whether SERVFAIL m says the member could not answer
+// from a current state (Extended DNS Error Not Ready).
+func notCurrent(m *dns.Msg) bool {
+	e := ede.Of(m)
+	return e != nil && e.InfoCode == dns.ExtendedErrorCodeNotReady
 }

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/partition"
+
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -20,11 +23,12 @@ import (
 type targetMode int
 
 const (
-	targetAnswer   targetMode = iota // an A record
-	targetTruncate                   // TC over UDP, the A record over TCP
-	targetBig                        // 40 A records without truncating: too big for 512 bytes over UDP
-	targetSilent                     // never answers
-	targetServfail                   // SERVFAIL
+	targetAnswer     targetMode = iota // an A record
+	targetTruncate                     // TC over UDP, the A record over TCP
+	targetBig                          // 40 A records without truncating: too big for 512 bytes over UDP
+	targetSilent                       // never answers
+	targetServfail                     // SERVFAIL
+	targetNotCurrent                   // SERVFAIL Not Ready, unless the query allows a stale answer
 )
 
 // target is a member on 127.0.0.1, UDP and TCP on one port, that counts
@@ -60,6 +64,11 @@ func startTarget(t testing.TB, mode targetMode) *target {
 		case targetServfail:
 			m.Rcode = dns.RcodeServerFailure
 			n = 0
+		case targetNotCurrent:
+			if !partition.StaleAllowed(r) {
+				w.WriteMsg(ede.Reply(r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "not current"))
+				return
+			}
 		case targetTruncate:
 			if !tcp {
 				m.Truncated = true
@@ -405,6 +414,35 @@ func TestShardExchangeServfail(t *testing.T) {
 	resp, m, err := s.Exchange(context.Background(), targetQuery(9), time.Minute)
 	if err != nil || m != s.Members[0] || resp.Rcode != dns.RcodeServerFailure || resp.Id != 9 {
 		t.Errorf("expected SERVFAIL from %s, got %v from %v, %v", bad.addr, resp, m, err)
+	}
+}
+
+// TestShardExchangeStale: when no member of a shard can confirm its state
+// is current (no leader), a routed query is asked again allowing a stale
+// answer; a query that is not routed gets the SERVFAIL.
+func TestShardExchangeStale(t *testing.T) {
+	a, b := startTarget(t, targetNotCurrent), startTarget(t, targetNotCurrent)
+	s := &Shard{Name: "stale", Members: []*Member{
+		targetMember(t, "stale", a, time.Second),
+		targetMember(t, "stale", b, time.Second),
+	}}
+	before := memberMetric(staleAnswers.WithLabelValues("stale"))
+	req := targetQuery(3)
+	req.SetEdns0(1232, false)
+	partition.RequestFresh(req)
+	resp, m, err := s.Exchange(context.Background(), req, time.Minute)
+	if err != nil || m == nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+		t.Fatalf("expected a stale answer, got %v from %v, %v", resp, m, err)
+	}
+	if partition.StaleAllowed(req) {
+		t.Error("the caller's query was modified")
+	}
+	if got := memberMetric(staleAnswers.WithLabelValues("stale")) - before; got != 1 {
+		t.Errorf("expected stale_answers_total up by 1, got %v", got)
+	}
+	resp, _, err = s.Exchange(context.Background(), targetQuery(4), time.Minute)
+	if err != nil || resp.Rcode != dns.RcodeServerFailure {
+		t.Errorf("expected SERVFAIL for a query that is not routed, got %v, %v", resp, err)
 	}
 }
 

@@ -38,6 +38,10 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "negative_cache_hits_total",
 		Help: "Merged negative answers served from the negative cache.",
 	})
+	staleAnswers = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "stale_answers_total",
+		Help: "Queries answered from a member's last state because no member of the shard could confirm its state was current (no leader).",
+	}, []string{"shard"})
 	updatesForwarded = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "updates_total",
 		Help: "UPDATE messages forwarded to a shard, by the rcode of its response.",

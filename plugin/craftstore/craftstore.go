@@ -52,6 +52,10 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if rep == nil {
 		return dns.RcodeServerFailure, nil // not written: the server answers SERVFAIL
 	}
+	// staleOK: craftroute found no member of the group that could confirm
+	// its state and asks for the last one (partition.AllowStale).
+	staleOK := partition.StaleAllowed(r) && c.cfg.stale != "refuse"
+	unconfirmed := false
 	if !rep.Ready() {
 		// A member that is not ready (health.go: no leader, behind its
 		// group, or failing storage) must not answer for the group when
@@ -59,11 +63,24 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// gets the member's last state unless the block says stale refuse.
 		// This comes before the zone lookup: a member behind its group may
 		// lack a zone the group has.
-		if partition.Routed(r) || c.cfg.stale == "refuse" {
+		if (partition.Routed(r) && !staleOK) || c.cfg.stale == "refuse" {
 			staleCount.WithLabelValues(c.member(), "refused").Inc()
 			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is not ready: it is not in touch with its group")
 		}
 		staleCount.WithLabelValues(c.member(), "served").Inc()
+		unconfirmed = staleOK
+	} else if partition.Routed(r) {
+		// craftroute's query must see every write the group acknowledged
+		// before it arrived, through whichever member or router: the
+		// member confirms its state is current first (replica.Fresh).
+		if staleOK {
+			unconfirmed = true
+		} else if err := rep.Fresh(ctx); err != nil {
+			freshCount.WithLabelValues(c.member(), "failed").Inc()
+			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member could not confirm it is current: "+err.Error())
+		} else {
+			freshCount.WithLabelValues(c.member(), "ok").Inc()
+		}
 	}
 
 	z := rep.Match(qname)
@@ -89,6 +106,10 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		partition.Attach(m, z.Partition(m, qname, q.Qtype))
 	} else {
 		z.Lookup(m, qname, q.Qtype)
+	}
+	if unconfirmed {
+		staleCount.WithLabelValues(c.member(), "routed").Inc()
+		ede.Add(m, dns.ExtendedErrorCodeStaleAnswer, "the member could not confirm with its group that this state is current")
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil

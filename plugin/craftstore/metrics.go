@@ -53,6 +53,10 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "storage_failures_total",
 		Help: "Failed attempts to persist or load the member's state (a full disk, an I/O error); the member retries.",
 	}, []string{"member"})
+	freshCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "fresh_reads_total",
+		Help: "craftroute's queries by whether the member confirmed with its leader that its state was current (ok) or could not (failed: answered SERVFAIL Not Ready).",
+	}, []string{"member", "result"})
 	staleCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "stale_responses_total",
 		Help: "Queries answered from the member's last state while it was not ready, by action: served or refused (the stale option).",

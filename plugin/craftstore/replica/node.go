@@ -64,6 +64,7 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 	}
 	for _, rs := range rd.ReadStates {
 		r.readIndexAnswered(rs)
+		r.freshAnswered(rs)
 	}
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		r.term.Store(rd.HardState.GetTerm())
@@ -99,6 +100,7 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 	}
 	if p.lastIndex > r.applied.Load() {
 		r.applied.Store(p.lastIndex)
+		r.signalApplied()
 	}
 	r.announce(&p)
 	r.notify(p.results)

@@ -101,13 +101,16 @@ type Replica struct {
 	snapIndex uint64
 	staged    stagedSnapshot
 
-	applied   atomic.Uint64
-	appliedAt atomic.Uint64 // term of the applied entry
-	commit    atomic.Uint64
-	term      atomic.Uint64
-	leader    atomic.Uint64
-	health    health // Ready loop only
-	ready     atomic.Bool
+	applied atomic.Uint64
+	// appliedSignal is closed, and replaced, each time applied rises.
+	appliedSignal atomic.Pointer[chan struct{}]
+	freshReads    freshReads
+	appliedAt     atomic.Uint64 // term of the applied entry
+	commit        atomic.Uint64
+	term          atomic.Uint64
+	leader        atomic.Uint64
+	health        health // Ready loop only
+	ready         atomic.Bool
 	// leaderless is set while the member has known no leader for
 	// staleTicks (health.go): writes to it fail at once.
 	leaderless atomic.Bool
@@ -166,6 +169,8 @@ func Open(cfg Config) (*Replica, error) {
 	r := &Replica{cfg: cfg, log: cfg.Logger, db: db, waiters: map[uint64]chan applied{},
 		stopc: make(chan struct{}), donec: make(chan struct{}), removedc: make(chan struct{})}
 	r.nextID.Store(rand.Uint64() &^ (1 << 63))
+	sig := make(chan struct{})
+	r.appliedSignal.Store(&sig)
 	empty := zoneSet{}
 	r.zones.Store(&empty)
 	r.seeded.Store(&map[string]bool{})

@@ -275,6 +275,7 @@ func (r *Replica) afterSnapshot() error {
 		return err
 	}
 	r.applied.Store(applied)
+	r.signalApplied()
 	for _, m := range members {
 		if m.ID != r.cfg.ID {
 			r.tr.AddPeer(m.ID, m.Raft)
