@@ -57,10 +57,12 @@ run-sharded: coredns
 	mkdir -p data/sharded
 	@trap 'kill 0' INT TERM; \
 	for m in a1 a2 a3 b1 b2 b3; do ./coredns -conf Corefile.examples/sharded/$$m.Corefile >data/sharded/$$m.log 2>&1 & done; \
-	./coredns -conf Corefile.examples/sharded/router.Corefile & \
+	./coredns -conf Corefile.examples/sharded/router.Corefile >data/sharded/router.log 2>&1 & \
+	./coredns -conf Corefile.examples/sharded/router2.Corefile >data/sharded/router2.log 2>&1 & \
 	echo "shard a: DNS 127.0.0.1:1161-1163, API :8161-8163; shard b: DNS :1171-1173, API :8171-8173"; \
-	echo "members' logs in data/sharded/*.log, data in data/sharded/{a,b}{1,2,3}"; \
-	echo "router: DNS 127.0.0.1:1053, API 127.0.0.1:8053 (GET /v1/shards), metrics 127.0.0.1:9253; Ctrl-C stops all"; \
+	echo "logs in data/sharded/*.log, members' data in data/sharded/{a,b}{1,2,3}"; \
+	echo "router 1: DNS 127.0.0.1:1053, API 127.0.0.1:8053 (GET /v1/shards), ready :8250, metrics :9253"; \
+	echo "router 2: DNS 127.0.0.1:1054, API 127.0.0.1:8054, ready :8251, metrics :9254; Ctrl-C stops all"; \
 	wait
 
 # The chaos suite's short run goes through integration/chaos.sh, which gives

@@ -454,25 +454,48 @@ func TestShardedKill(t *testing.T) {
 }
 
 // TestShardedExample starts Corefile.examples/sharded/ as `make
-// run-sharded` does: the router seeds example.org through its API, split
-// over both shards, and answers as one server would, also with a member of
-// each shard dead.
+// run-sharded` does: router 1 seeds example.org through its API, split over
+// both shards; both routers answer as one server would, also right after a
+// write through the other, and with a member of each shard dead.
 func TestShardedExample(t *testing.T) {
 	wd := harness.Workdir(t)
 	var procs []*harness.Proc
-	for _, m := range []string{"a1", "a2", "a3", "b1", "b2", "b3", "router"} {
+	for _, m := range []string{"a1", "a2", "a3", "b1", "b2", "b3", "router", "router2"} {
 		procs = append(procs, harness.Start(t, m, wd, "Corefile.examples/sharded/"+m+".Corefile"))
 	}
-	for _, p := range []int{8261, 8262, 8263, 8271, 8272, 8273, 8250} {
+	for _, p := range []int{8261, 8262, 8263, 8271, 8272, 8273, 8250, 8251} {
 		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", p), procs...)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("router log:\n%s", tail(procs[6].Logs(), 4096))
+			t.Logf("router2 log:\n%s", tail(procs[7].Logs(), 4096))
 		}
 	})
-	const router = "127.0.0.1:1053"
+	const router, router2 = "127.0.0.1:1053", "127.0.0.1:1054"
 	harness.Eventually(t, "the seeded zone through the router", 30*time.Second, func() bool { return harness.HasA(router, "www.example.org", "192.0.2.10") })
+	// The tour of the README: a name and a zone written through one router
+	// are answered by the other at once.
+	if r, err := harness.Query(router2, "new.example.org", dns.TypeA); err != nil || r.Rcode != dns.RcodeNameError {
+		t.Fatalf("expected NXDOMAIN for new.example.org through router 2, got %v %v", r, err)
+	}
+	api1, api2 := harness.API{Base: "http://127.0.0.1:8053"}, harness.API{Base: "http://127.0.0.1:8054"}
+	if code, err := api1.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"new.example.org. 300 IN A 192.0.2.99"}}, nil); err != nil || code != 200 {
+		t.Fatalf("POST through router 1: %d %v", code, err)
+	}
+	if !harness.HasA(router2, "new.example.org", "192.0.2.99") {
+		t.Error("expected router 2 to answer new.example.org at once")
+	}
+	putZone(t, api2, "shop.test.", "$ORIGIN shop.test.\n@ SOA ns1 hostmaster 1 7200 3600 1209600 60\n@ NS ns1\nns1 A 192.0.2.53\nwww A 192.0.2.80\n")
+	if !harness.HasA(router, "www.shop.test", "192.0.2.80") {
+		t.Error("expected router 1 to answer www.shop.test at once")
+	}
+	if code, err := api1.Do("DELETE", "/v1/zones/shop.test", nil, nil); err != nil || code != 200 {
+		t.Fatalf("DELETE through router 1: %d %v", code, err)
+	}
+	if r, err := harness.Query(router2, "www.shop.test", dns.TypeA); err != nil || r.Rcode != dns.RcodeRefused {
+		t.Errorf("expected REFUSED for www.shop.test through router 2 after the DELETE, got %v %v", r, err)
+	}
 	// The seed goes to one shard after the other.
 	for _, sh := range []int{8161, 8171} {
 		harness.Eventually(t, fmt.Sprintf("part of example.org on the shard with API port %d", sh), 30*time.Second, func() bool {

@@ -104,6 +104,13 @@ func Requested(r *dns.Msg) bool {
 	return ok && (len(d) < 2 || d[1] == modeFacts)
 }
 
+// Leasing reports whether r carries the option in lease or notify mode
+// (lease.go): it is neither a partition-mode nor a fresh query.
+func Leasing(r *dns.Msg) bool {
+	d, ok := payload(r)
+	return ok && len(d) >= 2 && (d[1] == modeLease || d[1] == modeNotify)
+}
+
 // Routed reports whether query r carries the option in either mode: it comes
 // from craftroute, which wants answers only from members that caught up
 // (unless it allows a stale one, StaleAllowed).

@@ -11,8 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/zoneapi"
+
+	"github.com/miekg/dns"
 )
 
 // The router's HTTP API serves craftstore's record and zone paths
@@ -162,7 +165,18 @@ func (a *apiServer) shards(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Key    string      `json:"key"`
 		Shards []shardView `json:"shards"`
+		// With ?name=N: N and the shard that holds it.
+		Name  string `json:"name,omitempty"`
+		Owner string `json:"owner,omitempty"`
 	}{Key: a.c.cfg.key, Shards: []shardView{}}
+	if name := r.URL.Query().Get("name"); name != "" {
+		if _, ok := dns.IsDomainName(name); !ok {
+			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("name %q is not a domain name", name))
+			return
+		}
+		out.Name = dnsname.Lower(dns.Fqdn(name))
+		out.Owner = a.c.shardFor(out.Name).Name
+	}
 	for _, s := range a.c.cfg.shards {
 		sv := shardView{Name: s.Name, Members: []memberView{}, API: s.API}
 		if sv.API == nil {

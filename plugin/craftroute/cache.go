@@ -15,8 +15,14 @@ import (
 // SOA MINIMUM (RFC 2308 §3, §5). It is CoreDNS's plugin/pkg/cache, as the
 // cache plugin uses: 256 shards with a lock each, and a random entry of a
 // full shard evicted, so it holds about max entries (at least 4 per shard).
-// Writes through this router purge the zone's entries; writes elsewhere show
-// after at most the negative TTL, as with any cache.
+//
+// Coherence: every entry records when its resolution began (the number of
+// the last change notice then, changeTracker.begin), and a lookup passes
+// only entries still valid by a check the caller gives (changeTracker.valid:
+// no change at the name, above it or below it notified since). Every member
+// notifies the router of a write before acknowledging it (lease.go), so no
+// entry outlives a write that was acknowledged; the router uses the cache
+// only while it holds a lease on every member.
 type negCache struct {
 	c   *cache.Cache[*negEntry] // nil: off
 	now func() time.Time
@@ -48,6 +54,7 @@ type negEntry struct {
 	key     negKey
 	msg     *dns.Msg
 	origin  string // zone: the SOA's owner
+	start   uint64 // changeTracker.begin when its resolution began
 	stored  time.Time
 	expires time.Time
 }
@@ -61,8 +68,9 @@ func newNegCache(max int) *negCache {
 }
 
 // get returns a copy of the cached answer for name/qtype, its TTLs lowered
-// by the time spent in the cache, or nil.
-func (nc *negCache) get(name string, qtype uint16, edns, do bool) *dns.Msg {
+// by the time spent in the cache, or nil. An entry for which valid (given
+// the canonical name and the entry's start) is false is dropped.
+func (nc *negCache) get(name string, qtype uint16, edns, do bool, valid func(name string, start uint64) bool) *dns.Msg {
 	if nc.c == nil {
 		return nil
 	}
@@ -73,7 +81,7 @@ func (nc *negCache) get(name string, qtype uint16, edns, do bool) *dns.Msg {
 		return nil
 	}
 	now := nc.now()
-	if !now.Before(e.expires) {
+	if !now.Before(e.expires) || !valid(k.name, e.start) {
 		nc.c.Remove(h)
 		return nil
 	}
@@ -89,8 +97,9 @@ func (nc *negCache) get(name string, qtype uint16, edns, do bool) *dns.Msg {
 	return m
 }
 
-// put caches negative answer m for the TTL of its SOA.
-func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg) {
+// put caches negative answer m, whose resolution began at start, for the
+// TTL of its SOA.
+func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg, start uint64) {
 	if nc.c == nil {
 		return
 	}
@@ -105,7 +114,7 @@ func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg) {
 	}
 	now := nc.now()
 	k := negKey{dnsname.Lower(name), qtype, edns, do}
-	nc.c.Add(k.hash(), &negEntry{key: k, msg: m.Copy(), origin: dnsname.Lower(soa.Hdr.Name), stored: now,
+	nc.c.Add(k.hash(), &negEntry{key: k, msg: m.Copy(), origin: dnsname.Lower(soa.Hdr.Name), start: start, stored: now,
 		expires: now.Add(time.Duration(soa.Hdr.Ttl) * time.Second)})
 }
 

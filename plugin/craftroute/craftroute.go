@@ -5,6 +5,20 @@
 // error, and, in key mode "name", merges the facts of every shard when the
 // owner shard cannot answer alone (package partition), so that the answer
 // equals that of one unsharded server.
+//
+// Any number of routers may front the same shards and each answers as one
+// server would, right after a write made through another router or
+// directly on a shard. Members answer the router's queries only from a
+// state confirmed current with their leader (craftstore's fresh reads). The
+// router's own state, its cache of merged negative answers and its set of
+// known zones, follows every write through change leases (lease.go): the
+// router holds a lease on every member, and a member notifies every router
+// holding one (a NOTIFY naming the zone and the changed names) before it
+// acknowledges a write. Cache entries record the number of the last notice
+// when their resolution began and are void once a notice touched their
+// name, an ancestor or a descendant since (changeTracker); a zone created or
+// deleted enters or leaves the zone set. The cache is used only while every
+// lease holds.
 package craftroute
 
 import (
@@ -16,6 +30,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/partition"
 
 	"github.com/miekg/dns"
 )
@@ -58,6 +73,13 @@ type Craftroute struct {
 	soa   serials   // key mode name: one serial per zone
 	ex    exchanger // tests: in-memory shards
 
+	leases     leaseHolder    // change leases on the members (lease.go)
+	changes    *changeTracker // the changes they notified
+	stopLeases func()
+	// refreshNow asks the background loop to read the zone lists now
+	// (after the leases lapsed).
+	refreshNow chan struct{}
+
 	api            *apiServer // with cfg.api, once started
 	stopProbes     func()
 	stopBackground func()
@@ -73,6 +95,9 @@ func (c *Craftroute) Name() string { return "craftroute" }
 func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	if r.Opcode == dns.OpcodeUpdate {
 		return c.serveUpdate(ctx, w, r)
+	}
+	if _, _, _, ok := partition.NoticeOf(r); ok {
+		return c.serveNotice(w, r)
 	}
 	if r.Opcode != dns.OpcodeQuery || len(r.Question) == 0 {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
@@ -115,11 +140,24 @@ func (c *Craftroute) start() error {
 		}
 	}
 	c.stopBackground = c.startBackground()
+	c.stopLeases = c.startLeases(func() {
+		// Held again after a lapse (or for the first time): what changed
+		// meanwhile was not notified.
+		c.changes.void()
+		select {
+		case c.refreshNow <- struct{}{}:
+		default:
+		}
+	})
 	return nil
 }
 
 // stop undoes start.
 func (c *Craftroute) stop() error {
+	if c.stopLeases != nil {
+		c.stopLeases()
+		c.stopLeases = nil
+	}
 	if c.stopBackground != nil {
 		c.stopBackground()
 		c.stopBackground = nil

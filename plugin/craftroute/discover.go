@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 )
@@ -82,6 +83,8 @@ func (c *Craftroute) background(ctx context.Context, sc *shardClient) {
 			return
 		case <-refresh.C:
 			lists = c.refreshZones(ctx, sc)
+		case <-c.refreshNow:
+			lists = c.refreshZones(ctx, sc)
 		case <-retry.C:
 			if len(pending) > 0 {
 				lists = c.refreshZones(ctx, sc)
@@ -107,7 +110,24 @@ func (c *Craftroute) haveShardAPIs() bool {
 func (c *Craftroute) refreshZones(ctx context.Context, sc *shardClient) []routedZone {
 	cctx, cancel := context.WithTimeout(ctx, shardCallTimeout)
 	defer cancel()
-	lists, errs := sc.zoneLists(cctx)
+	var (
+		lists [][]zoneapi.ZoneInfo
+		errs  []error
+		raced bool
+	)
+	// A zone created or deleted while the lists are read may be missing
+	// from them, or still in them, though notified: read again (a few
+	// times at most; the notices keep the set current meanwhile).
+	for try := 0; try < 3; try++ {
+		gen := c.zones.noticed.Load()
+		lists, errs = sc.zoneLists(cctx)
+		if raced = c.zones.noticed.Load() != gen; !raced {
+			break
+		}
+	}
+	if raced {
+		return nil
+	}
 	merged := mergeZoneLists(c.cfg.shards, lists)
 	names := make([]string, len(merged))
 	for i, rz := range merged {

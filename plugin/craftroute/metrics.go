@@ -42,6 +42,14 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "stale_answers_total",
 		Help: "Queries answered from a member's last state because no member of the shard could confirm its state was current (no leader).",
 	}, []string{"shard"})
+	noticesCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "notices_total",
+		Help: "Change notices (NOTIFY) received from shard members, by change: records, zone put, zone deleted.",
+	}, []string{"change"})
+	leasesValid = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "leases_valid",
+		Help: "1 while the router holds an unexpired change lease on every member (its negative cache is on), 0 otherwise.",
+	})
 	updatesForwarded = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "updates_total",
 		Help: "UPDATE messages forwarded to a shard, by the rcode of its response.",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
@@ -51,11 +52,17 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 	}
 	opt := r.IsEdns0()
 	edns, do := opt != nil, opt != nil && opt.Do()
-	if m := c.neg.get(q.Name, q.Qtype, edns, do); m != nil {
-		negCacheHits.Inc()
-		m.Id, m.Question = r.Id, r.Question
-		c.soa.present(m)
-		return m, nil
+	// The negative cache is used only while every member would notify this
+	// router of a write before acknowledging it (lease.go).
+	cacheOn := c.leases.valid(time.Now())
+	start := c.changes.begin()
+	if cacheOn {
+		if m := c.neg.get(q.Name, q.Qtype, edns, do, c.changes.valid); m != nil {
+			negCacheHits.Inc()
+			m.Id, m.Question = r.Id, r.Question
+			c.soa.present(m)
+			return m, nil
+		}
 	}
 	resp, broadcast, err := c.resolveName(ctx, r)
 	if err != nil {
@@ -64,7 +71,9 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 	if broadcast {
 		if neg := negativeKind(resp); neg != "" {
 			negativeMerged.WithLabelValues(neg).Inc()
-			c.neg.put(q.Name, q.Qtype, edns, do, resp)
+			if cacheOn {
+				c.neg.put(q.Name, q.Qtype, edns, do, resp, start)
+			}
 		}
 	}
 	return resp, nil

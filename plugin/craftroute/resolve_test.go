@@ -92,7 +92,7 @@ func testRouter(t testing.TB, origin, text string, n int) (*Craftroute, *zone.Zo
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.ring, c.zones, c.neg = ring, newZoneSet([]string{origin}), newNegCache(0)
+	c.ring, c.zones, c.neg, c.changes = ring, newZoneSet([]string{origin}), newNegCache(0), newChangeTracker()
 	ms := memShards{}
 	for name, part := range layout(t, c, origin, rrs) {
 		z := zone.New(origin)

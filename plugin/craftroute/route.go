@@ -48,6 +48,9 @@ type zoneSet struct {
 	mu    sync.Mutex
 	fixed []string                        // server block zones and seeds, never removed
 	cur   atomic.Pointer[map[string]bool] // canonical zone → true; copy on write
+	// noticed counts the changes members notified (lease.go): a zone list
+	// read while one arrived may predate it and must not replace the set.
+	noticed atomic.Uint64
 }
 
 func newZoneSet(fixed []string) *zoneSet {

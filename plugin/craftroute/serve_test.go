@@ -3,6 +3,7 @@ package craftroute
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
@@ -36,6 +37,7 @@ func serve(t *testing.T, c *Craftroute, r *dns.Msg) *dns.Msg {
 func TestServeDNS(t *testing.T) {
 	c, _ := testRouter(t, "example.org.", serveZone, 3)
 	c.neg = newNegCache(100)
+	holdLeases(c)
 
 	// A client without EDNS gets no OPT record, from the merge and from the cache.
 	for i := range 2 {
@@ -107,4 +109,11 @@ func TestServeDNS(t *testing.T) {
 	if c.neg.len() != 0 {
 		t.Fatal("not purged")
 	}
+}
+
+// holdLeases makes c hold change leases on its (in-memory) shards for an
+// hour: its negative cache is on.
+func holdLeases(c *Craftroute) {
+	c.leases.port = 1
+	c.leases.validUntil.Store(time.Now().Add(time.Hour).UnixNano())
 }

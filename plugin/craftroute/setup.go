@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/transport"
 
 	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/httpapi"
@@ -39,6 +40,13 @@ func setup(c *caddy.Controller) error {
 	}
 	cfg := dnsserver.GetConfig(c)
 	cfg.AllowOpcode(dns.OpcodeUpdate)
+	if cfg.Transport == transport.DNS {
+		// Members send change notices to this server's port (lease.go);
+		// a block that speaks only TLS, HTTPS or gRPC holds no leases.
+		if port, err := strconv.ParseUint(cfg.Port, 10, 16); err == nil && port != 0 {
+			cr.leases.port = uint16(port)
+		}
+	}
 
 	c.OnStartup(cr.start)
 	c.OnShutdown(cr.stop)
@@ -119,6 +127,12 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 	}
 	cr.zones = newZoneSet(fixed)
 	cr.neg = newNegCache(cfg.negCache)
+	cr.changes = newChangeTracker()
+	cr.refreshNow = make(chan struct{}, 1)
+	cr.leases.qname = "."
+	if len(cr.Zones) > 0 {
+		cr.leases.qname = cr.Zones[0]
+	}
 	return cr, nil
 }
 

@@ -59,7 +59,7 @@ func splitRouter(t testing.TB, key string, n int) *Craftroute {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.ring, c.zones, c.neg = ring, newZoneSet(c.Zones), newNegCache(0)
+	c.ring, c.zones, c.neg, c.changes = ring, newZoneSet(c.Zones), newNegCache(0), newChangeTracker()
 	return c
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -22,16 +23,17 @@ type apiServer struct {
 	srv     *http.Server
 	ln      net.Listener
 	rep     *replica.Replica
+	leases  *leases
 	token   string
 	timeout time.Duration
 }
 
-func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica) (*apiServer, error) {
+func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, ls *leases) (*apiServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	a := &apiServer{ln: ln, rep: rep, token: token, timeout: timeout}
+	a := &apiServer{ln: ln, rep: rep, leases: ls, token: token, timeout: timeout}
 	mux := http.NewServeMux()
 	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
@@ -142,6 +144,7 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	noticeChange(r.Context(), a.leases, origin, partition.ZonePut)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }
 
@@ -177,6 +180,7 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	noticeChange(r.Context(), a.leases, origin, partition.ZoneDeleted)
 	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"zone": origin})
 }
 
@@ -240,6 +244,18 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	names := make([]string, 0, len(add)+len(del))
+	for _, rr := range add {
+		names = append(names, rr.Header().Name)
+	}
+	for _, d := range del {
+		if d.RR != nil {
+			names = append(names, d.RR.Header().Name)
+		} else {
+			names = append(names, d.Name)
+		}
+	}
+	noticeChange(r.Context(), a.leases, origin, partition.Records, names...)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.Changed{Zone: origin, Serial: serial})
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -124,6 +125,7 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	noticeChange(r.Context(), a.leases, origin, partition.ZonePut)
 	log.Infof("imported zone %s by AXFR from %s: %d records, serial %d", origin, primary, res.Records, res.Serial)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }

@@ -31,6 +31,8 @@ type Craftstore struct {
 	cfg config
 	rep atomic.Pointer[replica.Replica]
 	ref *member // registry entry, held between OnStartup and OnShutdown
+	// leases are the member's change leases (leases.go), set with rep.
+	leases atomic.Pointer[leases]
 	// notify sends NOTIFY through the block's transfer plugin (notify.go).
 	notify *notifier
 }
@@ -51,6 +53,13 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	rep := c.rep.Load()
 	if rep == nil {
 		return dns.RcodeServerFailure, nil // not written: the server answers SERVFAIL
+	}
+	if _, _, ok := partition.LeaseRequested(r); ok {
+		// A router asks to be told of changes (leases.go).
+		if l := c.leases.Load(); l != nil {
+			w.WriteMsg(l.grant(w.RemoteAddr(), r))
+			return dns.RcodeSuccess, nil
+		}
 	}
 	// staleOK: craftroute found no member of the group that could confirm
 	// its state and asks for the last one (partition.AllowStale).

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 )
 
@@ -32,6 +33,8 @@ type member struct {
 	// notify hands the zones the replica changed to the server blocks
 	// that send NOTIFY (notify.go).
 	notify *notifyHub
+	// leases are the routers' change leases (leases.go).
+	leases *leases
 	stop   chan struct{}
 }
 
@@ -48,6 +51,7 @@ func (c *Craftstore) start() error {
 		}
 		m.refs++
 		c.ref = m
+		c.leases.Store(m.leases)
 		c.rep.Store(m.rep)
 		return nil
 	}
@@ -69,9 +73,10 @@ func (c *Craftstore) start() error {
 	if err != nil {
 		return fmt.Errorf("craftstore: %w", err)
 	}
-	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{}), notify: hub}
+	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{}), notify: hub,
+		leases: newLeases(time.Now(), rep.Created())}
 	if c.cfg.api != "" {
-		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep)
+		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep, m.leases)
 		if err != nil {
 			rep.Close()
 			return fmt.Errorf("craftstore: api: %w", err)
@@ -79,6 +84,7 @@ func (c *Craftstore) start() error {
 	}
 	registry[c.cfg.dir] = m
 	c.ref = m
+	c.leases.Store(m.leases)
 	c.rep.Store(rep)
 	log.Infof("member %d of %q: data %s, raft %s", c.cfg.id, c.cfg.cluster, c.cfg.dir, rep.RaftAddr())
 
@@ -169,6 +175,9 @@ func (m *member) seed(cfg config) bool {
 		ctx, cancel := context.WithTimeout(context.Background(), importTimeout(cfg.timeout, len(rrs)))
 		res, err := m.rep.PutZone(ctx, origin, rrs, true)
 		cancel()
+		if err == nil && !res.Skipped {
+			noticeChange(context.Background(), m.leases, origin, partition.ZonePut)
+		}
 		switch {
 		case err != nil:
 			log.Warningf("seed %s: %v (will retry)", origin, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/coredns/coredns/plugin/tsig"
 
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -133,6 +134,13 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		log.Warningf("UPDATE for %s: %v", origin, err)
 		rcode, code := updateFailure(err)
 		return ede.Write(w, r, rcode, code, err.Error())
+	}
+	if rcode == dns.RcodeSuccess {
+		names := make([]string, len(r.Ns))
+		for i, rr := range r.Ns {
+			names[i] = rr.Header().Name
+		}
+		noticeChange(ctx, c.leases.Load(), origin, partition.Records, names...)
 	}
 	return ede.Write(w, r, rcode, 0, "")
 }

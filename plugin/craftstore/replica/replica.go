@@ -319,6 +319,9 @@ func (r *Replica) Close() error {
 // RaftAddr returns the address the transport listens on.
 func (r *Replica) RaftAddr() string { return r.tr.Addr().String() }
 
+// Created reports whether this run created the member's data directory.
+func (r *Replica) Created() bool { return r.fresh }
+
 // ID returns the member id.
 func (r *Replica) ID() uint64 { return r.cfg.ID }
 

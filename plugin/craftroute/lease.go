@@ -1,0 +1,272 @@
+package craftroute
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/partition"
+
+	"github.com/miekg/dns"
+)
+
+// Change leases (internal/partition/lease.go): the router holds a lease on
+// every member and gets a NOTIFY for every write a member acknowledges,
+// before the write is acknowledged. What the notice says drops the cached
+// negative answers the write may have made stale and, for a zone created
+// or deleted, updates the set of known zones (key mode "zone" keys names
+// by it). The router trusts its negative cache only while it holds an
+// unexpired lease on every member: a member it cannot reach may take
+// writes it is not told of. After a lapse the cache is emptied and the
+// zone lists are read again.
+
+// leaseFor is the lease duration the router asks for; it renews every
+// leaseRenew, so a lease survives a lost request or two.
+const (
+	leaseFor   = 2 * time.Second
+	leaseRenew = leaseFor / 4
+)
+
+// changeTracker records the changes the members notified, for the negative
+// cache: a cached answer is valid only when no change at its name, above it
+// or below it was notified since its resolution began (negcache.go).
+type changeTracker struct {
+	seq   atomic.Uint64 // the last change's number
+	floor atomic.Uint64 // answers resolved before this are void (a lapse, a prune)
+	mu    sync.RWMutex
+	at    map[string]uint64 // canonical name → number of the last change at it (a zone: every name in it)
+	below map[string]uint64 // canonical name → number of the last change below it
+	wild  map[string]uint64 // canonical name → number of the last change of its wildcard ("*.<name>")
+}
+
+// maxTracked bounds the names tracked; beyond it they are dropped and the
+// cache voided.
+const maxTracked = 100000
+
+func newChangeTracker() *changeTracker {
+	return &changeTracker{at: map[string]uint64{}, below: map[string]uint64{}, wild: map[string]uint64{}}
+}
+
+// begin returns the number a resolution that begins now records.
+func (ct *changeTracker) begin() uint64 { return ct.seq.Load() }
+
+// changed records a change at each of names (canonical), or at zone, and so
+// at every name in it, when names is empty.
+func (ct *changeTracker) changed(zone string, names []string) {
+	if len(names) == 0 {
+		names = []string{zone}
+	}
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	n := ct.seq.Add(1)
+	if len(ct.at)+len(ct.below) > maxTracked {
+		clear(ct.at)
+		clear(ct.below)
+		clear(ct.wild)
+		ct.floor.Store(n)
+	}
+	for _, name := range names {
+		ct.at[name] = n
+		if strings.HasPrefix(name, "*.") {
+			ct.wild[name[2:]] = n
+		}
+		for off, end := dns.NextLabel(name, 0); !end; off, end = dns.NextLabel(name, off) {
+			ct.below[name[off:]] = n
+		}
+		ct.below["."] = n
+	}
+}
+
+// void makes every answer resolved so far invalid.
+func (ct *changeTracker) void() { ct.floor.Store(ct.seq.Add(1)) }
+
+// valid reports whether an answer for canonical name whose resolution
+// began at start is still valid: since then nothing changed at name, at an
+// ancestor (its zone, a delegation, a name that became its closest
+// encloser), at the wildcard of an ancestor, or below name (which makes it
+// an empty non-terminal or takes that away).
+func (ct *changeTracker) valid(name string, start uint64) bool {
+	if start < ct.floor.Load() {
+		return false
+	}
+	ct.mu.RLock()
+	defer ct.mu.RUnlock()
+	if ct.below[name] > start {
+		return false
+	}
+	for off, end := 0, false; !end; off, end = dns.NextLabel(name, off) {
+		if ct.at[name[off:]] > start || ct.wild[name[off:]] > start {
+			return false
+		}
+	}
+	return ct.at["."] <= start && ct.wild["."] <= start
+}
+
+// leaseHolder is the router's side of the leases.
+type leaseHolder struct {
+	port  uint16 // the router's DNS port, where notices come; 0: no leases
+	qname string // the lease queries' name (a name of the router's zones)
+	// validUntil is the end (unix nanoseconds) of the earliest lease on
+	// any member; 0 before every member granted one.
+	validUntil atomic.Int64
+	until      map[*Member]time.Time // run loop only
+}
+
+// valid reports whether the router holds an unexpired lease on every member.
+func (lh *leaseHolder) valid(now time.Time) bool {
+	return lh.port != 0 && now.UnixNano() < lh.validUntil.Load()
+}
+
+// startLeases requests leases from every member every leaseRenew until
+// stop. lapsed is called when the leases were not all valid for a while and
+// are again: what was not notified meanwhile must be learned otherwise.
+func (c *Craftroute) startLeases(lapsed func()) (stop func()) {
+	lh := &c.leases
+	if lh.port == 0 {
+		return func() {}
+	}
+	lh.until = map[*Member]time.Time{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(leaseRenew)
+		defer t.Stop()
+		held := false
+		for {
+			c.renewLeases(ctx)
+			now := time.Now()
+			ok := lh.valid(now)
+			switch {
+			case ok && !held:
+				lapsed()
+			case !ok && held:
+				log.Warningf("change leases lapsed (a member did not grant one in time): negative cache off until they are renewed")
+				c.changes.void()
+			}
+			held = ok
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// renewLeases asks every member for a lease, concurrently, and updates
+// validUntil.
+func (c *Craftroute) renewLeases(ctx context.Context) {
+	lh := &c.leases
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range c.cfg.shards {
+		for _, m := range s.Members {
+			wg.Go(func() {
+				req := new(dns.Msg)
+				req.SetQuestion(lh.qname, dns.TypeSOA)
+				partition.RequestLease(req, lh.port, leaseFor)
+				sent := time.Now()
+				rctx, cancel := context.WithTimeout(ctx, leaseRenew)
+				defer cancel()
+				resp, err := m.exchange(rctx, req)
+				if err != nil || resp.Rcode != dns.RcodeSuccess {
+					return
+				}
+				if _, _, ok := partition.LeaseRequested(resp); !ok {
+					return // a member without leases
+				}
+				mu.Lock()
+				lh.until[m] = sent.Add(leaseFor)
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	var earliest time.Time
+	for i, s := range c.cfg.shards {
+		for j, m := range s.Members {
+			u, ok := lh.until[m]
+			if !ok {
+				lh.validUntil.Store(0)
+				leasesValid.Set(0)
+				return
+			}
+			if (i == 0 && j == 0) || u.Before(earliest) {
+				earliest = u
+			}
+		}
+	}
+	lh.validUntil.Store(earliest.UnixNano())
+	if lh.valid(time.Now()) {
+		leasesValid.Set(1)
+	} else {
+		leasesValid.Set(0)
+	}
+}
+
+// serveNotice answers a member's change notice: it records the change and
+// then says NOERROR, which lets the member acknowledge the write.
+func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	zone, change, names, _ := partition.NoticeOf(r)
+	if !c.fromMember(w.RemoteAddr()) {
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "change notices are taken from shard members only")
+	}
+	zone = dnsname.Lower(zone)
+	for i, n := range names {
+		names[i] = dnsname.Lower(n)
+	}
+	c.changes.changed(zone, names)
+	switch change {
+	case partition.ZonePut:
+		c.zones.noticed.Add(1)
+		c.zones.add(zone)
+	case partition.ZoneDeleted:
+		c.zones.noticed.Add(1)
+		c.zones.remove(zone)
+	}
+	noticesCount.WithLabelValues(change.String()).Inc()
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	w.WriteMsg(m)
+	return dns.RcodeSuccess, nil
+}
+
+// fromMember reports whether addr is the host of a shard member.
+func (c *Craftroute) fromMember(addr net.Addr) bool {
+	host := addr.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	ip := net.ParseIP(host)
+	for _, s := range c.cfg.shards {
+		for _, m := range s.Members {
+			h, _, err := net.SplitHostPort(m.Addr)
+			if err != nil {
+				continue
+			}
+			if mip := net.ParseIP(h); mip != nil {
+				if mip.Equal(ip) {
+					return true
+				}
+			} else if ips, err := net.LookupIP(h); err == nil {
+				for _, x := range ips {
+					if x.Equal(ip) {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}

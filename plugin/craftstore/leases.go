@@ -1,0 +1,135 @@
+package craftstore
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/craftdns/craftdns/internal/partition"
+
+	"github.com/miekg/dns"
+)
+
+// Change leases (internal/partition/lease.go): the routers that hold an
+// unexpired lease on this member get a NOTIFY for every write the member
+// acknowledges, before it is acknowledged, so that no router keeps a
+// negative answer, or a view of which zones exist, that the write made
+// stale.
+
+// noticeTry bounds one try of a notice; it is sent again until the router
+// answers or its lease expires.
+const noticeTry = 100 * time.Millisecond
+
+// leases are the routers' leases on one member.
+type leases struct {
+	mu      sync.Mutex
+	holders map[string]time.Time // router DNS address (host:port) → expiry
+	started time.Time            // leases granted before this (another run) may still hold
+	client  *dns.Client
+}
+
+// newLeases returns the leases of a member started at now; created says
+// its data directory was new, so no earlier run granted a lease.
+func newLeases(now time.Time, created bool) *leases {
+	if created {
+		now = now.Add(-partition.MaxLease)
+	}
+	return &leases{holders: map[string]time.Time{}, started: now,
+		client: &dns.Client{Net: "udp", Timeout: noticeTry}}
+}
+
+// grant records lease request r from remote, and returns the reply: the
+// option in lease mode echoed, so that the router knows the lease was
+// granted (a member without leases answers the query as a plain one).
+func (l *leases) grant(remote net.Addr, r *dns.Msg) *dns.Msg {
+	port, d, _ := partition.LeaseRequested(r)
+	host := remote.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	l.mu.Lock()
+	until := time.Now().Add(d)
+	if until.After(l.holders[addr]) {
+		l.holders[addr] = until
+	}
+	l.mu.Unlock()
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	partition.RequestLease(m, port, d)
+	return m
+}
+
+// notify sends the notice of change c of zone to every router whose lease
+// has not expired and waits until each answered or its lease expired (or
+// ctx ended). In the first MaxLease after the member started it waits for
+// that to pass first: a lease granted by the member's previous run may
+// still hold. It returns the routers that did not answer.
+func (l *leases) notify(ctx context.Context, zone string, c partition.Change, names []string) []string {
+	if wait := time.Until(l.started.Add(partition.MaxLease)); wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+	}
+	now := time.Now()
+	type holder struct {
+		addr  string
+		until time.Time
+	}
+	var hs []holder
+	l.mu.Lock()
+	for addr, until := range l.holders {
+		if until.After(now) {
+			hs = append(hs, holder{addr, until})
+		} else {
+			delete(l.holders, addr)
+		}
+	}
+	l.mu.Unlock()
+	if len(hs) == 0 {
+		return nil
+	}
+	msg := partition.Notice(zone, c, names)
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		missed []string
+	)
+	for _, h := range hs {
+		wg.Go(func() {
+			for time.Now().Before(h.until) && ctx.Err() == nil {
+				m := msg.Copy()
+				m.Id = dns.Id()
+				if resp, _, err := l.client.ExchangeContext(ctx, m, h.addr); err == nil && resp.Rcode == dns.RcodeSuccess {
+					return
+				}
+				// A refused port fails at once: do not spin.
+				select {
+				case <-time.After(noticeTry / 5):
+				case <-ctx.Done():
+				}
+			}
+			mu.Lock()
+			missed = append(missed, h.addr)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return missed
+}
+
+// noticeChange notifies the routers holding leases on the member of change
+// c of zone, at names (none: the whole zone) (leases.notify), logging those
+// that did not answer.
+func noticeChange(ctx context.Context, l *leases, zone string, c partition.Change, names ...string) {
+	if l == nil {
+		return
+	}
+	for _, addr := range l.notify(ctx, zone, c, names) {
+		log.Warningf("router %s did not answer the notice of a change to %s (%s) before its lease expired", addr, zone, c)
+	}
+}
