@@ -213,10 +213,35 @@ metric() {
 nx_want=$(calc %.4f "$nx_lines / $QUERIES")
 for round in $(seq "$ROUNDS"); do
 	b0=$(metric coredns_craftroute_broadcasts_total)
+	h0=$(metric coredns_craftroute_negative_cache_hits_total)
 	run craftroute-2 "$split_dns" "$split_pid" "$round" "$WORK/queries.missing" "$nx_want"
 	b1=$(metric coredns_craftroute_broadcasts_total)
-	echo "$((b1 - b0)) $(awk 'END { print $5 }' "$WORK/craftroute-2.results")" >>"$WORK/broadcasts"
+	h1=$(metric coredns_craftroute_negative_cache_hits_total)
+	echo "$((b1 - b0)) $(awk 'END { print $5 }' "$WORK/craftroute-2.results") $((h1 - h0))" >>"$WORK/broadcasts"
 done
+
+# The same with writes going on: new names added through the router's API,
+# 20 a second, during one run. Each write voids only the cached answers it
+# can change (its name, and the names above it), so repeated misses still
+# hit the cache.
+writer() {
+	local i=0 end=$((SECONDS + DURATION))
+	while [ "$i" -lt $((DURATION * 20)) ] && [ "$SECONDS" -lt "$end" ]; do
+		curl -fsS -o /dev/null --max-time 5 -X POST "http://127.0.0.1:$split_api/v1/zones/example.org/records" \
+			-d "{\"add\": [\"bench-w$i.example.org. 60 IN A 192.0.2.1\"]}" || true
+		i=$((i + 1))
+		sleep 0.05
+	done
+	echo "$i" >"$WORK/writes"
+}
+writer &
+writer_pid=$!
+h0=$(metric coredns_craftroute_negative_cache_hits_total)
+run craftroute-2-writes "$split_dns" "$split_pid" 1 "$WORK/queries.missing" "$nx_want"
+h1=$(metric coredns_craftroute_negative_cache_hits_total)
+wait "$writer_pid"
+writes_hits=$((h1 - h0))
+writes_done=$(awk 'END { print $5 }' "$WORK/craftroute-2-writes.results")
 
 # Names that exist must not broadcast: one run with the first query file
 # less its wildcard queries (a name that a wildcard answers does not exist:
@@ -244,7 +269,11 @@ for s in craftroute dnsdist forward craftroute-2; do
 	eval "printf '%-24s %10.0f %14.2f %8.0f %9.0f %10s %12s\n' \"\$label\" \$${v}_qps \$${v}_us \$${v}_cpu \$${v}_other \
 		x\$(calc %.2f \"\$${v}_qps / \$dnsdist_qps\") x\$(calc %.2f \"\$${v}_us / \$dnsdist_us\")"
 done
+hshare=$(median $(awk '{ printf "%.4f\n", $3 / $2 }' "$WORK/broadcasts"))
 printf '* %s missing names; broadcast to both shards: %s of the queries (%s of the missing ones)\n' \
 	"$MISSING" "$bshare" "$(calc %.2f "$bshare / $nx_want")"
+printf '  negative cache hits: %s of the queries (%s of the missing ones); with %s writes through the router in the run: %s (%s)\n' \
+	"$hshare" "$(calc %.2f "$hshare / $nx_want")" "$(cat "$WORK/writes")" \
+	"$(calc %.4f "$writes_hits / $writes_done")" "$(calc %.2f "$writes_hits / $writes_done / $nx_want")"
 printf '  existing names only (no wildcard queries): %d broadcasts in %d queries\n' "$existing_b" "$(awk '{ print $5 }' "$WORK/craftroute-2-existing.results")"
 [ "$existing_b" -eq 0 ] || die "names that exist were broadcast"
