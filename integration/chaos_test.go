@@ -94,9 +94,10 @@ type chaos struct {
 func TestChaosShard(t *testing.T) { runChaos(t, 1) }
 
 // TestChaosSharded runs it on the sharded example: two shards of three
-// members, key mode name, and its router.
+// members, key mode name, and its two routers.
 func TestChaosSharded(t *testing.T) {
-	runChaos(t, 2, routerSpec{zones: []string{chaosZone}, key: "name", timeout: "500ms", downFor: "5s", probe: "1s"})
+	spec := routerSpec{zones: []string{chaosZone}, key: "name", timeout: "500ms", downFor: "5s", probe: "1s"}
+	runChaos(t, 2, spec, spec)
 }
 
 func runChaos(t *testing.T, nshards int, routers ...routerSpec) {
