@@ -1,0 +1,107 @@
+package craftstore
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/craftdns/craftdns/internal/partition"
+
+	"github.com/miekg/dns"
+)
+
+// fakeRouter answers change notices on a UDP port of 127.0.0.1 (or not,
+// when silent) and counts them.
+type fakeRouter struct {
+	port    uint16
+	notices atomic.Int64
+	names   atomic.Value // []string of the last notice
+}
+
+func startFakeRouter(t *testing.T, silent bool) *fakeRouter {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeRouter{port: uint16(pc.LocalAddr().(*net.UDPAddr).Port)}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		_, _, names, ok := partition.NoticeOf(r)
+		if !ok {
+			return
+		}
+		f.notices.Add(1)
+		f.names.Store(names)
+		if silent {
+			return
+		}
+		m := new(dns.Msg)
+		m.SetReply(r)
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	return f
+}
+
+// leaseFrom grants f a lease of d on l, as a query from 127.0.0.1 would.
+func leaseFrom(t *testing.T, l *leases, f *fakeRouter, d time.Duration) {
+	t.Helper()
+	req := new(dns.Msg)
+	req.SetQuestion(".", dns.TypeSOA)
+	partition.RequestLease(req, f.port, d)
+	resp := l.grant(&net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}, req)
+	if port, _, ok := partition.LeaseRequested(resp); !ok || port != f.port {
+		t.Fatalf("expected the grant to echo the lease request, got %v", resp)
+	}
+}
+
+func TestLeasesNotify(t *testing.T) {
+	l := newLeases(time.Now(), true)
+	if missed := l.notify(context.Background(), "example.org.", partition.Records, nil); missed != nil {
+		t.Fatalf("no leases, yet %v missed", missed)
+	}
+	f := startFakeRouter(t, false)
+	leaseFrom(t, l, f, 2*time.Second)
+	missed := l.notify(context.Background(), "example.org.", partition.Records, []string{"www.example.org."})
+	if missed != nil || f.notices.Load() != 1 {
+		t.Fatalf("expected one answered notice, got %d, missed %v", f.notices.Load(), missed)
+	}
+	if names, _ := f.names.Load().([]string); len(names) != 1 || names[0] != "www.example.org." {
+		t.Errorf("expected the notice to name www.example.org., got %v", names)
+	}
+
+	// A router that does not answer holds the write until its lease expires.
+	s := startFakeRouter(t, true)
+	leaseFrom(t, l, s, 300*time.Millisecond)
+	start := time.Now()
+	missed = l.notify(context.Background(), "example.org.", partition.ZoneDeleted, nil)
+	if len(missed) != 1 || missed[0] != net.JoinHostPort("127.0.0.1", strconv.Itoa(int(s.port))) {
+		t.Fatalf("expected the silent router missed, got %v", missed)
+	}
+	if s.notices.Load() < 2 {
+		t.Errorf("expected the notice sent again while the lease lasted, got %d tries", s.notices.Load())
+	}
+	t.Logf("a silent router held the write %v (its lease: 300ms)", time.Since(start).Round(time.Millisecond))
+	// Once expired, it is no longer notified.
+	before := s.notices.Load()
+	l.notify(context.Background(), "example.org.", partition.Records, nil)
+	if s.notices.Load() != before {
+		t.Error("a router whose lease expired was notified")
+	}
+}
+
+// TestLeasesAfterRestart: a member that restarted with its data may have
+// granted leases in its previous run: it acknowledges no write before the
+// longest lease could have expired.
+func TestLeasesAfterRestart(t *testing.T) {
+	started := time.Now().Add(-partition.MaxLease + 200*time.Millisecond)
+	l := newLeases(started, false)
+	l.notify(context.Background(), "example.org.", partition.Records, nil)
+	if time.Now().Before(started.Add(partition.MaxLease)) {
+		t.Errorf("a notice returned before MaxLease after the start")
+	}
+}
