@@ -12,13 +12,15 @@ import (
 func TestLease(t *testing.T) {
 	m := new(dns.Msg)
 	m.SetQuestion(".", dns.TypeSOA)
-	if _, _, ok := LeaseRequested(m); ok {
+	if _, ok := LeaseRequested(m); ok {
 		t.Fatal("a plain query is no lease request")
 	}
-	RequestLease(m, 1053, time.Hour)
-	port, d, ok := LeaseRequested(wire(t, m))
-	if !ok || port != 1053 || d != MaxLease {
-		t.Errorf("got port %d, %v, %v; want 1053, MaxLease (capped)", port, d, ok)
+	want := Lease{Port: 1053, Duration: time.Hour, Token: [TokenLen]byte{1, 2, 3, 4, 5, 6, 7, 8}}
+	RequestLease(m, want)
+	got, ok := LeaseRequested(wire(t, m))
+	want.Duration = MaxLease // capped
+	if !ok || got != want {
+		t.Errorf("got %+v, %v; want %+v", got, ok, want)
 	}
 	if !Leasing(m) || Requested(m) {
 		t.Error("a lease request is neither a partition-mode nor a fresh query")
@@ -26,28 +28,33 @@ func TestLease(t *testing.T) {
 }
 
 func TestNotice(t *testing.T) {
+	l := Lease{Port: 1053, Duration: time.Second, Token: [TokenLen]byte{9, 8, 7, 6, 5, 4, 3, 2}}
 	names := []string{"a.example.org.", "*.b.example.org."}
-	zone, c, got, ok := NoticeOf(wire(t, Notice("example.org.", Records, names)))
-	if !ok || zone != "example.org." || c != Records || !slices.Equal(got, names) {
-		t.Errorf("got %s %v %v %v", zone, c, got, ok)
+	m := wire(t, Notice{Zone: "example.org.", Change: Records, Names: names}.Msg("router.zone.", l))
+	if m.Question[0].Name != "router.zone." || m.Opcode != dns.OpcodeNotify {
+		t.Errorf("expected a NOTIFY for the lease query's name, got %v", m.Question)
+	}
+	n, token, ok := NoticeOf(m)
+	if !ok || n.Zone != "example.org." || n.Change != Records || !slices.Equal(n.Names, names) || token != l.Token {
+		t.Errorf("got %+v %v %v", n, token, ok)
 	}
 	// Too many names: the whole zone.
 	var many []string
 	for i := range maxNoticeNames + 1 {
 		many = append(many, fmt.Sprintf("n%d.example.org.", i))
 	}
-	if _, _, got, ok := NoticeOf(wire(t, Notice("example.org.", Records, many))); !ok || got != nil {
-		t.Errorf("expected a whole-zone notice for %d names, got %v %v", len(many), got, ok)
+	if n, _, ok := NoticeOf(wire(t, Notice{Zone: "example.org.", Change: Records, Names: many}.Msg(".", l))); !ok || n.Names != nil {
+		t.Errorf("expected a whole-zone notice for %d names, got %v %v", len(many), n.Names, ok)
 	}
 	// Zone changes carry no names.
-	if _, c, got, ok := NoticeOf(wire(t, Notice("example.org.", ZoneDeleted, names))); !ok || c != ZoneDeleted || got != nil {
-		t.Errorf("got %v %v %v", c, got, ok)
+	if n, _, ok := NoticeOf(wire(t, Notice{Zone: "example.org.", Change: ZoneDeleted, Names: names}.Msg(".", l))); !ok || n.Change != ZoneDeleted || n.Names != nil {
+		t.Errorf("got %+v %v", n, ok)
 	}
 	// A query is no notice.
 	q := new(dns.Msg)
 	q.SetQuestion("example.org.", dns.TypeSOA)
 	Request(q)
-	if _, _, _, ok := NoticeOf(q); ok {
+	if _, _, ok := NoticeOf(q); ok {
 		t.Error("a query taken for a notice")
 	}
 }

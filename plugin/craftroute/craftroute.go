@@ -96,7 +96,7 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if r.Opcode == dns.OpcodeUpdate {
 		return c.serveUpdate(ctx, w, r)
 	}
-	if _, _, _, ok := partition.NoticeOf(r); ok {
+	if _, _, ok := partition.NoticeOf(r); ok {
 		return c.serveNotice(w, r)
 	}
 	if r.Opcode != dns.OpcodeQuery || len(r.Question) == 0 {

@@ -2,7 +2,7 @@ package craftroute
 
 import (
 	"context"
-	"net"
+	"crypto/rand"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,8 +109,9 @@ func (ct *changeTracker) valid(name string, start uint64) bool {
 
 // leaseHolder is the router's side of the leases.
 type leaseHolder struct {
-	port  uint16 // the router's DNS port, where notices come; 0: no leases
-	qname string // the lease queries' name (a name of the router's zones)
+	port  uint16                   // the router's DNS port, where notices come; 0: no leases
+	qname string                   // the lease queries' name (a name of the router's zones)
+	token [partition.TokenLen]byte // random per start: notices must carry it
 	// validUntil is the end (unix nanoseconds) of the earliest lease on
 	// any member; 0 before every member granted one.
 	validUntil atomic.Int64
@@ -131,6 +132,10 @@ func (c *Craftroute) startLeases(lapsed func()) (stop func()) {
 		return func() {}
 	}
 	lh.until = map[*Member]time.Time{}
+	if _, err := rand.Read(lh.token[:]); err != nil {
+		log.Errorf("no change leases: %v", err)
+		return func() {}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -174,7 +179,7 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 			wg.Go(func() {
 				req := new(dns.Msg)
 				req.SetQuestion(lh.qname, dns.TypeSOA)
-				partition.RequestLease(req, lh.port, leaseFor)
+				partition.RequestLease(req, partition.Lease{Port: lh.port, Duration: leaseFor, Token: lh.token})
 				sent := time.Now()
 				rctx, cancel := context.WithTimeout(ctx, leaseRenew)
 				defer cancel()
@@ -182,7 +187,7 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 				if err != nil || resp.Rcode != dns.RcodeSuccess {
 					return
 				}
-				if _, _, ok := partition.LeaseRequested(resp); !ok {
+				if l, ok := partition.LeaseRequested(resp); !ok || l.Token != lh.token {
 					return // a member without leases
 				}
 				mu.Lock()
@@ -215,18 +220,19 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 }
 
 // serveNotice answers a member's change notice: it records the change and
-// then says NOERROR, which lets the member acknowledge the write.
+// then says NOERROR, which lets the member acknowledge the write. A notice
+// without this router's lease token is refused.
 func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	zone, change, names, _ := partition.NoticeOf(r)
-	if !c.fromMember(w.RemoteAddr()) {
-		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "change notices are taken from shard members only")
+	n, token, _ := partition.NoticeOf(r)
+	if c.leases.port == 0 || token != c.leases.token {
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "change notice without this router's lease token")
 	}
-	zone = dnsname.Lower(zone)
-	for i, n := range names {
-		names[i] = dnsname.Lower(n)
+	zone := dnsname.Lower(n.Zone)
+	for i, name := range n.Names {
+		n.Names[i] = dnsname.Lower(name)
 	}
-	c.changes.changed(zone, names)
-	switch change {
+	c.changes.changed(zone, n.Names)
+	switch n.Change {
 	case partition.ZonePut:
 		c.zones.noticed.Add(1)
 		c.zones.add(zone)
@@ -234,39 +240,10 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 		c.zones.noticed.Add(1)
 		c.zones.remove(zone)
 	}
-	noticesCount.WithLabelValues(change.String()).Inc()
+	noticesCount.WithLabelValues(n.Change.String()).Inc()
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
-}
-
-// fromMember reports whether addr is the host of a shard member.
-func (c *Craftroute) fromMember(addr net.Addr) bool {
-	host := addr.String()
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	ip := net.ParseIP(host)
-	for _, s := range c.cfg.shards {
-		for _, m := range s.Members {
-			h, _, err := net.SplitHostPort(m.Addr)
-			if err != nil {
-				continue
-			}
-			if mip := net.ParseIP(h); mip != nil {
-				if mip.Equal(ip) {
-					return true
-				}
-			} else if ips, err := net.LookupIP(h); err == nil {
-				for _, x := range ips {
-					if x.Equal(ip) {
-						return true
-					}
-				}
-			}
-		}
-	}
-	return false
 }

@@ -54,7 +54,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if rep == nil {
 		return dns.RcodeServerFailure, nil // not written: the server answers SERVFAIL
 	}
-	if _, _, ok := partition.LeaseRequested(r); ok {
+	if _, ok := partition.LeaseRequested(r); ok {
 		// A router asks to be told of changes (leases.go).
 		if l := c.leases.Load(); l != nil {
 			w.WriteMsg(l.grant(w.RemoteAddr(), r))

@@ -25,9 +25,17 @@ const noticeTry = 100 * time.Millisecond
 // leases are the routers' leases on one member.
 type leases struct {
 	mu      sync.Mutex
-	holders map[string]time.Time // router DNS address (host:port) → expiry
-	started time.Time            // leases granted before this (another run) may still hold
+	holders map[string]holder // router DNS address (host:port) → its lease
+	started time.Time         // leases granted before this (another run) may still hold
 	client  *dns.Client
+}
+
+// holder is one router's lease.
+type holder struct {
+	addr  string
+	until time.Time
+	qname string // the lease query's name: the notices' question
+	lease partition.Lease
 }
 
 // newLeases returns the leases of a member started at now; created says
@@ -36,7 +44,7 @@ func newLeases(now time.Time, created bool) *leases {
 	if created {
 		now = now.Add(-partition.MaxLease)
 	}
-	return &leases{holders: map[string]time.Time{}, started: now,
+	return &leases{holders: map[string]holder{}, started: now,
 		client: &dns.Client{Net: "udp", Timeout: noticeTry}}
 }
 
@@ -44,22 +52,22 @@ func newLeases(now time.Time, created bool) *leases {
 // option in lease mode echoed, so that the router knows the lease was
 // granted (a member without leases answers the query as a plain one).
 func (l *leases) grant(remote net.Addr, r *dns.Msg) *dns.Msg {
-	port, d, _ := partition.LeaseRequested(r)
+	lease, _ := partition.LeaseRequested(r)
 	host := remote.String()
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
+	addr := net.JoinHostPort(host, strconv.Itoa(int(lease.Port)))
+	until := time.Now().Add(lease.Duration)
 	l.mu.Lock()
-	until := time.Now().Add(d)
-	if until.After(l.holders[addr]) {
-		l.holders[addr] = until
+	if h, ok := l.holders[addr]; !ok || until.After(h.until) || h.lease.Token != lease.Token {
+		l.holders[addr] = holder{addr: addr, until: until, qname: r.Question[0].Name, lease: lease}
 	}
 	l.mu.Unlock()
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
-	partition.RequestLease(m, port, d)
+	partition.RequestLease(m, lease)
 	return m
 }
 
@@ -76,15 +84,11 @@ func (l *leases) notify(ctx context.Context, zone string, c partition.Change, na
 		}
 	}
 	now := time.Now()
-	type holder struct {
-		addr  string
-		until time.Time
-	}
 	var hs []holder
 	l.mu.Lock()
-	for addr, until := range l.holders {
-		if until.After(now) {
-			hs = append(hs, holder{addr, until})
+	for addr, h := range l.holders {
+		if h.until.After(now) {
+			hs = append(hs, h)
 		} else {
 			delete(l.holders, addr)
 		}
@@ -93,7 +97,7 @@ func (l *leases) notify(ctx context.Context, zone string, c partition.Change, na
 	if len(hs) == 0 {
 		return nil
 	}
-	msg := partition.Notice(zone, c, names)
+	notice := partition.Notice{Zone: zone, Change: c, Names: names}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -101,6 +105,7 @@ func (l *leases) notify(ctx context.Context, zone string, c partition.Change, na
 	)
 	for _, h := range hs {
 		wg.Go(func() {
+			msg := notice.Msg(h.qname, h.lease)
 			for time.Now().Before(h.until) && ctx.Err() == nil {
 				m := msg.Copy()
 				m.Id = dns.Id()

@@ -29,12 +29,12 @@ func startFakeRouter(t *testing.T, silent bool) *fakeRouter {
 	}
 	f := &fakeRouter{port: uint16(pc.LocalAddr().(*net.UDPAddr).Port)}
 	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		_, _, names, ok := partition.NoticeOf(r)
+		n, _, ok := partition.NoticeOf(r)
 		if !ok {
 			return
 		}
 		f.notices.Add(1)
-		f.names.Store(names)
+		f.names.Store(n.Names)
 		if silent {
 			return
 		}
@@ -52,9 +52,9 @@ func leaseFrom(t *testing.T, l *leases, f *fakeRouter, d time.Duration) {
 	t.Helper()
 	req := new(dns.Msg)
 	req.SetQuestion(".", dns.TypeSOA)
-	partition.RequestLease(req, f.port, d)
+	partition.RequestLease(req, partition.Lease{Port: f.port, Duration: d})
 	resp := l.grant(&net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}, req)
-	if port, _, ok := partition.LeaseRequested(resp); !ok || port != f.port {
+	if lease, ok := partition.LeaseRequested(resp); !ok || lease.Port != f.port {
 		t.Fatalf("expected the grant to echo the lease request, got %v", resp)
 	}
 }
