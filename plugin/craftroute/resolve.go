@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
@@ -64,9 +65,16 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 			return m, nil
 		}
 	}
-	resp, broadcast, err := c.resolveName(ctx, r)
+	var stale atomic.Bool
+	resp, broadcast, err := c.resolveName(context.WithValue(ctx, staleKey{}, &stale), r)
 	if err != nil {
 		return nil, err
+	}
+	if stale.Load() {
+		// Not cached: a write acknowledged before the shard lost its
+		// leader may be missing from it.
+		ede.Add(resp, dns.ExtendedErrorCodeStaleAnswer, "a shard could not confirm its state is current (no leader): answered from a member's last state")
+		return resp, nil
 	}
 	if broadcast {
 		if neg := negativeKind(resp); neg != "" {
@@ -95,14 +103,33 @@ func negativeKind(m *dns.Msg) string {
 }
 
 // exchange sends req to shard s: the test exchanger when set, else the
-// shard's members in order of liveness.
+// shard's members in order of liveness. A stale answer (no member could
+// confirm its state, Shard.Exchange) is recorded in ctx's staleMark.
 func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns.Msg, error) {
+	var (
+		resp *dns.Msg
+		err  error
+	)
 	if c.ex != nil {
-		return c.ex.exchange(ctx, s, req)
+		resp, err = c.ex.exchange(ctx, s, req)
+	} else {
+		resp, _, err = s.Exchange(ctx, req, c.cfg.downFor)
 	}
-	resp, _, err := s.Exchange(ctx, req, c.cfg.downFor)
+	if err == nil {
+		if e := ede.Of(resp); e != nil && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
+			if mark, ok := ctx.Value(staleKey{}).(*atomic.Bool); ok {
+				mark.Store(true)
+			}
+		}
+	}
 	return resp, err
 }
+
+// staleKey is the context key of a resolution's stale mark: an
+// *atomic.Bool set when an answer it used came from a member's unconfirmed
+// state. Such a resolution is not cached, and its answer says so with the
+// Extended DNS Error Stale Answer.
+type staleKey struct{}
 
 // exchanger sends a query to a shard; (*Shard).Exchange in production, an
 // in-memory shard in tests.

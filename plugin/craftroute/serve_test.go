@@ -8,6 +8,8 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 
+	"github.com/craftdns/craftdns/internal/ede"
+
 	"github.com/miekg/dns"
 )
 
@@ -116,4 +118,36 @@ func TestServeDNS(t *testing.T) {
 func holdLeases(c *Craftroute) {
 	c.leases.port = 1
 	c.leases.validUntil.Store(time.Now().Add(time.Hour).UnixNano())
+}
+
+// staleShards marks every answer of its shards stale, as a member answering
+// from its unconfirmed state does (partition.AllowStale).
+type staleShards struct{ exchanger }
+
+func (s staleShards) exchange(ctx context.Context, sh *Shard, req *dns.Msg) (*dns.Msg, error) {
+	resp, err := s.exchanger.exchange(ctx, sh, req)
+	if err == nil {
+		ede.Add(resp, dns.ExtendedErrorCodeStaleAnswer, "unconfirmed")
+	}
+	return resp, err
+}
+
+// TestServeStale: a negative answer built from stale shard answers is not
+// cached (a write acknowledged before the shard lost its leader may be
+// missing) and says it is stale.
+func TestServeStale(t *testing.T) {
+	c, _ := testRouter(t, "example.org.", serveZone, 3)
+	c.neg = newNegCache(100)
+	holdLeases(c)
+	c.ex = staleShards{c.ex}
+	r := new(dns.Msg)
+	r.SetQuestion("nothere.example.org.", dns.TypeA)
+	r.SetEdns0(1232, false)
+	m := serve(t, c, r)
+	if e := ede.Of(m); m.Rcode != dns.RcodeNameError || e == nil || e.InfoCode != dns.ExtendedErrorCodeStaleAnswer {
+		t.Fatalf("expected NXDOMAIN marked stale, got %v", m)
+	}
+	if c.neg.len() != 0 {
+		t.Errorf("a stale negative answer was cached")
+	}
 }
