@@ -116,6 +116,7 @@ type leaseHolder struct {
 	// any member; 0 before every member granted one.
 	validUntil atomic.Int64
 	until      map[*Member]time.Time // run loop only
+	warned     sync.Map              // *Member → true: said it grants no lease
 }
 
 // valid reports whether the router holds an unexpired lease on every member.
@@ -184,11 +185,17 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 				rctx, cancel := context.WithTimeout(ctx, leaseRenew)
 				defer cancel()
 				resp, err := m.exchange(rctx, req)
-				if err != nil || resp.Rcode != dns.RcodeSuccess {
+				if err != nil {
 					return
 				}
-				if l, ok := partition.LeaseRequested(resp); !ok || l.Token != lh.token {
-					return // a member without leases
+				if l, ok := partition.LeaseRequested(resp); !ok || l.Token != lh.token || resp.Rcode != dns.RcodeSuccess {
+					// A member without leases (an older craftstore, or a
+					// server block that does not cover the name asked).
+					if _, done := lh.warned.LoadOrStore(m, true); !done {
+						log.Warningf("member %s of shard %s grants no change lease for %s (%s): the negative cache stays off",
+							m.Addr, s.Name, lh.qname, dns.RcodeToString[resp.Rcode])
+					}
+					return
 				}
 				mu.Lock()
 				lh.until[m] = sent.Add(leaseFor)
