@@ -26,7 +26,7 @@ TESTTIMEOUT ?= 20m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster run-sharded test test-race chaos dropin bench bench-updates bench-router lint clean
+.PHONY: build coredns generate run run-cluster run-sharded test test-race chaos dropin bench bench-updates bench-router bench-routers lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -108,6 +108,11 @@ bench-updates: coredns
 
 bench-router: coredns
 	./bench/router.sh
+
+# Two routers over two shards of three members, this build against
+# BEFORE_BINARY (a baseline build) in one run.
+bench-routers: coredns
+	./bench/routers.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

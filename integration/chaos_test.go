@@ -254,13 +254,29 @@ func clientRand() *rand.Rand { return rand.New(rand.NewPCG(rand.Uint64(), rand.U
 
 // readTXT asks addr for key's TXT RRset: its one value, "" for none.
 func readTXT(addr, key string) (string, error) {
+	v, _, err := readTXTStale(addr, key)
+	return v, err
+}
+
+// readTXTStale is readTXT that also reports whether the answer says it is
+// stale (Extended DNS Error Stale Answer: a router answered from a member's
+// unconfirmed state).
+func readTXTStale(addr, key string) (string, bool, error) {
 	cl := &dns.Client{Timeout: 2 * time.Second}
 	q := new(dns.Msg)
 	q.SetQuestion(key, dns.TypeTXT)
+	q.SetEdns0(1232, false)
 	r, _, err := cl.Exchange(q, addr)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
+	stale := hasEDE(r, dns.ExtendedErrorCodeStaleAnswer)
+	v, err := txtValue(r, key)
+	return v, stale, err
+}
+
+// txtValue is the value of key in answer r: "" when it has none.
+func txtValue(r *dns.Msg, key string) (string, error) {
 	switch {
 	case r.Rcode == dns.RcodeNameError || r.Rcode == dns.RcodeSuccess && len(r.Answer) == 0:
 		return "", nil
@@ -281,11 +297,13 @@ func readTXT(addr, key string) (string, error) {
 
 // read reads key through ep. A member's answer goes into the history of
 // local reads; a router's is counted, with its failures, by the fault in
-// progress.
+// progress, and goes into that history too unless it says it is stale:
+// routers answer from members' confirmed state, so each router's reads must
+// be monotonic and show the writes made through it.
 func (c *chaos) read(ep endpoint, key string) (string, bool) {
 	call := c.h.now()
 	fault, down := c.active.Load().(string), c.routerDown.Load()
-	v, err := readTXT(ep.dns, key)
+	v, stale, err := readTXTStale(ep.dns, key)
 	if !ep.member {
 		if down%2 == 1 || c.routerDown.Load() != down {
 			fault = "router-kill" // a router was down while the query waited
@@ -303,6 +321,11 @@ func (c *chaos) read(ep endpoint, key string) (string, bool) {
 		c.mu.Unlock()
 		if err == nil {
 			c.h.observe(v, c.h.now())
+			if stale {
+				c.h.count("router read stale")
+			} else {
+				c.h.read(localRead{member: ep.name, key: key, value: v, call: call, ret: c.h.now()})
+			}
 		}
 		return v, err == nil
 	}
@@ -356,7 +379,9 @@ func (c *chaos) write(client int, ep endpoint, key, old, val string) regResult {
 		res := update(ep.dns, key, old, val)
 		ret := c.h.now()
 		c.h.op(client, regOp{Kind: "cas", Key: key, Old: old, New: val}, res, call, ret)
-		if res == resOK && ep.member {
+		if res == resOK {
+			// cas versions order the key's values wherever they were
+			// written: a router must show its own writes too.
 			c.h.ack(ackedWrite{member: ep.name, key: key, value: val, ord: casVersion(val), ret: ret}, false)
 		}
 		return res
@@ -383,9 +408,15 @@ func (c *chaos) write(client int, ep endpoint, key, old, val string) regResult {
 	ret := c.h.now()
 	c.h.op(client, regOp{Kind: "put", Key: key, New: val}, res, call, ret)
 	if res == resOK {
-		// A router answers with the serial of the shard it wrote to; the
-		// order of put values is kept for those a member acknowledged.
-		c.h.ack(ackedWrite{member: ep.name, key: key, value: val, ord: int64(out.Serial), ret: ret}, ep.member)
+		// A router answers with the serial of one of the shards it wrote
+		// to (the key and the name may be on different ones): the order
+		// of put values is kept for those a member acknowledged, and a
+		// put through a router orders nothing.
+		ord := int64(out.Serial)
+		if !ep.member {
+			ord = -1
+		}
+		c.h.ack(ackedWrite{member: ep.name, key: key, value: val, ord: ord, ret: ret}, ep.member)
 		c.mu.Lock()
 		c.names = append(c.names, name)
 		c.mu.Unlock()

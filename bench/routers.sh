@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# routers.sh: two routers in front of two shards of three members (the
+# sharded example's layout), for two binaries side by side in one run:
+# BEFORE_BINARY (the baseline) and COREDNS_BINARY (./coredns). For each:
+#   - existing names through router 1: qps and average latency (what the
+#     members' fresh reads cost: each routed query waits for a ReadIndex
+#     round with the shard's leader);
+#   - a miss-heavy query file (MISSING of the names absent, repeated as
+#     dnsperf wraps around the file) through router 1: the share of the
+#     missing names answered from the negative cache;
+#   - the same while names are written through router 2 (20 a second):
+#     the cache's hit rate under writes made through another router.
+# Then, for the binary under test only, every name written through router 2
+# is asked through router 1 right after its write returns: it must be there
+# (the baseline's routers do not agree: it is skipped for it).
+#
+# Knobs (environment): RECORDS (20000), QUERIES (100000 lines), MISSING
+# (0.5), DURATION (seconds per run, 10), CLIENTS (dnsperf -c, 4),
+# OUTSTANDING (dnsperf -q, 100), BEFORE_BINARY (required), COREDNS_BINARY.
+
+. "$(dirname "$0")/lib.sh"
+
+RECORDS=${RECORDS:-20000}
+QUERIES=${QUERIES:-100000}
+MISSING=${MISSING:-0.5}
+DURATION=${DURATION:-10}
+CLIENTS=${CLIENTS:-4}
+OUTSTANDING=${OUTSTANDING:-100}
+[ -n "${BEFORE_BINARY:-}" ] || die "BEFORE_BINARY (the baseline binary) is required"
+[ -x "$BEFORE_BINARY" ] || die "$BEFORE_BINARY is not an executable"
+cp "$BEFORE_BINARY" "$WORK/coredns-before"
+need dnsperf dig curl ss
+
+"$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries" -nqueries "$QUERIES" -missing 0
+"$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries.missing" -nqueries "$QUERIES" -missing "$MISSING"
+nx_lines=$(grep -c '^nx-' "$WORK/queries.missing")
+nx_want=$(calc %.4f "$nx_lines / $QUERIES")
+
+# setup LABEL BINARY: start the members and both routers with BINARY; sets
+# r1_dns r1_api r1_metrics r2_dns r2_api and SET_PIDS.
+setup() {
+	local label=$1 bin=$2 sh i m peers
+	SET_PIDS=()
+	declare -gA mdns mapi mraft
+	for sh in a b; do
+		for i in 1 2 3; do
+			m=$sh$i
+			mdns[$m]=$(free_port) mapi[$m]=$(free_port) mraft[$m]=$(free_port)
+		done
+	done
+	for sh in a b; do
+		peers=""
+		for i in 1 2 3; do peers="$peers        peer $i 127.0.0.1:${mraft[$sh$i]}"$'\n'; done
+		for i in 1 2 3; do
+			m=$sh$i
+			cat >"$WORK/$label-$m.Corefile" <<EOF
+.:${mdns[$m]} {
+    bind 127.0.0.1
+    craftstore {
+        id $i
+        cluster $label-$sh
+        data $WORK/$label-data/$m
+        raft 127.0.0.1:${mraft[$m]}
+$peers        api 127.0.0.1:${mapi[$m]}
+    }
+}
+EOF
+			COREDNS=$bin start "$label-$m" ""
+			SET_PIDS+=("$LAST_PID")
+		done
+	done
+	r1_dns=$(free_port) r1_api=$(free_port) r1_metrics=$(free_port)
+	r2_dns=$(free_port) r2_api=$(free_port)
+	for r in 1 2; do
+		eval "local dns=\$r${r}_dns api=\$r${r}_api"
+		cat >"$WORK/$label-router$r.Corefile" <<EOF
+.:$dns {
+    bind 127.0.0.1
+    craftroute {
+        shard a 127.0.0.1:${mdns[a1]} 127.0.0.1:${mdns[a2]} 127.0.0.1:${mdns[a3]}
+        shard b 127.0.0.1:${mdns[b1]} 127.0.0.1:${mdns[b2]} 127.0.0.1:${mdns[b3]}
+        shard_api a http://127.0.0.1:${mapi[a1]} http://127.0.0.1:${mapi[a2]} http://127.0.0.1:${mapi[a3]}
+        shard_api b http://127.0.0.1:${mapi[b1]} http://127.0.0.1:${mapi[b2]} http://127.0.0.1:${mapi[b3]}
+        key name
+        api 127.0.0.1:$api
+    }
+$(if [ "$r" = 1 ]; then echo "    prometheus 127.0.0.1:$r1_metrics"; fi)
+}
+EOF
+		COREDNS=$bin start "$label-router$r" ""
+		SET_PIDS+=("$LAST_PID")
+	done
+	local router1_pid=${SET_PIDS[6]}
+	wait_http "$router1_pid" "$label-router1" "http://127.0.0.1:$r1_metrics/metrics"
+	local out end=$((SECONDS + 60))
+	while :; do
+		out=$(curl -sS --max-time 300 -X PUT --data-binary @"$WORK/zone" -w ' %{http_code}' \
+			"http://127.0.0.1:$r1_api/v1/zones/example.org" 2>&1) && [ "${out##* }" = 200 ] && break
+		[ $SECONDS -lt $end ] || die "$label: PUT of the zone failed: $out"
+		sleep 1
+	done
+	wait_dns "$router1_pid" "$label-router1" "$r1_dns" host-1.example.org A
+	wait_dns "${SET_PIDS[7]}" "$label-router2" "$r2_dns" host-1.example.org A
+}
+
+teardown() {
+	local p
+	for p in "${SET_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${SET_PIDS[@]}"; do
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	done
+}
+
+metric() {
+	curl -fsS "http://127.0.0.1:$r1_metrics/metrics" | awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $NF } END { printf "%d\n", s }'
+}
+
+# perf LABEL FILE: one dnsperf run through router 1; prints "qps latency_ms
+# completed noerror nxdomain".
+perf() {
+	local out="$WORK/$1.dnsperf"
+	dnsperf -s 127.0.0.1 -p "$r1_dns" -d "$2" -l "$DURATION" -n 50 -c "$CLIENTS" -q "$OUTSTANDING" -t 2 >"$out" 2>&1 ||
+		{ cat "$out" >&2; die "dnsperf $1 failed"; }
+	local done
+	done=$(dnsperf_field "$out" completed)
+	[ "$(calc %d "$(dnsperf_field "$out" lost) > 0.01 * $done")" = 0 ] || die "$1: over 1% of the queries lost"
+	echo "$(dnsperf_field "$out" qps) $(calc %.3f "$(dnsperf_field "$out" latency) * 1000") $done $(rcode_count "$out" NOERROR) $(rcode_count "$out" NXDOMAIN)"
+}
+
+# writer N: N names written through router 2, 20 a second.
+writer() {
+	local i
+	for i in $(seq "$1"); do
+		curl -fsS -o /dev/null --max-time 5 -X POST "http://127.0.0.1:$r2_api/v1/zones/example.org/records" \
+			-d "{\"add\": [\"bench-w$i.example.org. 60 IN A 192.0.2.1\"]}" || true
+		sleep 0.05
+	done
+}
+
+for label in before after; do
+	bin=$WORK/coredns-$label
+	[ "$label" = after ] && bin=$COREDNS
+	echo "# $label: $("$bin" -version | head -n 1)" >&2
+	setup "$label" "$bin"
+	set -- $(perf "$label-existing" "$WORK/queries")
+	eval "${label}_qps=$1 ${label}_lat=$2"
+	h0=$(metric coredns_craftroute_negative_cache_hits_total)
+	set -- $(perf "$label-missing" "$WORK/queries.missing")
+	h1=$(metric coredns_craftroute_negative_cache_hits_total)
+	eval "${label}_hits=$(calc %.3f "($h1 - $h0) / ($3 * $nx_want)")"
+	writer $((DURATION * 20)) &
+	wpid=$!
+	h0=$(metric coredns_craftroute_negative_cache_hits_total)
+	set -- $(perf "$label-missing-writes" "$WORK/queries.missing")
+	h1=$(metric coredns_craftroute_negative_cache_hits_total)
+	wait "$wpid"
+	eval "${label}_whits=$(calc %.3f "($h1 - $h0) / ($3 * $nx_want)")"
+	if [ "$label" = after ]; then
+		stale=0
+		for i in $(seq 100); do
+			curl -fsS -o /dev/null --max-time 5 -X POST "http://127.0.0.1:$r2_api/v1/zones/example.org/records" \
+				-d "{\"add\": [\"check-$i.example.org. 60 IN A 192.0.2.2\"]}" || die "write through router 2 failed"
+			dig +time=2 +tries=1 +norec -p "$r1_dns" @127.0.0.1 "check-$i.example.org" A | grep -q 'status: NOERROR' ||
+				stale=$((stale + 1))
+		done
+	fi
+	teardown
+done
+
+echo
+echo "two shards of three members, two routers (key mode name), $RECORDS records, dnsperf -c $CLIENTS -q $OUTSTANDING, ${DURATION}s runs"
+printf '%-8s %12s %14s %22s %26s\n' binary 'qps existing' 'latency ms' "cache hits ($MISSING missing)" 'hits, writes via router 2'
+for label in before after; do
+	eval "printf '%-8s %12.0f %14s %22s %26s\n' $label \$${label}_qps \$${label}_lat \$${label}_hits \$${label}_whits"
+done
+printf 'after/before: qps x%s, latency x%s\n' "$(calc %.2f "$after_qps / $before_qps")" "$(calc %.2f "$after_lat / $before_lat")"
+printf 'names written through router 2 and asked through router 1 at once: %d of 100 missing\n' "$stale"
+[ "$stale" -eq 0 ] || die "router 1 missed names written through router 2"
