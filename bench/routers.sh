@@ -15,7 +15,7 @@
 # (the baseline's routers do not agree: it is skipped for it).
 #
 # Knobs (environment): RECORDS (20000), QUERIES (100000 lines), MISSING
-# (0.5), DURATION (seconds per run, 10), CLIENTS (dnsperf -c, 4),
+# (0.5) of MISS_LINES (2000), DURATION (seconds per run, 10), CLIENTS (dnsperf -c, 4),
 # OUTSTANDING (dnsperf -q, 100), BEFORE_BINARY (required), COREDNS_BINARY.
 
 . "$(dirname "$0")/lib.sh"
@@ -23,6 +23,7 @@
 RECORDS=${RECORDS:-20000}
 QUERIES=${QUERIES:-100000}
 MISSING=${MISSING:-0.5}
+MISS_LINES=${MISS_LINES:-2000}
 DURATION=${DURATION:-10}
 CLIENTS=${CLIENTS:-4}
 OUTSTANDING=${OUTSTANDING:-100}
@@ -32,9 +33,11 @@ cp "$BEFORE_BINARY" "$WORK/coredns-before"
 need dnsperf dig curl ss
 
 "$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries" -nqueries "$QUERIES" -missing 0
-"$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries.missing" -nqueries "$QUERIES" -missing "$MISSING"
+# The miss-heavy file: MISS_LINES lines (MISSING of them for missing names),
+# repeated many times in a run as dnsperf wraps around it.
+"$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries.missing" -nqueries "$MISS_LINES" -missing "$MISSING"
 nx_lines=$(grep -c '^nx-' "$WORK/queries.missing")
-nx_want=$(calc %.4f "$nx_lines / $QUERIES")
+nx_want=$(calc %.4f "$nx_lines / $MISS_LINES")
 
 # setup LABEL BINARY: start the members and both routers with BINARY; sets
 # r1_dns r1_api r1_metrics r2_dns r2_api and SET_PIDS.
@@ -142,16 +145,19 @@ for label in before after; do
 	[ "$label" = after ] && bin=$COREDNS
 	echo "# $label: $("$bin" -version | head -n 1)" >&2
 	setup "$label" "$bin"
-	set -- $(perf "$label-existing" "$WORK/queries")
+	res=$(perf "$label-existing" "$WORK/queries")
+	set -- $res
 	eval "${label}_qps=$1 ${label}_lat=$2"
 	h0=$(metric coredns_craftroute_negative_cache_hits_total)
-	set -- $(perf "$label-missing" "$WORK/queries.missing")
+	res=$(perf "$label-missing" "$WORK/queries.missing")
+	set -- $res
 	h1=$(metric coredns_craftroute_negative_cache_hits_total)
 	eval "${label}_hits=$(calc %.3f "($h1 - $h0) / ($3 * $nx_want)")"
 	writer $((DURATION * 20)) &
 	wpid=$!
 	h0=$(metric coredns_craftroute_negative_cache_hits_total)
-	set -- $(perf "$label-missing-writes" "$WORK/queries.missing")
+	res=$(perf "$label-missing-writes" "$WORK/queries.missing")
+	set -- $res
 	h1=$(metric coredns_craftroute_negative_cache_hits_total)
 	wait "$wpid"
 	eval "${label}_whits=$(calc %.3f "($h1 - $h0) / ($3 * $nx_want)")"

@@ -71,9 +71,8 @@ func (r *Replica) Fresh(ctx context.Context) error {
 		return Errorf(ErrUnavailable, "member knows no leader")
 	}
 	limit := time.Duration(freshTicks) * r.cfg.Tick
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-
+	// No timer per call: the round's own timer ends a round that gets no
+	// answer, so a call waits at most for the round in flight and its own.
 	fr := &r.freshReads
 	fr.mu.Lock()
 	if err := fr.failing; err != nil {
@@ -103,13 +102,18 @@ func (r *Replica) Fresh(ctx context.Context) error {
 	select {
 	case <-round.done:
 	case <-ctx.Done():
-		return Errorf(ErrUnavailable, "the leader did not confirm its commit index within %v", limit)
+		return Errorf(ErrUnavailable, "the query ended before the leader confirmed its commit index")
 	case <-r.donec:
 		return Errorf(ErrUnavailable, "member is shutting down")
 	}
 	if round.err != nil {
 		return round.err
 	}
+	if r.applied.Load() >= round.index {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	return r.waitApplied(ctx, round.index, limit)
 }
 
