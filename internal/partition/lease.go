@@ -118,6 +118,9 @@ type Notice struct {
 	Zone   string
 	Change Change
 	Names  []string
+	// Index is the applied index of the member that took the write, once
+	// it applied it (index.go).
+	Index uint64
 }
 
 // Msg returns the NOTIFY carrying n to the router that asked for lease l
@@ -131,6 +134,7 @@ func (n Notice) Msg(qname string, l Lease) *dns.Msg {
 	m.SetEdns0(dns.DefaultMsgSize, false)
 	data := []byte{version, modeNotify, byte(n.Change)}
 	data = append(data, l.Token[:]...)
+	data = binary.BigEndian.AppendUint64(data, n.Index)
 	buf := make([]byte, 256)
 	k, err := dns.PackDomainName(dns.Fqdn(n.Zone), buf, 0, nil, false)
 	if err != nil {
@@ -161,7 +165,7 @@ func NoticeOf(r *dns.Msg) (n Notice, token [TokenLen]byte, ok bool) {
 		return Notice{}, token, false
 	}
 	p, found := payload(r)
-	if !found || len(p) < 3+TokenLen+1 || p[1] != modeNotify {
+	if !found || len(p) < 3+TokenLen+8+1 || p[1] != modeNotify {
 		return Notice{}, token, false
 	}
 	n.Change = Change(p[2])
@@ -169,7 +173,8 @@ func NoticeOf(r *dns.Msg) (n Notice, token [TokenLen]byte, ok bool) {
 		return Notice{}, token, false
 	}
 	copy(token[:], p[3:3+TokenLen])
-	zone, off, err := dns.UnpackDomainName(p, 3+TokenLen)
+	n.Index = binary.BigEndian.Uint64(p[3+TokenLen:])
+	zone, off, err := dns.UnpackDomainName(p, 3+TokenLen+8)
 	if err != nil {
 		return Notice{}, token, false
 	}

@@ -135,10 +135,14 @@ func AllowStale(r *dns.Msg) *dns.Msg {
 	}
 	for i, o := range opt.Option {
 		if l, ok := o.(*dns.EDNS0_LOCAL); ok && l.Code == Code {
-			d := []byte{version, modeFacts, flagStale}
+			d := []byte{version, modeFacts, 0}
 			if len(l.Data) >= 2 {
-				d[0], d[1] = l.Data[0], l.Data[1]
+				d = append(d[:0], l.Data...)
+				if len(d) < 3 {
+					d = append(d, 0)
+				}
 			}
+			d[2] |= flagStale
 			opt.Option[i] = &dns.EDNS0_LOCAL{Code: Code, Data: d}
 		}
 	}
@@ -221,7 +225,8 @@ func Parse(m *dns.Msg) (Facts, error) {
 	return Facts{}, ErrMissing
 }
 
-// Strip removes the partition option from m's OPT record.
+// Strip removes the partition option, and the applied index, from m's OPT
+// record.
 func Strip(m *dns.Msg) {
 	opt := m.IsEdns0()
 	if opt == nil {
@@ -229,7 +234,7 @@ func Strip(m *dns.Msg) {
 	}
 	kept := opt.Option[:0]
 	for _, o := range opt.Option {
-		if o.Option() != Code {
+		if c := o.Option(); c != Code && c != IndexCode {
 			kept = append(kept, o)
 		}
 	}

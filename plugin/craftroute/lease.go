@@ -109,9 +109,12 @@ func (ct *changeTracker) valid(name string, start uint64) bool {
 
 // leaseHolder is the router's side of the leases.
 type leaseHolder struct {
-	port  uint16                   // the router's DNS port, where notices come; 0: no leases
-	qname string                   // the lease queries' name (a name of the router's zones)
-	token [partition.TokenLen]byte // random per start: notices must carry it
+	port  uint16 // the router's DNS port, where notices come; 0: no leases
+	qname string // the lease queries' name (a name of the router's zones)
+	// tokens are random per start and member: a notice must carry one,
+	// which names the member's shard.
+	tokens  map[*Member][partition.TokenLen]byte
+	byToken atomic.Pointer[map[[partition.TokenLen]byte]*Shard]
 	// validUntil is the end (unix nanoseconds) of the earliest lease on
 	// any member; 0 before every member granted one.
 	validUntil atomic.Int64
@@ -133,10 +136,19 @@ func (c *Craftroute) startLeases(lapsed func()) (stop func()) {
 		return func() {}
 	}
 	lh.until = map[*Member]time.Time{}
-	if _, err := rand.Read(lh.token[:]); err != nil {
-		log.Errorf("no change leases: %v", err)
-		return func() {}
+	tokens, byToken := map[*Member][partition.TokenLen]byte{}, map[[partition.TokenLen]byte]*Shard{}
+	for _, s := range c.cfg.shards {
+		for _, m := range s.Members {
+			var t [partition.TokenLen]byte
+			if _, err := rand.Read(t[:]); err != nil {
+				log.Errorf("no change leases: %v", err)
+				return func() {}
+			}
+			tokens[m], byToken[t] = t, s
+		}
 	}
+	lh.tokens = tokens
+	c.leases.setTokens(byToken)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -180,7 +192,7 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 			wg.Go(func() {
 				req := new(dns.Msg)
 				req.SetQuestion(lh.qname, dns.TypeSOA)
-				partition.RequestLease(req, partition.Lease{Port: lh.port, Duration: leaseFor, Token: lh.token})
+				partition.RequestLease(req, partition.Lease{Port: lh.port, Duration: leaseFor, Token: lh.tokens[m]})
 				sent := time.Now()
 				rctx, cancel := context.WithTimeout(ctx, leaseRenew)
 				defer cancel()
@@ -188,7 +200,7 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 				if err != nil {
 					return
 				}
-				if l, ok := partition.LeaseRequested(resp); !ok || l.Token != lh.token || resp.Rcode != dns.RcodeSuccess {
+				if l, ok := partition.LeaseRequested(resp); !ok || l.Token != lh.tokens[m] || resp.Rcode != dns.RcodeSuccess {
 					// A member without leases (an older craftstore, or a
 					// server block that does not cover the name asked).
 					if _, done := lh.warned.LoadOrStore(m, true); !done {
@@ -196,6 +208,12 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 							m.Addr, s.Name, lh.qname, dns.RcodeToString[resp.Rcode])
 					}
 					return
+				}
+				// The member's applied index when it granted covers the
+				// writes it acknowledged before: raised before the lease
+				// counts.
+				if idx, ok := partition.IndexOf(resp); ok {
+					s.raise(idx)
 				}
 				mu.Lock()
 				lh.until[m] = sent.Add(leaseFor)
@@ -231,9 +249,11 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 // without this router's lease token is refused.
 func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	n, token, _ := partition.NoticeOf(r)
-	if c.leases.port == 0 || token != c.leases.token {
-		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "change notice without this router's lease token")
+	s := c.leases.shardOf(token)
+	if s == nil {
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "change notice without a lease token of this router")
 	}
+	s.raise(n.Index)
 	zone := dnsname.Lower(n.Zone)
 	for i, name := range n.Names {
 		n.Names[i] = dnsname.Lower(name)
@@ -253,4 +273,18 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 	m.Authoritative = true
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
+}
+
+// setTokens publishes the token → shard map for serveNotice.
+func (lh *leaseHolder) setTokens(m map[[partition.TokenLen]byte]*Shard) {
+	lh.byToken.Store(&m)
+}
+
+// shardOf returns the shard of the member that token was given to, nil if
+// none.
+func (lh *leaseHolder) shardOf(token [partition.TokenLen]byte) *Shard {
+	if p := lh.byToken.Load(); p != nil {
+		return (*p)[token]
+	}
+	return nil
 }

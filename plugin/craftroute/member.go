@@ -28,7 +28,11 @@ import (
 type Shard struct {
 	Name    string
 	Members []*Member
-	API     []string
+	// minIndex is the highest applied index of a member of the shard the
+	// router was told of (partition/index.go): its routed queries ask for
+	// a state that has applied it.
+	minIndex atomic.Uint64
+	API      []string
 }
 
 // Member is one craftstore member as the router sees it.
@@ -339,4 +343,14 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 func notCurrent(m *dns.Msg) bool {
 	e := ede.Of(m)
 	return e != nil && e.InfoCode == dns.ExtendedErrorCodeNotReady
+}
+
+// raise lifts the shard's minIndex to index when it is higher.
+func (s *Shard) raise(index uint64) {
+	for {
+		cur := s.minIndex.Load()
+		if index <= cur || s.minIndex.CompareAndSwap(cur, index) {
+			return
+		}
+	}
 }

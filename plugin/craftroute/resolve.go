@@ -110,12 +110,20 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 		resp *dns.Msg
 		err  error
 	)
+	if partition.Routed(req) && !partition.StaleAllowed(req) && c.leases.valid(time.Now()) {
+		// Every write acknowledged so far was notified with its index: a
+		// member that applied the highest needs no round to its leader.
+		req = partition.WithMinIndex(req, s.minIndex.Load())
+	}
 	if c.ex != nil {
 		resp, err = c.ex.exchange(ctx, s, req)
 	} else {
 		resp, _, err = s.Exchange(ctx, req, c.cfg.downFor)
 	}
 	if err == nil {
+		if idx, ok := partition.IndexOf(resp); ok {
+			s.raise(idx) // this router's reads never go back
+		}
 		if e := ede.Of(resp); e != nil && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
 			if mark, ok := ctx.Value(staleKey{}).(*atomic.Bool); ok {
 				mark.Store(true)

@@ -144,7 +144,7 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	noticeChange(r.Context(), a.leases, origin, partition.ZonePut)
+	noticeChange(r.Context(), a.leases, a.rep, origin, partition.ZonePut)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }
 
@@ -180,7 +180,7 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	noticeChange(r.Context(), a.leases, origin, partition.ZoneDeleted)
+	noticeChange(r.Context(), a.leases, a.rep, origin, partition.ZoneDeleted)
 	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"zone": origin})
 }
 
@@ -255,7 +255,7 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 			names = append(names, d.Name)
 		}
 	}
-	noticeChange(r.Context(), a.leases, origin, partition.Records, names...)
+	noticeChange(r.Context(), a.leases, a.rep, origin, partition.Records, names...)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.Changed{Zone: origin, Serial: serial})
 }
 

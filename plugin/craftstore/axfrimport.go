@@ -125,7 +125,7 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	noticeChange(r.Context(), a.leases, origin, partition.ZonePut)
+	noticeChange(r.Context(), a.leases, a.rep, origin, partition.ZonePut)
 	log.Infof("imported zone %s by AXFR from %s: %d records, serial %d", origin, primary, res.Records, res.Serial)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }

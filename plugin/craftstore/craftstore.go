@@ -57,7 +57,10 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if _, ok := partition.LeaseRequested(r); ok {
 		// A router asks to be told of changes (leases.go).
 		if l := c.leases.Load(); l != nil {
-			w.WriteMsg(l.grant(w.RemoteAddr(), r))
+			m := l.grant(w.RemoteAddr(), r)
+			// Covers every write acknowledged before the lease.
+			partition.AttachIndex(m, rep.Applied())
+			w.WriteMsg(m)
 			return dns.RcodeSuccess, nil
 		}
 	}
@@ -82,12 +85,24 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// craftroute's query must see every write the group acknowledged
 		// before it arrived, through whichever member or router: the
 		// member confirms its state is current first (replica.Fresh).
-		if staleOK {
+		// With the index of the last write the router was told of
+		// (partition/index.go), having applied it is enough; without,
+		// the member asks its leader.
+		var err error
+		switch idx, ok := partition.MinIndex(r); {
+		case staleOK:
+		case ok:
+			err = rep.CaughtUp(ctx, idx)
+		default:
+			err = rep.Fresh(ctx)
+		}
+		switch {
+		case staleOK:
 			unconfirmed = true
-		} else if err := rep.Fresh(ctx); err != nil {
+		case err != nil:
 			freshCount.WithLabelValues(c.member(), "failed").Inc()
 			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member could not confirm it is current: "+err.Error())
-		} else {
+		default:
 			freshCount.WithLabelValues(c.member(), "ok").Inc()
 		}
 	}
@@ -115,6 +130,10 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		partition.Attach(m, z.Partition(m, qname, q.Qtype))
 	} else {
 		z.Lookup(m, qname, q.Qtype)
+	}
+	if partition.Routed(r) {
+		// Read after the lookup: at least the state answered from.
+		partition.AttachIndex(m, rep.Applied())
 	}
 	if unconfirmed {
 		staleCount.WithLabelValues(c.member(), "routed").Inc()

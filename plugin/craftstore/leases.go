@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
 )
@@ -76,7 +77,7 @@ func (l *leases) grant(remote net.Addr, r *dns.Msg) *dns.Msg {
 // ctx ended). In the first MaxLease after the member started it waits for
 // that to pass first: a lease granted by the member's previous run may
 // still hold. It returns the routers that did not answer.
-func (l *leases) notify(ctx context.Context, zone string, c partition.Change, names []string) []string {
+func (l *leases) notify(ctx context.Context, index uint64, zone string, c partition.Change, names []string) []string {
 	if wait := time.Until(l.started.Add(partition.MaxLease)); wait > 0 {
 		select {
 		case <-time.After(wait):
@@ -97,7 +98,7 @@ func (l *leases) notify(ctx context.Context, zone string, c partition.Change, na
 	if len(hs) == 0 {
 		return nil
 	}
-	notice := partition.Notice{Zone: zone, Change: c, Names: names}
+	notice := partition.Notice{Zone: zone, Change: c, Names: names, Index: index}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -128,13 +129,14 @@ func (l *leases) notify(ctx context.Context, zone string, c partition.Change, na
 }
 
 // noticeChange notifies the routers holding leases on the member of change
-// c of zone, at names (none: the whole zone) (leases.notify), logging those
-// that did not answer.
-func noticeChange(ctx context.Context, l *leases, zone string, c partition.Change, names ...string) {
+// c of zone, at names (none: the whole zone) (leases.notify), with the
+// member's applied index after the change, logging the routers that did not
+// answer.
+func noticeChange(ctx context.Context, l *leases, rep *replica.Replica, zone string, c partition.Change, names ...string) {
 	if l == nil {
 		return
 	}
-	for _, addr := range l.notify(ctx, zone, c, names) {
+	for _, addr := range l.notify(ctx, rep.Applied(), zone, c, names) {
 		log.Warningf("router %s did not answer the notice of a change to %s (%s) before its lease expired", addr, zone, c)
 	}
 }

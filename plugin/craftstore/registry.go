@@ -176,7 +176,7 @@ func (m *member) seed(cfg config) bool {
 		res, err := m.rep.PutZone(ctx, origin, rrs, true)
 		cancel()
 		if err == nil && !res.Skipped {
-			noticeChange(context.Background(), m.leases, origin, partition.ZonePut)
+			noticeChange(context.Background(), m.leases, m.rep, origin, partition.ZonePut)
 		}
 		switch {
 		case err != nil:

@@ -140,7 +140,7 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		for i, rr := range r.Ns {
 			names[i] = rr.Header().Name
 		}
-		noticeChange(ctx, c.leases.Load(), origin, partition.Records, names...)
+		noticeChange(ctx, c.leases.Load(), rep, origin, partition.Records, names...)
 	}
 	return ede.Write(w, r, rcode, 0, "")
 }

@@ -194,3 +194,25 @@ func (r *Replica) signalApplied() {
 	ch := make(chan struct{})
 	close(*r.appliedSignal.Swap(&ch))
 }
+
+// Applied returns the highest index whose entry may show in the member's
+// views: the commit index, at least as high as every entry being applied
+// (the views change before the applied index is stored).
+func (r *Replica) Applied() uint64 { return max(r.applied.Load(), r.commit.Load()) }
+
+// CaughtUp waits until the member has applied index, for at most the bound
+// of Fresh, or fails with an ErrUnavailable error (it is not ready, or its
+// apply lags): the router, which tracks the writes its group acknowledged
+// (partition/index.go), then asks another member.
+func (r *Replica) CaughtUp(ctx context.Context, index uint64) error {
+	if !r.ready.Load() {
+		return Errorf(ErrUnavailable, "member is not ready")
+	}
+	if r.applied.Load() >= index {
+		return nil
+	}
+	limit := time.Duration(freshTicks) * r.cfg.Tick
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	return r.waitApplied(ctx, index, limit)
+}
