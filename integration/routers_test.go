@@ -210,3 +210,37 @@ func TestRoutersWriteRead(t *testing.T) {
 		})
 	}
 }
+
+// TestRoutersLeaseLapse: while a member is down, the routers hold no lease
+// on it (coredns_craftroute_leases_valid 0): their negative caches are off
+// and their queries confirm state with the leader, so a name written through
+// one router is still answered by the other at once; once the member is
+// back, the leases hold again.
+func TestRoutersLeaseLapse(t *testing.T) {
+	s, _, _ := twoRouters(t, "name")
+	const origin = "lapse.test."
+	putZone(t, s.routers[0].client(), origin, smallZone(origin, 3))
+	reader, writer := s.routers[0], s.routers[1]
+	valid := func() float64 {
+		return metricSum(t, routerMetrics(t, reader), "coredns_craftroute_leases_valid")
+	}
+	harness.Eventually(t, "the leases held", 10*time.Second, func() bool { return valid() == 1 })
+
+	down := s.members["a"][0]
+	down.p.Kill()
+	harness.Eventually(t, "the leases lapsed", 10*time.Second, func() bool { return valid() == 0 })
+	for i := range 20 {
+		name := fmt.Sprintf("l%d.%s", i, origin)
+		if r, err := harness.Query(reader.addr(), name, dns.TypeA); err != nil || r.Rcode != dns.RcodeNameError {
+			t.Fatalf("expected NXDOMAIN for %s before its write, got %v %v", name, r, err)
+		}
+		if code, err := writer.client().Do("POST", "/v1/zones/"+origin+"/records", map[string]any{"add": []string{name + " 60 IN A 192.0.2.9"}}, nil); err != nil || code != http.StatusOK {
+			t.Fatalf("POST through %s: %d %v", writer.name, code, err)
+		}
+		if !harness.HasA(reader.addr(), name, "192.0.2.9") {
+			t.Errorf("%s written through %s is missing through %s while the leases lapsed", name, writer.name, reader.name)
+		}
+	}
+	down.p.Restart()
+	harness.Eventually(t, "the leases held again", 20*time.Second, func() bool { return valid() == 1 })
+}
