@@ -9,7 +9,9 @@
 #     dnsperf wraps around the file) through router 1: the share of the
 #     missing names answered from the negative cache;
 #   - the same while names are written through router 2 (20 a second):
-#     the cache's hit rate under writes made through another router.
+#     the cache's hit rate under writes made through another router;
+#   - 200 writes through router 1, one after the other: their average
+#     latency (each waits for its change notices to the routers).
 # Then, for the binary under test only, every name written through router 2
 # is asked through router 1 right after its write returns: it must be there
 # (the baseline's routers do not agree: it is skipped for it).
@@ -148,6 +150,14 @@ for label in before after; do
 	res=$(perf "$label-existing" "$WORK/queries")
 	set -- $res
 	eval "${label}_qps=$1 ${label}_lat=$2"
+	# Write latency: 200 changes one after the other through router 1 (with
+	# leases, each waits for its notices to both routers).
+	t0=$(date +%s%N)
+	for i in $(seq 200); do
+		curl -fsS -o /dev/null --max-time 5 -X POST "http://127.0.0.1:$r1_api/v1/zones/example.org/records" \
+			-d "{\"add\": [\"lat-w$i.example.org. 60 IN A 192.0.2.3\"]}" || die "$label: write $i failed"
+	done
+	eval "${label}_wlat=$(calc %.2f "($(date +%s%N) - $t0) / 200 / 1e6")"
 	h0=$(metric coredns_craftroute_negative_cache_hits_total)
 	res=$(perf "$label-missing" "$WORK/queries.missing")
 	set -- $res
@@ -180,5 +190,6 @@ for label in before after; do
 	eval "printf '%-8s %12.0f %14s %22s %26s\n' $label \$${label}_qps \$${label}_lat \$${label}_hits \$${label}_whits"
 done
 printf 'after/before: qps x%s, latency x%s\n' "$(calc %.2f "$after_qps / $before_qps")" "$(calc %.2f "$after_lat / $before_lat")"
+printf 'a write through router 1, one at a time: %s ms before, %s ms after (x%s)\n' "$before_wlat" "$after_wlat" "$(calc %.2f "$after_wlat / $before_wlat")"
 printf 'names written through router 2 and asked through router 1 at once: %d of 100 missing\n' "$stale"
 [ "$stale" -eq 0 ] || die "router 1 missed names written through router 2"
