@@ -139,7 +139,7 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))
 	defer cancel()
-	res, err := a.rep.PutZone(ctx, origin, rrs, false)
+	res, err := a.rep.PutZone(a.late(ctx, origin, partition.ZonePut), origin, rrs, false)
 	if err != nil {
 		fail(w, err)
 		return
@@ -176,7 +176,7 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
-	if err := a.rep.DeleteZone(ctx, origin); err != nil {
+	if err := a.rep.DeleteZone(a.late(ctx, origin, partition.ZoneDeleted), origin); err != nil {
 		fail(w, err)
 		return
 	}
@@ -237,13 +237,6 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		}
 		del = append(del, replica.Deletion(d))
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
-	defer cancel()
-	serial, err := a.rep.Change(ctx, origin, add, del)
-	if err != nil {
-		fail(w, err)
-		return
-	}
 	names := make([]string, 0, len(add)+len(del))
 	for _, rr := range add {
 		names = append(names, rr.Header().Name)
@@ -254,6 +247,13 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		} else {
 			names = append(names, d.Name)
 		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	serial, err := a.rep.Change(a.late(ctx, origin, partition.Records, names...), origin, add, del)
+	if err != nil {
+		fail(w, err)
+		return
 	}
 	noticeChange(r.Context(), a.leases, a.rep, origin, partition.Records, names...)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.Changed{Zone: origin, Serial: serial})
@@ -316,4 +316,11 @@ func (a *apiServer) removeMember(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpapi.WriteJSON(w, http.StatusOK, map[string]uint64{"id": id})
+}
+
+// late returns ctx with the change notice to send if the write times out
+// (the client gets 503: outcome unknown) and is applied later after all
+// (replica.WithLate), so that the routers learn of it then.
+func (a *apiServer) late(ctx context.Context, zone string, c partition.Change, names ...string) context.Context {
+	return lateNotice(ctx, a.leases, a.rep, zone, c, names...)
 }

@@ -120,7 +120,7 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))
 	defer cancel()
-	res, err := a.rep.PutZone(ctx, origin, rrs, false)
+	res, err := a.rep.PutZone(a.late(ctx, origin, partition.ZonePut), origin, rrs, false)
 	if err != nil {
 		fail(w, err)
 		return

@@ -140,3 +140,15 @@ func noticeChange(ctx context.Context, l *leases, rep *replica.Replica, zone str
 		log.Warningf("router %s did not answer the notice of a change to %s (%s) before its lease expired", addr, zone, c)
 	}
 }
+
+// lateNotice returns ctx carrying the notice of change c of zone at names,
+// sent if a write made with ctx times out and is applied later after all
+// (replica.WithLate): the routers then learn of it, as of any write.
+func lateNotice(ctx context.Context, l *leases, rep *replica.Replica, zone string, c partition.Change, names ...string) context.Context {
+	if l == nil {
+		return ctx
+	}
+	return replica.WithLate(ctx, func() {
+		noticeChange(context.Background(), l, rep, zone, c, names...)
+	})
+}

@@ -127,7 +127,11 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		}
 	}
 
-	wctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
+	names := make([]string, len(r.Ns))
+	for i, rr := range r.Ns {
+		names[i] = rr.Header().Name
+	}
+	wctx, cancel := context.WithTimeout(lateNotice(ctx, c.leases.Load(), rep, origin, partition.Records, names...), c.cfg.timeout)
 	defer cancel()
 	rcode, _, err := rep.Update(wctx, origin, r.Answer, r.Ns)
 	if err != nil {
@@ -136,10 +140,6 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		return ede.Write(w, r, rcode, code, err.Error())
 	}
 	if rcode == dns.RcodeSuccess {
-		names := make([]string, len(r.Ns))
-		for i, rr := range r.Ns {
-			names[i] = rr.Header().Name
-		}
 		noticeChange(ctx, c.leases.Load(), rep, origin, partition.Records, names...)
 	}
 	return ede.Write(w, r, rcode, 0, "")

@@ -100,3 +100,30 @@ func TestFreshCutOff(t *testing.T) {
 	fn.Heal()
 	eventually(t, "Fresh after the heal", func() bool { return f.Fresh(context.Background()) == nil })
 }
+
+// TestLateApply: a proposal whose caller gave up (the leader's links to its
+// followers are slow) is applied later; the function the caller left with
+// WithLate runs then, with the change in the member's views.
+func TestLateApply(t *testing.T) {
+	c, fn := startFreshZone(t)
+	l := c.leader()
+	for _, o := range c.others(l.ID()) {
+		fn.Get(fmt.Sprint(l.ID()), fmt.Sprint(o)).SetDelay(300 * time.Millisecond)
+	}
+	called := make(chan bool, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := l.Change(WithLate(ctx, func() { called <- has(l, "late.example.org.", "192.0.2.5") }),
+		"example.org.", []dns.RR{mustRR(t, "late.example.org. 60 IN A 192.0.2.5")}, nil)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("expected the caller to give up (ErrNoQuorum), got %v", err)
+	}
+	select {
+	case inView := <-called:
+		if !inView {
+			t.Error("the late function ran before the change was in the views")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late function did not run")
+	}
+}

@@ -379,6 +379,11 @@ func (r *Replica) notify(results map[uint64]applied) {
 		if ch, ok := r.waiters[id]; ok {
 			ch <- res
 			delete(r.waiters, id)
+		} else if l, ok := r.late[id]; ok {
+			delete(r.late, id)
+			if res.err == nil {
+				go l.fn()
+			}
 		}
 	}
 }

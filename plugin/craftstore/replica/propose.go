@@ -76,8 +76,59 @@ func (r *Replica) proposeWait(ctx context.Context, id uint64, submit func(contex
 	case a := <-ch:
 		return a.res, a.err
 	case <-ctx.Done():
+		if a, ok := r.giveUp(ctx, id, ch); ok {
+			return a.res, a.err // applied just as ctx ended
+		}
 		return Result{}, ErrNoQuorum
 	}
+}
+
+// lateKey is the context key of a function to run if a proposal whose
+// caller gave up (ErrNoQuorum) is applied later after all (WithLate).
+type lateKey struct{}
+
+// WithLate returns ctx carrying fn: when a proposal made with it is not
+// applied before ctx ends (the caller gets ErrNoQuorum: the outcome is
+// unknown) but is applied later on this member, fn runs then, in a
+// goroutine of its own, once the change is in the member's views. The
+// member forgets it after lateFor.
+func WithLate(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, lateKey{}, fn)
+}
+
+// lateFor is how long a proposal whose caller gave up is watched for.
+const lateFor = time.Minute
+
+// late is a proposal whose caller gave up.
+type late struct {
+	fn    func()
+	until time.Time
+}
+
+// giveUp ends the wait for proposal id: it removes the waiter and, unless
+// the result arrived meanwhile (then returned with ok), records ctx's late
+// function, all under r.mu, so that notify finds one or the other.
+func (r *Replica) giveUp(ctx context.Context, id uint64, ch chan applied) (applied, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.waiters, id)
+	select {
+	case a := <-ch:
+		return a, true
+	default:
+	}
+	fn, ok := ctx.Value(lateKey{}).(func())
+	if !ok {
+		return applied{}, false
+	}
+	now := time.Now()
+	for k, l := range r.late {
+		if now.After(l.until) {
+			delete(r.late, k)
+		}
+	}
+	r.late[id] = late{fn, now.Add(lateFor)}
+	return applied{}, false
 }
 
 // Change applies one atomic change to zone: deletions, then additions. It

@@ -94,6 +94,7 @@ type Replica struct {
 
 	mu      sync.Mutex
 	waiters map[uint64]chan applied
+	late    map[uint64]late // proposals whose caller gave up (WithLate)
 	nextID  atomic.Uint64
 
 	// Owned by the Ready loop.
@@ -166,7 +167,7 @@ func Open(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", filepath.Join(cfg.Dir, FileName), err)
 	}
-	r := &Replica{cfg: cfg, log: cfg.Logger, db: db, waiters: map[uint64]chan applied{},
+	r := &Replica{cfg: cfg, log: cfg.Logger, db: db, waiters: map[uint64]chan applied{}, late: map[uint64]late{},
 		stopc: make(chan struct{}), donec: make(chan struct{}), removedc: make(chan struct{})}
 	r.nextID.Store(rand.Uint64() &^ (1 << 63))
 	sig := make(chan struct{})
