@@ -26,25 +26,23 @@ import (
 // its answers to routed queries and lease requests (8 bytes, big endian).
 const IndexCode uint16 = Code + 1
 
-// WithMinIndex returns a copy of routed query r that asks the member to
-// answer from a state that has applied index (at least). r is not modified;
-// a query without the option is returned as it is.
-func WithMinIndex(r *dns.Msg, index uint64) *dns.Msg {
-	d, ok := payload(r)
-	if !ok || len(d) < 2 || (d[1] != modeFacts && d[1] != modeFresh) {
-		return r
-	}
-	m := r.Copy()
+// SetMinIndex asks, in routed query m, for a state that has applied index
+// (at least). It changes m's option in place (a query the router built for
+// this exchange); a query without the option is left as it is.
+func SetMinIndex(m *dns.Msg, index uint64) {
 	opt := m.IsEdns0()
-	for i, o := range opt.Option {
-		if l, ok := o.(*dns.EDNS0_LOCAL); ok && l.Code == Code {
-			nd := make([]byte, 3, 11)
-			copy(nd, l.Data)
-			nd = binary.BigEndian.AppendUint64(nd, index)
-			opt.Option[i] = &dns.EDNS0_LOCAL{Code: Code, Data: nd}
+	if opt == nil {
+		return
+	}
+	for _, o := range opt.Option {
+		if l, ok := o.(*dns.EDNS0_LOCAL); ok && l.Code == Code && len(l.Data) >= 2 && (l.Data[1] == modeFacts || l.Data[1] == modeFresh) {
+			flags := byte(0)
+			if len(l.Data) >= 3 {
+				flags = l.Data[2]
+			}
+			l.Data = binary.BigEndian.AppendUint64(append(l.Data[:2], flags), index)
 		}
 	}
-	return m
 }
 
 // MinIndex returns the index routed query r asks the member to have

@@ -14,12 +14,15 @@ func TestMinIndex(t *testing.T) {
 		if _, ok := MinIndex(m); ok {
 			t.Fatal("an index where none was set")
 		}
-		w := wire(t, WithMinIndex(m, 1<<40+7))
-		if idx, ok := MinIndex(w); !ok || idx != 1<<40+7 || Requested(w) != Requested(m) {
-			t.Errorf("got %d %v, mode kept %v", idx, ok, Requested(w) == Requested(m))
+		requested := Requested(m)
+		SetMinIndex(m, 1)
+		SetMinIndex(m, 1<<40+7) // again: replaced, not added
+		w := wire(t, m)
+		if idx, ok := MinIndex(w); !ok || idx != 1<<40+7 || Requested(w) != requested {
+			t.Errorf("got %d %v, mode kept %v", idx, ok, Requested(w) == requested)
 		}
-		if _, ok := MinIndex(m); ok {
-			t.Error("WithMinIndex modified its argument")
+		if n := testing.AllocsPerRun(100, func() { SetMinIndex(m, 9) }); n != 0 {
+			t.Errorf("expected SetMinIndex on a query built by Request to allocate nothing, got %v", n)
 		}
 		// Allowing a stale answer keeps the index.
 		s := wire(t, AllowStale(w))
@@ -29,7 +32,9 @@ func TestMinIndex(t *testing.T) {
 	}
 	plain := new(dns.Msg)
 	plain.SetQuestion("www.example.org.", dns.TypeA)
-	if WithMinIndex(plain, 5) != plain {
+	plain.SetEdns0(1232, false)
+	SetMinIndex(plain, 5)
+	if _, ok := MinIndex(plain); ok || len(plain.IsEdns0().Option) != 0 {
 		t.Error("a query without the option was changed")
 	}
 }

@@ -22,7 +22,7 @@ func TestLease(t *testing.T) {
 	if !ok || got != want {
 		t.Errorf("got %+v, %v; want %+v", got, ok, want)
 	}
-	if !Leasing(m) || Requested(m) {
+	if _, ok := MinIndex(m); ok || Requested(m) {
 		t.Error("a lease request is neither a partition-mode nor a fresh query")
 	}
 }

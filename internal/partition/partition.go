@@ -95,20 +95,16 @@ func request(m *dns.Msg, mode byte) {
 			return
 		}
 	}
-	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: Code, Data: []byte{version, mode}})
+	// Room for the flags and a minimum index (SetMinIndex) without growing.
+	data := make([]byte, 2, 3+8)
+	data[0], data[1] = version, mode
+	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: Code, Data: data})
 }
 
 // Requested reports whether query r asks for partition mode.
 func Requested(r *dns.Msg) bool {
 	d, ok := payload(r)
 	return ok && (len(d) < 2 || d[1] == modeFacts)
-}
-
-// Leasing reports whether r carries the option in lease or notify mode
-// (lease.go): it is neither a partition-mode nor a fresh query.
-func Leasing(r *dns.Msg) bool {
-	d, ok := payload(r)
-	return ok && len(d) >= 2 && (d[1] == modeLease || d[1] == modeNotify)
 }
 
 // Routed reports whether query r carries the option in either mode: it comes

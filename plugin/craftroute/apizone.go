@@ -172,7 +172,6 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 	if c.cfg.key == keyZone {
 		if a.proxy(ctx, w, c.zoneShard(origin), http.MethodDelete, zonePath(origin), "", nil, "") == http.StatusOK {
 			c.zones.remove(origin)
-			c.purgeNegative(origin)
 		}
 		return
 	}
@@ -195,9 +194,6 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 			sr.fail(replies[i].err(s))
 		}
 		rep.Shards[i] = sr
-	}
-	if deleted > 0 {
-		c.purgeNegative(origin)
 	}
 	switch {
 	case absent == len(shards):
@@ -246,9 +242,7 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	c := a.c
 	if c.cfg.key == keyZone {
-		if a.proxy(ctx, w, c.zoneShard(origin), http.MethodPost, recordsPath(origin), "", body, "application/json") == http.StatusOK {
-			c.purgeNegative(origin)
-		}
+		a.proxy(ctx, w, c.zoneShard(origin), http.MethodPost, recordsPath(origin), "", body, "application/json")
 		return
 	}
 	parts, err := c.splitChange(ctx, origin, body)
@@ -258,9 +252,7 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(parts) == 1 {
 		for s := range parts {
-			if a.proxy(ctx, w, s, http.MethodPost, recordsPath(origin), "", body, "application/json") == http.StatusOK {
-				c.purgeNegative(origin)
-			}
+			a.proxy(ctx, w, s, http.MethodPost, recordsPath(origin), "", body, "application/json")
 		}
 		return
 	}
@@ -305,9 +297,6 @@ func (a *apiServer) applyParts(ctx context.Context, origin string, parts map[*Sh
 		rep.Shards[i] = sr
 	}
 	status := http.StatusOK
-	if rep.committed() > 0 {
-		a.c.purgeNegative(origin)
-	}
 	if failed {
 		status, rep.Error = rep.failure("change")
 	}

@@ -118,7 +118,8 @@ func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg, st
 		expires: now.Add(time.Duration(soa.Hdr.Ttl) * time.Second)})
 }
 
-// purge drops the entries of zone.
+// purge drops the entries of zone: a deleted zone's, which every later
+// lookup would find void (changeTracker), are not kept until they expire.
 func (nc *negCache) purge(origin string) {
 	if nc.c == nil {
 		return
@@ -139,6 +140,3 @@ func (nc *negCache) len() int {
 	}
 	return nc.c.Len()
 }
-
-// purgeNegative drops the cached negative answers of zone (after a write).
-func (c *Craftroute) purgeNegative(zone string) { c.neg.purge(zone) }

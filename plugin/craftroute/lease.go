@@ -266,6 +266,7 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 	case partition.ZoneDeleted:
 		c.zones.noticed.Add(1)
 		c.zones.remove(zone)
+		c.neg.purge(zone)
 	}
 	noticesCount.WithLabelValues(n.Change.String()).Inc()
 	m := new(dns.Msg)

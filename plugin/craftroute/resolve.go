@@ -73,7 +73,9 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 	if stale.Load() {
 		// Not cached: a write acknowledged before the shard lost its
 		// leader may be missing from it.
-		ede.Add(resp, dns.ExtendedErrorCodeStaleAnswer, "a shard could not confirm its state is current (no leader): answered from a member's last state")
+		if e := ede.Of(resp); e == nil || e.InfoCode != dns.ExtendedErrorCodeStaleAnswer { // not kept from a member's answer
+			ede.Add(resp, dns.ExtendedErrorCodeStaleAnswer, "a shard could not confirm its state is current (no leader): answered from a member's last state")
+		}
 		return resp, nil
 	}
 	if broadcast {
@@ -102,18 +104,20 @@ func negativeKind(m *dns.Msg) string {
 	return ""
 }
 
-// exchange sends req to shard s: the test exchanger when set, else the
-// shard's members in order of liveness. A stale answer (no member could
+// exchange sends req, which it may change, to shard s: the test exchanger
+// when set, else the shard's members in order of liveness. A stale answer (no member could
 // confirm its state, Shard.Exchange) is recorded in ctx's staleMark.
 func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns.Msg, error) {
 	var (
 		resp *dns.Msg
 		err  error
 	)
-	if partition.Routed(req) && !partition.StaleAllowed(req) && c.leases.valid(time.Now()) {
+	if c.leases.valid(time.Now()) {
 		// Every write acknowledged so far was notified with its index: a
 		// member that applied the highest needs no round to its leader.
-		req = partition.WithMinIndex(req, s.minIndex.Load())
+		// req is built for this exchange (query, forward), so its option
+		// may change in place.
+		partition.SetMinIndex(req, s.minIndex.Load())
 	}
 	if c.ex != nil {
 		resp, err = c.ex.exchange(ctx, s, req)

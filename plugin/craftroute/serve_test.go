@@ -9,6 +9,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/partition"
 
 	"github.com/miekg/dns"
 )
@@ -106,10 +107,30 @@ func TestServeDNS(t *testing.T) {
 		t.Fatalf("AXFR: %v", m)
 	}
 
-	// A write through the router purges the zone's negative answers.
-	c.purgeNegative("example.org.")
-	if c.neg.len() != 0 {
-		t.Fatal("not purged")
+	// A member's notice of a write at the name voids its negative answer
+	// (a write through any router comes with one), with this router's
+	// lease token only.
+	tok := [partition.TokenLen]byte{7}
+	c.leases.setTokens(map[[partition.TokenLen]byte]*Shard{tok: c.cfg.shards[0]})
+	nx := new(dns.Msg)
+	nx.SetQuestion("nothere.example.org.", dns.TypeA)
+	if m := c.neg.get("nothere.example.org.", dns.TypeA, false, false, c.changes.valid); m == nil {
+		t.Fatal("expected the negative answer cached")
+	}
+	notice := partition.Notice{Zone: "example.org.", Change: partition.Records, Names: []string{"nothere.example.org."}}
+	if m := serve(t, c, notice.Msg("example.org.", partition.Lease{Token: [partition.TokenLen]byte{8}})); m.Rcode != dns.RcodeRefused {
+		t.Fatalf("a notice with a wrong token: %v", m)
+	}
+	if m := serve(t, c, notice.Msg("example.org.", partition.Lease{Token: tok})); m.Rcode != dns.RcodeSuccess {
+		t.Fatalf("notice: %v", m)
+	}
+	if m := c.neg.get("nothere.example.org.", dns.TypeA, false, false, c.changes.valid); m != nil {
+		t.Fatal("the negative answer outlived the notice of a write at its name")
+	}
+	// A notice that the zone was deleted drops its entries.
+	deleted := partition.Notice{Zone: "example.org.", Change: partition.ZoneDeleted}
+	if m := serve(t, c, deleted.Msg("example.org.", partition.Lease{Token: tok})); m.Rcode != dns.RcodeSuccess || c.neg.len() != 0 {
+		t.Fatalf("zone deleted: %v, %d entries left", m, c.neg.len())
 	}
 }
 
@@ -149,5 +170,19 @@ func TestServeStale(t *testing.T) {
 	}
 	if c.neg.len() != 0 {
 		t.Errorf("a stale negative answer was cached")
+	}
+	// A name that exists: the owner shard's answer, marked stale once.
+	r = new(dns.Msg)
+	r.SetQuestion("www.example.org.", dns.TypeA)
+	r.SetEdns0(1232, false)
+	m = serve(t, c, r)
+	n := 0
+	for _, o := range m.IsEdns0().Option {
+		if e, ok := o.(*dns.EDNS0_EDE); ok && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
+			n++
+		}
+	}
+	if m.Rcode != dns.RcodeSuccess || len(m.Answer) == 0 || n != 1 {
+		t.Errorf("expected the A record with one Stale Answer, got %d in %v", n, m)
 	}
 }

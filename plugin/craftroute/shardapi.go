@@ -211,9 +211,6 @@ func (sc *shardClient) importZone(ctx context.Context, origin string, text []byt
 		if err != nil {
 			return http.StatusBadGateway, map[string]string{"error": err.Error()}
 		}
-		if res.status == http.StatusOK {
-			c.purgeNegative(origin)
-		}
 		if !json.Valid(res.body) {
 			return res.status, map[string]string{"error": strings.TrimSpace(string(res.body))}
 		}
@@ -252,9 +249,6 @@ func (sc *shardClient) importZone(ctx context.Context, origin string, text []byt
 		if sr.Status == statusCommitted && (rep.Serial == 0 || zoneapi.SerialAfter(sr.Serial, rep.Serial)) {
 			rep.Serial = sr.Serial
 		}
-	}
-	if rep.committed() > 0 {
-		c.purgeNegative(origin)
 	}
 	if rep.committed() < len(shards) {
 		var status int

@@ -89,9 +89,6 @@ func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		return ede.Write(w, r, dns.RcodeServerFailure, err.ede, err.Error())
 	}
 	updatesForwarded.WithLabelValues(s.Name, rcodeString(resp.Rcode)).Inc()
-	if resp.Rcode == dns.RcodeSuccess {
-		c.purgeNegative(origin)
-	}
 	// The member's rcode, with the Extended DNS Errors it gave.
 	m := ede.Reply(r, resp.Rcode, 0, "")
 	if opt, ropt := m.IsEdns0(), resp.IsEdns0(); opt != nil && ropt != nil {

@@ -66,7 +66,8 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	}
 	// staleOK: craftroute found no member of the group that could confirm
 	// its state and asks for the last one (partition.AllowStale).
-	staleOK := partition.StaleAllowed(r) && c.cfg.stale != "refuse"
+	routed := partition.Routed(r)
+	staleOK := routed && partition.StaleAllowed(r) && c.cfg.stale != "refuse"
 	unconfirmed := false
 	if !rep.Ready() {
 		// A member that is not ready (health.go: no leader, behind its
@@ -75,13 +76,13 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// gets the member's last state unless the block says stale refuse.
 		// This comes before the zone lookup: a member behind its group may
 		// lack a zone the group has.
-		if (partition.Routed(r) && !staleOK) || c.cfg.stale == "refuse" {
+		if (routed && !staleOK) || c.cfg.stale == "refuse" {
 			staleCount.WithLabelValues(c.member(), "refused").Inc()
 			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is not ready: it is not in touch with its group")
 		}
 		staleCount.WithLabelValues(c.member(), "served").Inc()
 		unconfirmed = staleOK
-	} else if partition.Routed(r) {
+	} else if routed {
 		// craftroute's query must see every write the group acknowledged
 		// before it arrived, through whichever member or router: the
 		// member confirms its state is current first (replica.Fresh).
@@ -131,7 +132,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	} else {
 		z.Lookup(m, qname, q.Qtype)
 	}
-	if partition.Routed(r) {
+	if routed {
 		// Read after the lookup: at least the state answered from.
 		partition.AttachIndex(m, rep.Applied())
 	}
