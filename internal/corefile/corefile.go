@@ -3,6 +3,8 @@ package corefile
 
 import (
 	"path/filepath"
+	"strconv"
+	"time"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -16,4 +18,65 @@ func Rooted(c *caddy.Controller, path string) string {
 		return filepath.Join(root, path)
 	}
 	return path
+}
+
+// Args are the arguments of one property line of a plugin block. Its
+// readers give errors in one form, with the Corefile's file and line, so
+// that both plugins refuse a bad value the same way.
+type Args struct {
+	c    *caddy.Controller
+	Prop string   // the property's name
+	Vals []string // its arguments
+}
+
+// NextArgs reads the property at the controller's cursor and its arguments.
+func NextArgs(c *caddy.Controller) Args {
+	return Args{c: c, Prop: c.Val(), Vals: c.RemainingArgs()}
+}
+
+// One is the property's only argument.
+func (a Args) One() (string, error) {
+	if len(a.Vals) != 1 {
+		return "", a.c.ArgErr()
+	}
+	return a.Vals[0], nil
+}
+
+// Duration is the only argument as a Go duration; it must be positive, or
+// zero too when zeroOK.
+func (a Args) Duration(zeroOK bool) (time.Duration, error) {
+	v, err := a.One()
+	if err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, a.c.Errf("%s: %v", a.Prop, err)
+	}
+	if d < 0 || (d == 0 && !zeroOK) {
+		return 0, a.c.Errf("%s must be positive", a.Prop)
+	}
+	return d, nil
+}
+
+// Int is the only argument as a decimal integer of at least least.
+func (a Args) Int(least int) (int, error) {
+	v, err := a.One()
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, a.c.Errf("%s: %q is not an integer", a.Prop, v)
+	}
+	if n < least {
+		switch least {
+		case 0:
+			return 0, a.c.Errf("%s must not be negative", a.Prop)
+		case 1:
+			return 0, a.c.Errf("%s must be positive", a.Prop)
+		}
+		return 0, a.c.Errf("%s must be at least %d", a.Prop, least)
+	}
+	return n, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/httpapi/apitest"
 	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
@@ -251,20 +252,7 @@ func apiRouter(t *testing.T, key string, n int, token string) (*Craftroute, fake
 
 func call(t *testing.T, method, url, token, body string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return apitest.Call(t, method, url, token, body)
 }
 
 func decode[T any](t *testing.T, b []byte) T {

@@ -104,9 +104,6 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 	if cfg.api != "" && cfg.token == "" && !loopback(cfg.api) {
 		return nil, c.Errf("api on %q is not loopback: it needs a token", cfg.api)
 	}
-	if cfg.partitions < minPartitions {
-		return nil, c.Errf("partitions must be at least %d for an even spread", minPartitions)
-	}
 	names := make([]string, len(cfg.shards))
 	for i, s := range cfg.shards {
 		names[i] = s.Name
@@ -138,30 +135,10 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 
 func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string) error {
 	cfg := &cr.cfg
-	prop := c.Val()
-	args := c.RemainingArgs()
-	one := func() (string, error) {
-		if len(args) != 1 {
-			return "", c.ArgErr()
-		}
-		return args[0], nil
-	}
-	duration := func(zeroOK bool) (time.Duration, error) {
-		v, err := one()
-		if err != nil {
-			return 0, err
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return 0, c.Errf("%s: %v", prop, err)
-		}
-		if d < 0 || (d == 0 && !zeroOK) {
-			return 0, c.Errf("%s must be positive", prop)
-		}
-		return d, nil
-	}
+	a := corefile.NextArgs(c)
+	args, one, duration := a.Vals, a.One, a.Duration
 	var err error
-	switch prop {
+	switch a.Prop {
 	case "shard":
 		if len(args) < 2 {
 			return c.Errf("shard needs a name and at least one member address")
@@ -204,10 +181,7 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 	case "probe":
 		cfg.probe, err = duration(true)
 	case "partitions":
-		var v string
-		if v, err = one(); err == nil {
-			cfg.partitions, err = strconv.Atoi(v)
-		}
+		cfg.partitions, err = a.Int(minPartitions)
 	case "load":
 		var v string
 		if v, err = one(); err == nil {
@@ -217,13 +191,7 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 			}
 		}
 	case "negative_cache":
-		var v string
-		if v, err = one(); err == nil {
-			cfg.negCache, err = strconv.Atoi(v)
-			if err == nil && cfg.negCache < 0 {
-				err = fmt.Errorf("negative_cache must not be negative")
-			}
-		}
+		cfg.negCache, err = a.Int(0)
 	case "tsig":
 		var v string
 		if v, err = one(); err == nil {
@@ -241,7 +209,7 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 		}
 		cfg.seeds[dns.CanonicalName(args[0])] = corefile.Rooted(c, args[1])
 	default:
-		return c.Errf("unknown property %q", prop)
+		return c.Errf("unknown property %q", a.Prop)
 	}
 	return err
 }

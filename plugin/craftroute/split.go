@@ -1,13 +1,10 @@
 package craftroute
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -269,76 +266,6 @@ func (c *Craftroute) checkNewCuts(ctx context.Context, origin string, cuts map[s
 		}
 	}
 	return nil
-}
-
-// splitChange parses a record change of zone origin (the body of POST
-// /v1/zones/{zone}/records) and groups its additions and deletions by the
-// shards that hold their names (key mode "name"). Errors are apiErrors for
-// a bad body, errZoneAbsent, or failures to reach the shards.
-func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte) (map[*Shard]*zoneapi.Change, error) {
-	req, err := zoneapi.ReadChange(bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	p := newPlacer(c, origin)
-	adds := make([]placement, len(req.Add))
-	for i, text := range req.Add {
-		rr, err := zoneapi.ParseRecord(origin, text)
-		if err != nil {
-			return nil, zoneapi.BadRequest("add[%d]: %v", i, err)
-		}
-		adds[i] = placement{dnsname.Lower(rr.Header().Name), rr.Header().Rrtype}
-		if ns, ok := rr.(*dns.NS); ok {
-			p.addNS(ns)
-		}
-	}
-	dels := make([]placement, len(req.Delete))
-	for i, raw := range req.Delete {
-		pl, err := deletionPlacement(origin, raw)
-		if err != nil {
-			return nil, zoneapi.BadRequest("delete[%d]: %v", i, err)
-		}
-		dels[i] = pl
-	}
-	if err := p.resolve(ctx, append(slices.Clip(adds), dels...)); err != nil {
-		return nil, err
-	}
-	if err := c.checkNewCuts(ctx, origin, p.newCuts); err != nil {
-		return nil, err
-	}
-	parts := map[*Shard]*zoneapi.Change{}
-	part := func(s *Shard) *zoneapi.Change {
-		if parts[s] == nil {
-			parts[s] = &zoneapi.Change{}
-		}
-		return parts[s]
-	}
-	for i, pl := range adds {
-		for _, s := range p.shards(pl.name, pl.rrtype) {
-			part(s).Add = append(part(s).Add, req.Add[i])
-		}
-	}
-	for i, pl := range dels {
-		for _, s := range p.shards(pl.name, pl.rrtype) {
-			part(s).Delete = append(part(s).Delete, req.Delete[i])
-		}
-	}
-	return parts, nil
-}
-
-// deletionPlacement reads a deletion (zoneapi.ParseDeletion) for its name
-// and type (dns.TypeANY: every RRset).
-func deletionPlacement(origin string, raw json.RawMessage) (placement, error) {
-	d, err := zoneapi.ParseDeletion(origin, raw)
-	switch {
-	case err != nil:
-		return placement{}, err
-	case d.RR != nil:
-		return placement{dnsname.Lower(d.RR.Header().Name), d.RR.Header().Rrtype}, nil
-	case d.Type == 0:
-		return placement{d.Name, dns.TypeANY}, nil
-	}
-	return placement{d.Name, d.Type}, nil
 }
 
 // byName returns shards sorted by name.

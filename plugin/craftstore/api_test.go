@@ -2,12 +2,11 @@ package craftstore
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/httpapi/apitest"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 )
 
@@ -42,22 +41,10 @@ func newAPI(t *testing.T, token string) (*apiServer, *replica.Replica) {
 
 func call(t *testing.T, a *apiServer, token, method, path, body string) (int, map[string]any, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+a.addr()+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	code, raw := apitest.Call(t, method, "http://"+a.addr()+path, token, body)
 	var out map[string]any
 	json.Unmarshal(raw, &out)
-	return resp.StatusCode, out, string(raw)
+	return code, out, string(raw)
 }
 
 func TestAPIZoneLifecycle(t *testing.T) {

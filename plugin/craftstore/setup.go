@@ -89,16 +89,10 @@ func parse(c *caddy.Controller) (*Craftstore, error) {
 
 func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	cfg := &cs.cfg
-	prop := c.Val()
-	args := c.RemainingArgs()
-	one := func() (string, error) {
-		if len(args) != 1 {
-			return "", c.ArgErr()
-		}
-		return args[0], nil
-	}
+	a := corefile.NextArgs(c)
+	args, one := a.Vals, a.One
 	var err error
-	switch prop {
+	switch a.Prop {
 	case "id":
 		var v string
 		if v, err = one(); err == nil {
@@ -159,26 +153,14 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 			}
 		}
 	case "timeout":
-		var v string
-		if v, err = one(); err == nil {
-			cfg.timeout, err = time.ParseDuration(v)
-			if err == nil && cfg.timeout <= 0 {
-				err = fmt.Errorf("timeout must be positive")
-			}
-		}
+		cfg.timeout, err = a.Duration(false)
 	case "allow":
 		var rule allowRule
 		if rule, err = parseAllow(args); err == nil {
 			cfg.allow = append(cfg.allow, rule)
 		}
 	case "max_update_records":
-		var v string
-		if v, err = one(); err == nil {
-			cfg.maxUpdate, err = strconv.Atoi(v)
-			if err == nil && cfg.maxUpdate <= 0 {
-				err = fmt.Errorf("max_update_records must be positive")
-			}
-		}
+		cfg.maxUpdate, err = a.Int(1)
 	case "stale":
 		if cfg.stale, err = one(); err == nil && cfg.stale != "serve" && cfg.stale != "refuse" {
 			err = c.Errf("stale must be serve or refuse, not %q", cfg.stale)
@@ -186,7 +168,7 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	case "fallthrough":
 		cs.Fall.SetZonesFromArgs(args)
 	default:
-		return c.Errf("unknown property %q", prop)
+		return c.Errf("unknown property %q", a.Prop)
 	}
 	return err
 }
