@@ -121,6 +121,9 @@ type Notice struct {
 	// Index is the applied index of the member that took the write, once
 	// it applied it (index.go).
 	Index uint64
+	// Serial and Base are the zone's serial and serial base on the shard
+	// after the write (serial.go); zero for a deleted zone.
+	Serial, Base uint32
 }
 
 // Msg returns the NOTIFY carrying n to the router that asked for lease l
@@ -135,6 +138,8 @@ func (n Notice) Msg(qname string, l Lease) *dns.Msg {
 	data := []byte{version, modeNotify, byte(n.Change)}
 	data = append(data, l.Token[:]...)
 	data = binary.BigEndian.AppendUint64(data, n.Index)
+	data = binary.BigEndian.AppendUint32(data, n.Serial)
+	data = binary.BigEndian.AppendUint32(data, n.Base)
 	buf := make([]byte, 256)
 	k, err := dns.PackDomainName(dns.Fqdn(n.Zone), buf, 0, nil, false)
 	if err != nil {
@@ -165,7 +170,8 @@ func NoticeOf(r *dns.Msg) (n Notice, token [TokenLen]byte, ok bool) {
 		return Notice{}, token, false
 	}
 	p, found := payload(r)
-	if !found || len(p) < 3+TokenLen+8+1 || p[1] != modeNotify {
+	const head = 3 + TokenLen + 8 + 8 // mode, change, token, index, serial, base
+	if !found || len(p) < head+1 || p[1] != modeNotify {
 		return Notice{}, token, false
 	}
 	n.Change = Change(p[2])
@@ -174,7 +180,9 @@ func NoticeOf(r *dns.Msg) (n Notice, token [TokenLen]byte, ok bool) {
 	}
 	copy(token[:], p[3:3+TokenLen])
 	n.Index = binary.BigEndian.Uint64(p[3+TokenLen:])
-	zone, off, err := dns.UnpackDomainName(p, 3+TokenLen+8)
+	n.Serial = binary.BigEndian.Uint32(p[3+TokenLen+8:])
+	n.Base = binary.BigEndian.Uint32(p[3+TokenLen+12:])
+	zone, off, err := dns.UnpackDomainName(p, head)
 	if err != nil {
 		return Notice{}, token, false
 	}

@@ -30,12 +30,13 @@ func TestLease(t *testing.T) {
 func TestNotice(t *testing.T) {
 	l := Lease{Port: 1053, Duration: time.Second, Token: [TokenLen]byte{9, 8, 7, 6, 5, 4, 3, 2}}
 	names := []string{"a.example.org.", "*.b.example.org."}
-	m := wire(t, Notice{Zone: "example.org.", Change: Records, Names: names}.Msg("router.zone.", l))
+	m := wire(t, Notice{Zone: "example.org.", Change: Records, Names: names, Index: 7, Serial: 4294967295, Base: 12}.Msg("router.zone.", l))
 	if m.Question[0].Name != "router.zone." || m.Opcode != dns.OpcodeNotify {
 		t.Errorf("expected a NOTIFY for the lease query's name, got %v", m.Question)
 	}
 	n, token, ok := NoticeOf(m)
-	if !ok || n.Zone != "example.org." || n.Change != Records || !slices.Equal(n.Names, names) || token != l.Token {
+	if !ok || n.Zone != "example.org." || n.Change != Records || !slices.Equal(n.Names, names) || token != l.Token ||
+		n.Index != 7 || n.Serial != 4294967295 || n.Base != 12 {
 		t.Errorf("got %+v %v %v", n, token, ok)
 	}
 	// Too many names: the whole zone.

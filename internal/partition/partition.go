@@ -230,7 +230,7 @@ func Strip(m *dns.Msg) {
 	}
 	kept := opt.Option[:0]
 	for _, o := range opt.Option {
-		if c := o.Option(); c != Code && c != IndexCode {
+		if c := o.Option(); c != Code && c != IndexCode && c != SerialCode {
 			kept = append(kept, o)
 		}
 	}

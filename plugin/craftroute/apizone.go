@@ -36,7 +36,15 @@ func (a *apiServer) listZones(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, mergeZoneLists(a.c.cfg.shards, lists))
+	zones := mergeZoneLists(a.c.cfg.shards, lists)
+	if a.c.cfg.key == keyName {
+		for i := range zones {
+			if serial, ok := a.c.currentSerial(ctx, zones[i].Zone); ok {
+				zones[i].Serial = serial // the zone's, over its shards
+			}
+		}
+	}
+	httpapi.WriteJSON(w, http.StatusOK, zones)
 }
 
 // mergeZoneLists joins the shards' zone lists, sorted by zone.
@@ -299,6 +307,8 @@ func (a *apiServer) applyParts(ctx context.Context, origin string, parts map[*Sh
 	status := http.StatusOK
 	if failed {
 		status, rep.Error = rep.failure("change")
+	} else if serial, ok := a.c.currentSerial(ctx, origin); ok {
+		rep.Serial = serial // the zone's, over its shards
 	}
 	return status, rep
 }

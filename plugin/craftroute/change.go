@@ -33,8 +33,16 @@ func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte
 			return nil, zoneapi.BadRequest("add[%d]: %v", i, err)
 		}
 		adds[i] = placement{dnsname.Lower(rr.Header().Name), rr.Header().Rrtype}
-		if ns, ok := rr.(*dns.NS); ok {
-			p.addNS(ns)
+		switch rr := rr.(type) {
+		case *dns.NS:
+			p.addNS(rr)
+		case *dns.SOA:
+			// Every shard takes the serial, which must move the zone's
+			// on (serial.go).
+			if cur, ok := c.currentSerial(ctx, origin); ok {
+				raiseSOA([]dns.RR{rr}, cur)
+				req.Add[i] = rr.String()
+			}
 		}
 	}
 	dels := make([]placement, len(req.Delete))

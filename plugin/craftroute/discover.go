@@ -9,10 +9,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/zoneapi"
-
-	"github.com/miekg/dns"
 )
 
 // Background work of a router: zone discovery and seeding.
@@ -143,9 +140,6 @@ func (c *Craftroute) refreshZones(ctx context.Context, sc *shardClient) []routed
 		return nil
 	}
 	c.zones.replace(names)
-	for _, rz := range merged {
-		c.soa.observe(dnsname.Lower(dns.Fqdn(rz.Zone)), rz.Serial)
-	}
 	return merged
 }
 

@@ -259,6 +259,9 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 		n.Names[i] = dnsname.Lower(name)
 	}
 	c.changes.changed(zone, n.Names)
+	if n.Change != partition.ZoneDeleted {
+		c.soa.observe(zone, s.Name, n.Serial, n.Base, time.Now())
+	}
 	switch n.Change {
 	case partition.ZonePut:
 		c.zones.noticed.Add(1)
@@ -267,6 +270,7 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 		c.zones.noticed.Add(1)
 		c.zones.remove(zone)
 		c.neg.purge(zone)
+		c.soa.forget(zone)
 	}
 	noticesCount.WithLabelValues(n.Change.String()).Inc()
 	m := new(dns.Msg)

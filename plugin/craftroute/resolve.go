@@ -55,21 +55,24 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 	edns, do := opt != nil, opt != nil && opt.Do()
 	// The negative cache is used only while every member would notify this
 	// router of a write before acknowledging it (lease.go).
-	cacheOn := c.leases.valid(time.Now())
+	began := time.Now()
+	cacheOn := c.leases.valid(began)
 	start := c.changes.begin()
 	if cacheOn {
 		if m := c.neg.get(q.Name, q.Qtype, edns, do, c.changes.valid); m != nil {
 			negCacheHits.Inc()
 			m.Id, m.Question = r.Id, r.Question
-			c.soa.present(m)
+			c.present(ctx, r, m, began)
 			return m, nil
 		}
 	}
 	var stale atomic.Bool
-	resp, broadcast, err := c.resolveName(context.WithValue(ctx, staleKey{}, &stale), r)
+	ctx = context.WithValue(ctx, staleKey{}, &stale)
+	resp, broadcast, err := c.resolveName(ctx, r)
 	if err != nil {
 		return nil, err
 	}
+	c.present(ctx, r, resp, began)
 	if stale.Load() {
 		// Not cached: a write acknowledged before the shard lost its
 		// leader may be missing from it.
@@ -127,6 +130,9 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 	if err == nil {
 		if idx, ok := partition.IndexOf(resp); ok {
 			s.raise(idx) // this router's reads never go back
+		}
+		if zone, serial, base, ok := partition.SerialOf(resp); ok {
+			c.soa.observe(dnsname.Lower(zone), s.Name, serial, base, time.Now())
 		}
 		if e := ede.Of(resp); e != nil && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
 			if mark, ok := ctx.Value(staleKey{}).(*atomic.Bool); ok {
@@ -226,7 +232,6 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 			out.Extra = append(out.Extra, opt)
 		}
 	}
-	c.soa.present(out)
 	return out, broadcast, nil
 }
 

@@ -31,10 +31,15 @@ func (ms memShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Ms
 		m.Rcode = dns.RcodeRefused
 		return m, nil
 	}
-	if partition.Requested(req) {
+	facts := partition.Requested(req)
+	if facts {
 		partition.Attach(m, z.Partition(m, dnsname.Lower(q.Name), q.Qtype))
 	} else {
 		z.Lookup(m, dnsname.Lower(q.Name), q.Qtype)
+	}
+	// As craftstore does.
+	if serial, base, ok := z.Serial(); ok && (facts || hasSOA(m)) {
+		partition.AttachSerial(m, z.Origin(), serial, base)
 	}
 	// As over the wire: the answer's records are the router's own.
 	return m.Copy(), nil
@@ -179,4 +184,14 @@ func TestMergeEqualsUnsharded(t *testing.T) {
 			t.Logf("seed %d, %d shards: %d queries, %d broadcast", seed, n, len(queries), broadcast)
 		}
 	}
+}
+
+// hasSOA reports whether m carries an SOA in its answer or authority.
+func hasSOA(m *dns.Msg) bool {
+	for _, rr := range append(m.Answer[:len(m.Answer):len(m.Answer)], m.Ns...) {
+		if rr.Header().Rrtype == dns.TypeSOA {
+			return true
+		}
+	}
+	return false
 }

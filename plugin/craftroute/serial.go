@@ -1,7 +1,9 @@
 package craftroute
 
 import (
+	"context"
 	"sync"
+	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/zoneapi"
@@ -10,46 +12,181 @@ import (
 )
 
 // serials presents one SOA serial per zone in key mode "name", where each
-// shard keeps its own: a change bumps the serial of the shard that took it.
-// The router answers with the highest serial it has seen from any shard of
-// the zone (RFC 1982 order): in SOA answers and in the authority section of
-// negative answers, whichever shard answered. It learns serials from every
-// SOA that passes through it and from the shards' zone lists (zone
-// discovery), so it only grows.
+// shard keeps its own (internal/partition/serial.go). A shard's serial is
+// its serial base (the serial the zone was last given explicitly: an
+// import, or an SOA record written with a newer serial) plus the changes it
+// took since. The router presents
+//
+//	zone serial = highest base + Σ over the shards (serial − base)
+//
+// in RFC 1982 arithmetic: every change on any shard raises it, and routers
+// that know the same shard states present the same serial. It learns the
+// shards' serials from the members' routed answers that carry an SOA or
+// partition-mode facts (Craftroute.exchange) and from change notices,
+// which every member sends before it acknowledges a write (lease.go).
+// Before it presents a serial it asks the shards it has not heard from,
+// and, unless it holds its leases (then every change reached it), every
+// shard that did not answer during this resolution (Craftroute.zoneSerial).
+// What a router presented for a zone never goes back, also when a shard's
+// base is lowered by hand; a deleted zone starts again.
 // The zero value is ready to use.
 type serials struct {
-	mu sync.RWMutex
-	m  map[string]uint32 // canonical zone → highest serial seen
+	mu sync.Mutex
+	m  map[string]*zoneSerials // canonical zone → its shards' serials
 }
 
-// observe notes serial for origin and returns the highest serial known.
-func (s *serials) observe(origin string, serial uint32) uint32 {
-	s.mu.RLock()
-	cur, ok := s.m[origin]
-	s.mu.RUnlock()
-	if ok && !zoneapi.SerialAfter(serial, cur) {
-		return cur
+type zoneSerials struct {
+	shards map[string]shardSerial // shard name → the newest state heard of
+	shown  uint32                 // the highest serial presented, when presented
+	showed bool
+}
+
+// shardSerial is a shard's serial and base for a zone, and when the router
+// last heard of them.
+type shardSerial struct {
+	serial, base uint32
+	at           time.Time
+}
+
+// newer reports whether (serial, base) is a later state of a shard than cur:
+// a newer base, or the same base and a newer serial.
+func (cur shardSerial) newer(serial, base uint32) bool {
+	if base != cur.base {
+		return zoneapi.SerialAfter(base, cur.base)
 	}
+	return zoneapi.SerialAfter(serial, cur.serial)
+}
+
+// observe notes that shard holds zone (canonical) at serial with base.
+func (s *serials) observe(zone, shard string, serial, base uint32, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cur, ok := s.m[origin]; ok && !zoneapi.SerialAfter(serial, cur) {
-		return cur
-	}
 	if s.m == nil {
-		s.m = map[string]uint32{}
+		s.m = map[string]*zoneSerials{}
 	}
-	s.m[origin] = serial
-	return serial
+	z := s.m[zone]
+	if z == nil {
+		z = &zoneSerials{shards: map[string]shardSerial{}}
+		s.m[zone] = z
+	}
+	cur, ok := z.shards[shard]
+	if !ok || cur.newer(serial, base) {
+		cur.serial, cur.base = serial, base
+	}
+	if at.After(cur.at) {
+		cur.at = at
+	}
+	z.shards[shard] = cur
+}
+
+// forget drops what is known of zone: it was deleted.
+func (s *serials) forget(zone string) {
+	s.mu.Lock()
+	delete(s.m, zone)
+	s.mu.Unlock()
+}
+
+// missing returns the shards (of all) whose serial for zone is unknown, or
+// was last heard of before since (when since is not zero).
+func (s *serials) missing(zone string, all []*Shard, since time.Time) []*Shard {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*Shard
+	for _, sh := range all {
+		var cur shardSerial
+		ok := false
+		if z := s.m[zone]; z != nil {
+			cur, ok = z.shards[sh.Name]
+		}
+		if !ok || (!since.IsZero() && cur.at.Before(since)) {
+			out = append(out, sh)
+		}
+	}
+	return out
+}
+
+// serial returns the serial to present for zone, or false when no shard's
+// is known: the highest base plus every known shard's changes since its
+// base, and never below what was presented before.
+func (s *serials) serial(zone string) (uint32, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	z := s.m[zone]
+	if z == nil || len(z.shards) == 0 {
+		return 0, false
+	}
+	first := true
+	var base, changes uint32
+	for _, sh := range z.shards {
+		if first || zoneapi.SerialAfter(sh.base, base) {
+			base, first = sh.base, false
+		}
+		changes += sh.serial - sh.base // RFC 1982: modulo 2^32
+	}
+	serial := base + changes
+	if z.showed && !zoneapi.SerialAfter(serial, z.shown) {
+		return z.shown, true
+	}
+	z.shown, z.showed = serial, true
+	return serial, true
+}
+
+// zoneSerial returns the serial to present for zone (canonical), asking
+// the shards whose serial the router does not know first, and, without
+// leases, every shard not heard from since start (the resolution's start).
+// It is false when no shard's serial is known.
+func (c *Craftroute) zoneSerial(ctx context.Context, r *dns.Msg, zone string, start time.Time) (uint32, bool) {
+	since := start
+	if c.leases.valid(time.Now()) {
+		since = time.Time{} // every change was notified
+	}
+	if ask := c.soa.missing(zone, c.cfg.shards, since); len(ask) > 0 {
+		var wg sync.WaitGroup
+		for _, s := range ask {
+			wg.Go(func() {
+				// Craftroute.exchange notes the serial the member sends.
+				c.exchange(ctx, s, query(r, zone, dns.TypeSOA))
+			})
+		}
+		wg.Wait()
+	}
+	return c.soa.serial(zone)
+}
+
+// currentSerial returns zone's serial as the API reports it and as an import
+// or an SOA write must exceed: zoneSerial, asking every shard not heard from
+// since now unless the router holds its leases. ok is false when no shard
+// holds the zone.
+func (c *Craftroute) currentSerial(ctx context.Context, zone string) (uint32, bool) {
+	r := new(dns.Msg)
+	r.SetQuestion(zone, dns.TypeSOA)
+	r.SetEdns0(dns.DefaultMsgSize, false)
+	return c.zoneSerial(ctx, r, zone, time.Now())
+}
+
+// raiseSOA gives the SOA records among rrs a serial after current (RFC
+// 1982) when theirs is not: as one server does, a zone imported again or
+// an SOA written with a serial that is not newer still moves the zone's
+// serial on. Every shard then takes the same serial as its base.
+func raiseSOA(rrs []dns.RR, current uint32) {
+	for _, rr := range rrs {
+		if soa, ok := rr.(*dns.SOA); ok && !zoneapi.SerialAfter(soa.Serial, current) {
+			soa.Serial = current + 1
+		}
+	}
 }
 
 // present rewrites the serial of the SOA records in m (an SOA is always at
-// its zone's apex) to the highest known for their zone, noting theirs first.
-// m's records must be its own (unpacked), not shared.
-func (s *serials) present(m *dns.Msg) {
+// its zone's apex) to the zone's serial (zoneSerial). m's records must be
+// its own (unpacked), not shared. r is the client's query, start when the
+// resolution began.
+func (c *Craftroute) present(ctx context.Context, r, m *dns.Msg, start time.Time) {
 	for _, sec := range [][]dns.RR{m.Answer, m.Ns} {
 		for _, rr := range sec {
 			if soa, ok := rr.(*dns.SOA); ok {
-				soa.Serial = s.observe(dnsname.Lower(soa.Hdr.Name), soa.Serial)
+				if serial, ok := c.zoneSerial(ctx, r, dnsname.Lower(soa.Hdr.Name), start); ok {
+					soa.Serial = serial
+				}
 			}
 		}
 	}

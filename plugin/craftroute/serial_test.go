@@ -3,59 +3,112 @@ package craftroute
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsdiff"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
 )
 
-// TestSerialPresented: shards of a key-mode-name zone keep their own
-// serials; the router answers with the highest it has seen, whichever shard
-// answered.
-func TestSerialPresented(t *testing.T) {
-	c, _ := testRouter(t, "example.org.", serveZone, 2)
-	ms := c.ex.(memShards)
-	// Shard s1 took a change: its serial is ahead.
-	rrs := []dns.RR{}
+// setSerial gives shard the zone's records with SOA serial and base, as a
+// member that took serial−base changes since the zone was given base.
+func setSerial(t *testing.T, c *Craftroute, shard string, serial, base uint32) {
+	t.Helper()
+	var apex []dns.RR
 	for _, rr := range dnsdiff.ParseZone(t, "example.org.", serveZone) {
 		if soa, ok := rr.(*dns.SOA); ok {
-			soa.Serial = 5
+			soa.Serial = serial
 		}
-		rrs = append(rrs, rr)
+		if rr.Header().Name == "example.org." {
+			apex = append(apex, rr)
+		}
 	}
-	ms["s1"].Load(layout(t, c, "example.org.", rrs)["s1"])
+	z := c.ex.(memShards)[shard]
+	z.Set([]zone.NameRecords{{Name: "example.org.", RRs: apex}})
+	z.SetSerialBase(base)
+}
 
+// presented resolves an SOA query and a query for a name that does not
+// exist, and returns the serials of the SOA records of both answers.
+func presented(t *testing.T, c *Craftroute) []uint32 {
+	t.Helper()
 	var got []uint32
-	for _, name := range []string{"example.org.", "nx1.example.org.", "nx2.example.org.", "nx3.example.org."} {
-		for _, s := range []string{"s0", "s1"} {
-			r := new(dns.Msg)
-			r.SetQuestion(name, dns.TypeSOA)
-			resp, err := c.exchange(context.Background(), c.shard(s), query(r, name, dns.TypeSOA))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.soa.present(resp)
-			for _, rr := range append(resp.Answer, resp.Ns...) {
-				if soa, ok := rr.(*dns.SOA); ok {
-					got = append(got, soa.Serial)
-				}
+	for _, name := range []string{"example.org.", "nx.example.org."} {
+		r := new(dns.Msg)
+		r.SetQuestion(name, dns.TypeSOA)
+		resp, err := c.resolve(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rr := range append(resp.Answer, resp.Ns...) {
+			if soa, ok := rr.(*dns.SOA); ok {
+				got = append(got, soa.Serial)
 			}
 		}
 	}
-	// Once serial 5 was seen, every answer says 5; before, s0's 1 may pass.
-	seen5 := false
-	for _, s := range got {
-		if s == 5 {
-			seen5 = true
-		} else if seen5 {
-			t.Fatalf("serial %d presented after 5 was seen: %v", s, got)
+	return got
+}
+
+// TestSerialPresented: shards of a key-mode-name zone keep their own
+// serials; the router presents the highest base plus every shard's changes
+// since its base, whichever shard answered, and never goes back.
+func TestSerialPresented(t *testing.T) {
+	c, _ := testRouter(t, "example.org.", serveZone, 2)
+	steps := []struct {
+		what   string
+		shard  string
+		serial uint32
+		base   uint32
+		want   uint32
+	}{
+		{"imported at 1", "", 0, 0, 1},
+		{"two changes on s0", "s0", 3, 1, 3},
+		{"four changes on s1", "s1", 5, 1, 7},
+		{"one more on s0", "s0", 4, 1, 8},
+		{"s1 given 100 explicitly", "s1", 100, 100, 103},
+		{"s1 lowered by hand: never back", "s1", 2, 1, 103},
+		{"s1 given 200", "s1", 201, 200, 204},
+	}
+	for _, st := range steps {
+		if st.shard != "" {
+			setSerial(t, c, st.shard, st.serial, st.base)
+		}
+		got := presented(t, c)
+		if len(got) != 2 || got[0] != st.want || got[1] != st.want {
+			t.Errorf("%s: expected serial %d in both answers, got %v", st.what, st.want, got)
 		}
 	}
-	if !seen5 {
-		t.Fatalf("serials %v", got)
-	}
+}
+
+// TestSerialSum: RFC 1982 arithmetic, a shard heard of with an older state
+// is ignored, and the shards to ask.
+func TestSerialSum(t *testing.T) {
 	var s serials
-	if s.observe("z.", 0xfffffff0) != 0xfffffff0 || s.observe("z.", 3) != 3 || s.observe("z.", 0xfffffff5) != 3 {
-		t.Fatal("serial order is not RFC 1982's")
+	now := time.Now()
+	base := uint32(0xfffffff0)
+	s.observe("z.", "a", base+5, base, now)
+	s.observe("z.", "b", base+20, base, now) // past zero
+	if got, ok := s.serial("z."); !ok || got != base+25 {
+		t.Errorf("expected %d, got %d %v", base+25, got, ok)
+	}
+	s.observe("z.", "b", base+10, base, now) // an older answer
+	if got, _ := s.serial("z."); got != base+25 {
+		t.Errorf("an older state counted: %d", got)
+	}
+	shards := []*Shard{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	if m := s.missing("z.", shards, time.Time{}); len(m) != 1 || m[0].Name != "c" {
+		t.Errorf("expected c missing, got %v", m)
+	}
+	if m := s.missing("z.", shards, now.Add(time.Second)); len(m) != 3 {
+		t.Errorf("expected every shard not heard from since to be asked, got %v", m)
+	}
+	if _, ok := s.serial("other."); ok {
+		t.Error("a serial for a zone never heard of")
+	}
+	s.forget("z.")
+	s.observe("z.", "a", 1, 1, now)
+	if got, _ := s.serial("z."); got != 1 {
+		t.Errorf("a deleted zone starts again: expected 1, got %d", got)
 	}
 }

@@ -221,6 +221,10 @@ func (sc *shardClient) importZone(ctx context.Context, origin string, text []byt
 	if err != nil {
 		return http.StatusBadRequest, map[string]string{"error": err.Error()}
 	}
+	if cur, ok := c.currentSerial(ctx, origin); ok {
+		// Replaced: every shard takes one serial, after the zone's.
+		raiseSOA(rrs, cur)
+	}
 	c.zones.add(origin)
 	parts := c.split(origin, rrs)
 	shards := byName(c.cfg.shards)
@@ -249,6 +253,9 @@ func (sc *shardClient) importZone(ctx context.Context, origin string, text []byt
 		if sr.Status == statusCommitted && (rep.Serial == 0 || zoneapi.SerialAfter(sr.Serial, rep.Serial)) {
 			rep.Serial = sr.Serial
 		}
+	}
+	if serial, ok := c.currentSerial(ctx, origin); ok && rep.committed() == len(shards) {
+		rep.Serial = serial
 	}
 	if rep.committed() < len(shards) {
 		var status int

@@ -126,7 +126,8 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// RFC 6891 §7: an EDNS query gets an OPT record back.
 		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
 	}
-	if partition.Requested(r) {
+	facts := partition.Requested(r)
+	if facts {
 		// craftroute asks what this member holds about the name.
 		partition.Attach(m, z.Partition(m, qname, q.Qtype))
 	} else {
@@ -135,6 +136,12 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if routed {
 		// Read after the lookup: at least the state answered from.
 		partition.AttachIndex(m, rep.Applied())
+		if facts || hasSOA(m) {
+			// craftroute presents one serial for the zone's shards.
+			if serial, base, ok := z.Serial(); ok {
+				partition.AttachSerial(m, z.Origin(), serial, base)
+			}
+		}
 	}
 	if unconfirmed {
 		staleCount.WithLabelValues(c.member(), "routed").Inc()
@@ -142,6 +149,19 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
+}
+
+// hasSOA reports whether m carries an SOA record in its answer or
+// authority section.
+func hasSOA(m *dns.Msg) bool {
+	for _, sec := range [][]dns.RR{m.Answer, m.Ns} {
+		for _, rr := range sec {
+			if rr.Header().Rrtype == dns.TypeSOA {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // member is the member label of the metrics.

@@ -72,12 +72,12 @@ func (l *leases) grant(remote net.Addr, r *dns.Msg) *dns.Msg {
 	return m
 }
 
-// notify sends the notice of change c of zone to every router whose lease
+// notify sends notice (partition.Notice) to every router whose lease
 // has not expired and waits until each answered or its lease expired (or
 // ctx ended). In the first MaxLease after the member started it waits for
 // that to pass first: a lease granted by the member's previous run may
 // still hold. It returns the routers that did not answer.
-func (l *leases) notify(ctx context.Context, index uint64, zone string, c partition.Change, names []string) []string {
+func (l *leases) notify(ctx context.Context, notice partition.Notice) []string {
 	if wait := time.Until(l.started.Add(partition.MaxLease)); wait > 0 {
 		select {
 		case <-time.After(wait):
@@ -98,7 +98,6 @@ func (l *leases) notify(ctx context.Context, index uint64, zone string, c partit
 	if len(hs) == 0 {
 		return nil
 	}
-	notice := partition.Notice{Zone: zone, Change: c, Names: names, Index: index}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -136,7 +135,12 @@ func noticeChange(ctx context.Context, l *leases, rep *replica.Replica, zone str
 	if l == nil {
 		return
 	}
-	for _, addr := range l.notify(ctx, rep.Applied(), zone, c, names) {
+	notice := partition.Notice{Zone: zone, Change: c, Names: names, Index: rep.Applied()}
+	if z := rep.Zone(zone); z != nil {
+		// Read after the index: at least the serial of the write.
+		notice.Serial, notice.Base, _ = z.Serial()
+	}
+	for _, addr := range l.notify(ctx, notice) {
 		log.Warningf("router %s did not answer the notice of a change to %s (%s) before its lease expired", addr, zone, c)
 	}
 }

@@ -61,12 +61,12 @@ func leaseFrom(t *testing.T, l *leases, f *fakeRouter, d time.Duration) {
 
 func TestLeasesNotify(t *testing.T) {
 	l := newLeases(time.Now(), true)
-	if missed := l.notify(context.Background(), 0, "example.org.", partition.Records, nil); missed != nil {
+	if missed := l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records}); missed != nil {
 		t.Fatalf("no leases, yet %v missed", missed)
 	}
 	f := startFakeRouter(t, false)
 	leaseFrom(t, l, f, 2*time.Second)
-	missed := l.notify(context.Background(), 0, "example.org.", partition.Records, []string{"www.example.org."})
+	missed := l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records, Names: []string{"www.example.org."}})
 	if missed != nil || f.notices.Load() != 1 {
 		t.Fatalf("expected one answered notice, got %d, missed %v", f.notices.Load(), missed)
 	}
@@ -78,7 +78,7 @@ func TestLeasesNotify(t *testing.T) {
 	s := startFakeRouter(t, true)
 	leaseFrom(t, l, s, 300*time.Millisecond)
 	start := time.Now()
-	missed = l.notify(context.Background(), 0, "example.org.", partition.ZoneDeleted, nil)
+	missed = l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.ZoneDeleted})
 	if len(missed) != 1 || missed[0] != net.JoinHostPort("127.0.0.1", strconv.Itoa(int(s.port))) {
 		t.Fatalf("expected the silent router missed, got %v", missed)
 	}
@@ -88,7 +88,7 @@ func TestLeasesNotify(t *testing.T) {
 	t.Logf("a silent router held the write %v (its lease: 300ms)", time.Since(start).Round(time.Millisecond))
 	// Once expired, it is no longer notified.
 	before := s.notices.Load()
-	l.notify(context.Background(), 0, "example.org.", partition.Records, nil)
+	l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records})
 	if s.notices.Load() != before {
 		t.Error("a router whose lease expired was notified")
 	}
@@ -100,7 +100,7 @@ func TestLeasesNotify(t *testing.T) {
 func TestLeasesAfterRestart(t *testing.T) {
 	started := time.Now().Add(-partition.MaxLease + 200*time.Millisecond)
 	l := newLeases(started, false)
-	l.notify(context.Background(), 0, "example.org.", partition.Records, nil)
+	l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records})
 	if time.Now().Before(started.Add(partition.MaxLease)) {
 		t.Errorf("a notice returned before MaxLease after the start")
 	}

@@ -28,6 +28,8 @@ type effect struct {
 	member  *Member            // opMemberInfo and conf changes
 	removed uint64             // conf change: member removed
 	seeded  bool               // opImportCommit of a seed: the group has seeded zone
+	base    uint32             // the zone's serial base after the change, when hasBase (serialbase.go)
+	hasBase bool
 }
 
 // applyCommand applies c to generation g inside a write transaction, then
@@ -37,6 +39,7 @@ func applyCommand(g *bolt.Bucket, c *command, journal int) (Result, *effect, err
 	res, eff, err := applyOp(g, c)
 	if err == nil && eff != nil && eff.zone != "" && !eff.deleted {
 		err = journalTrim(g, eff.zone, journal)
+		eff.base, eff.hasBase = getBase(g, eff.zone)
 	}
 	return res, eff, err
 }
@@ -63,6 +66,9 @@ func applyOp(g *bolt.Bucket, c *command) (Result, *effect, error) {
 			return Result{}, nil, err
 		}
 		if err := journalReset(g, c.Zone); err != nil {
+			return Result{}, nil, err
+		}
+		if err := deleteBase(g, c.Zone); err != nil {
 			return Result{}, nil, err
 		}
 		return Result{}, &effect{zone: c.Zone, deleted: true}, nil
@@ -192,6 +198,10 @@ func applyChange(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		return Result{}, nil, err
 	}
 	serial := bumpSerial(apex, oldSerial, newSOA)
+	explicit := newSOA != nil && serialNewer(newSOA.Serial, oldSerial)
+	if err := noteSerial(g, c.Zone, oldSerial, serial, explicit); err != nil {
+		return Result{}, nil, err
+	}
 
 	e, err := writeNames(g, zb, c.Zone, names, order)
 	if err != nil {

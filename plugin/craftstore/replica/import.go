@@ -152,6 +152,9 @@ func applyImportCommit(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	if err := journalReset(g, c.Zone); err != nil {
 		return Result{}, nil, err
 	}
+	if err := putBase(g, c.Zone, serial); err != nil {
+		return Result{}, nil, err
+	}
 	if absent {
 		if err := markSeeded(g, c.Zone); err != nil {
 			return Result{}, nil, err

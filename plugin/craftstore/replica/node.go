@@ -364,6 +364,9 @@ func (r *Replica) applyView(e *effect) error {
 	default:
 		if z := r.Zone(e.zone); z != nil {
 			z.Set(e.names)
+			if e.hasBase {
+				z.SetSerialBase(e.base)
+			}
 		}
 	}
 	return nil

@@ -193,6 +193,9 @@ func applyUpdate(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	} else {
 		serial = bumpSerial(apex, oldSerial, nil)
 	}
+	if err := noteSerial(g, c.Zone, oldSerial, serial, explicitSOA); err != nil {
+		return Result{}, nil, err
+	}
 	e, err := writeNames(g, zb, c.Zone, w.names, w.order)
 	if err != nil {
 		return Result{}, nil, err

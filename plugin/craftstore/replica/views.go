@@ -57,9 +57,13 @@ func (r *Replica) swapZone(origin string, z *zone.Zone) {
 	r.zones.Store(&next)
 }
 
-// loadZone builds a fresh view of one zone from its bucket.
-func loadZone(origin string, b *bolt.Bucket) (*zone.Zone, error) {
+// loadZone builds a fresh view of zone origin from generation g.
+func loadZone(g *bolt.Bucket, origin string) (*zone.Zone, error) {
+	b := g.Bucket(bucketZones).Bucket([]byte(origin))
 	z := zone.New(origin)
+	if base, ok := getBase(g, origin); ok {
+		z.SetSerialBase(base)
+	}
 	batch := make([]zone.NameRecords, 0, 1024)
 	err := b.ForEach(func(k, v []byte) error {
 		rrs, err := decodeRRs(v)
@@ -93,7 +97,7 @@ func (r *Replica) loadAllZones() error {
 			return err
 		}
 		return generation(tx).Bucket(bucketZones).ForEach(func(k, _ []byte) error {
-			z, err := loadZone(string(k), generation(tx).Bucket(bucketZones).Bucket(k))
+			z, err := loadZone(generation(tx), string(k))
 			if err != nil {
 				return err
 			}
@@ -113,12 +117,11 @@ func (r *Replica) loadAllZones() error {
 func (r *Replica) reloadZone(origin string) error {
 	var z *zone.Zone
 	err := r.db.View(func(tx *bolt.Tx) error {
-		b := generation(tx).Bucket(bucketZones).Bucket([]byte(origin))
-		if b == nil {
+		if generation(tx).Bucket(bucketZones).Bucket([]byte(origin)) == nil {
 			return nil
 		}
 		var err error
-		z, err = loadZone(origin, b)
+		z, err = loadZone(generation(tx), origin)
 		return err
 	})
 	if err != nil {

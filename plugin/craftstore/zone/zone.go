@@ -37,6 +37,8 @@ type Zone struct {
 	records int      // number of RRs
 	named   int      // number of owner names holding data
 	cuts    int      // number of delegation points (NS below the apex)
+	base    uint32   // serial base (SetSerialBase), when hasBase
+	hasBase bool
 }
 
 // node is one owner name. It holds no copy of its name: the map key is the
@@ -68,6 +70,30 @@ func New(origin string) *Zone {
 
 // Origin returns the canonical origin of the zone.
 func (z *Zone) Origin() string { return z.origin }
+
+// SetSerialBase records the zone's serial base: the SOA serial it was last
+// given explicitly, so that the serial minus the base counts the changes
+// since (craftstore's replica keeps it; craftroute adds the counts of a
+// zone's shards up to one serial).
+func (z *Zone) SetSerialBase(base uint32) {
+	z.mu.Lock()
+	z.base, z.hasBase = base, true
+	z.mu.Unlock()
+}
+
+// Serial returns the apex SOA serial and the serial base; without a base
+// recorded the base is the serial. ok is false when the zone has no SOA.
+func (z *Zone) Serial() (serial, base uint32, ok bool) {
+	z.mu.RLock()
+	defer z.mu.RUnlock()
+	if z.soa == nil {
+		return 0, 0, false
+	}
+	if !z.hasBase {
+		return z.soa.Serial, z.soa.Serial, true
+	}
+	return z.soa.Serial, z.base, true
+}
 
 // SOA returns a copy of the apex SOA record, or nil if the zone has none.
 func (z *Zone) SOA() *dns.SOA {

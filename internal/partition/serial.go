@@ -1,0 +1,61 @@
+package partition
+
+import (
+	"encoding/binary"
+
+	"github.com/miekg/dns"
+)
+
+// One zone serial over shards. In key mode "name" every shard of a zone
+// keeps its own SOA serial, which an import or an SOA record written with a
+// newer serial sets (the serial base) and every other change raises by one.
+// A member tells routers the serial and the base of a zone in its routed
+// answers that concern the zone's serial (an SOA in any section, or partition
+// mode facts) and in change notices (lease.go). A router adds up, over the
+// shards, the changes each counted since its base, onto the highest base
+// (RFC 1982): a change on any shard raises that serial, and routers that
+// know the same shard states present the same serial.
+
+// SerialCode is the EDNS0 option that carries a zone's serial and serial
+// base on one member: serial (4 bytes), base (4 bytes), the zone's name in
+// wire form (uncompressed).
+const SerialCode uint16 = Code + 2
+
+// AttachSerial adds zone's serial and base to response m, when m carries an
+// OPT record.
+func AttachSerial(m *dns.Msg, zone string, serial, base uint32) {
+	opt := m.IsEdns0()
+	if opt == nil {
+		return
+	}
+	data := make([]byte, 8, 8+len(zone)+1)
+	binary.BigEndian.PutUint32(data, serial)
+	binary.BigEndian.PutUint32(data[4:], base)
+	buf := make([]byte, 256)
+	k, err := dns.PackDomainName(dns.Fqdn(zone), buf, 0, nil, false)
+	if err != nil {
+		return
+	}
+	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: SerialCode, Data: append(data, buf[:k]...)})
+}
+
+// SerialOf returns the zone serial and base that response m carries; ok is
+// false when it carries none or a malformed one.
+func SerialOf(m *dns.Msg) (zone string, serial, base uint32, ok bool) {
+	opt := m.IsEdns0()
+	if opt == nil {
+		return "", 0, 0, false
+	}
+	for _, o := range opt.Option {
+		l, isLocal := o.(*dns.EDNS0_LOCAL)
+		if !isLocal || l.Code != SerialCode || len(l.Data) < 9 {
+			continue
+		}
+		name, off, err := dns.UnpackDomainName(l.Data, 8)
+		if err != nil || off != len(l.Data) {
+			return "", 0, 0, false
+		}
+		return name, binary.BigEndian.Uint32(l.Data), binary.BigEndian.Uint32(l.Data[4:]), true
+	}
+	return "", 0, 0, false
+}
