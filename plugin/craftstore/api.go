@@ -86,7 +86,7 @@ func httpStatus(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, replica.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, replica.ErrUnavailable):
+	case errors.Is(err, replica.ErrUnavailable), errors.Is(err, replica.ErrBusy):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, replica.ErrUpstream):
 		return http.StatusBadGateway

@@ -16,6 +16,7 @@ type Result struct {
 	Serial  uint32 // the zone's SOA serial after the change
 	Records int    // records in the zone after an import
 	Skipped bool   // an import with Absent set found the zone present
+	Outcome byte   // opTxCommit, opTxAbort, opTxDecide: the transaction's outcome (txn.go)
 }
 
 // effect is what the in-memory views must do once the transaction that
@@ -30,6 +31,7 @@ type effect struct {
 	seeded  bool               // opImportCommit of a seed: the group has seeded zone
 	base    uint32             // the zone's serial base after the change, when hasBase (serialbase.go)
 	hasBase bool
+	tx      *txEffect // a transaction's part prepared or finished (txn.go)
 }
 
 // applyCommand applies c to generation g inside a write transaction, then
@@ -47,10 +49,19 @@ func applyCommand(g *bolt.Bucket, c *command, journal int) (Result, *effect, err
 // applyOp applies c's operation to g.
 func applyOp(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	switch c.Op {
-	case opChange:
-		return applyChange(g, c)
-	case opUpdate:
-		return applyUpdate(g, c)
+	case opChange, opUpdate:
+		if err := checkUnlocked(g, c); err != nil {
+			return Result{}, nil, err
+		}
+		return applyWrite(g, c, applyOpts{})
+	case opTxPrepare:
+		return applyTxPrepare(g, c)
+	case opTxCommit:
+		return applyTxCommit(g, c)
+	case opTxAbort:
+		return applyTxAbort(g, c)
+	case opTxDecide:
+		return applyTxDecide(g, c)
 	case opImportBegin:
 		return applyImportBegin(g, c)
 	case opImportChunk:
@@ -111,9 +122,23 @@ func putRRs(b *bolt.Bucket, name string, rrs []dns.RR) error {
 	return b.Put(nameKey(name), v)
 }
 
+// applyOpts modify how a write is applied.
+type applyOpts struct {
+	dry         bool // evaluate only: check everything, write nothing (a transaction's prepare)
+	skipPrereqs bool // the prerequisites held at prepare and their names stayed locked (a commit)
+}
+
+// applyWrite applies an opChange or opUpdate command.
+func applyWrite(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, error) {
+	if c.Op == opUpdate {
+		return applyUpdate(g, c, o)
+	}
+	return applyChange(g, c, o)
+}
+
 // applyChange applies an atomic record change: deletions first, then
 // additions, then the zone invariants are checked and the SOA serial bumped.
-func applyChange(g *bolt.Bucket, c *command) (Result, *effect, error) {
+func applyChange(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, error) {
 	zb := g.Bucket(bucketZones).Bucket([]byte(c.Zone))
 	if zb == nil {
 		return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
@@ -198,6 +223,9 @@ func applyChange(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		return Result{}, nil, err
 	}
 	serial := bumpSerial(apex, oldSerial, newSOA)
+	if o.dry {
+		return Result{Serial: serial}, nil, nil
+	}
 	explicit := newSOA != nil && serialNewer(newSOA.Serial, oldSerial)
 	if err := noteSerial(g, c.Zone, oldSerial, serial, explicit); err != nil {
 		return Result{}, nil, err

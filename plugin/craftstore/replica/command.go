@@ -19,7 +19,15 @@ const (
 	opDeleteZone                 // remove a zone
 	opMemberInfo                 // a member's advertised addresses
 	opUpdate                     // an RFC 2136 UPDATE, prerequisites and updates
+	opTxPrepare                  // a shard's part of a transaction: evaluate, lock, keep (txn.go)
+	opTxCommit                   // apply a prepared part, unlock
+	opTxAbort                    // drop a prepared part, unlock
+	opTxDecide                   // the coordinator's decision for a transaction
 )
+
+// isTx reports whether o is a transaction op, which carries Tx, Time and,
+// by op, Part, Meta and Outcome.
+func (o op) isTx() bool { return o >= opTxPrepare && o <= opTxDecide }
 
 // Deletion selects what a change removes: one RR (RR set), every RRset of a
 // type at a name (Type set), or everything at a name.
@@ -42,6 +50,13 @@ type command struct {
 	Del    []Deletion
 	Member Member // opMemberInfo
 	Update []byte // opUpdate: a packed message, prerequisites in Answer, updates in Ns
+
+	// Transaction ops (txn.go).
+	Tx      [16]byte // the transaction's ID
+	Time    int64    // the proposer's clock (Unix ns): when finished IDs expire
+	Part    []byte   // opTxPrepare: the part, a marshalled opChange or opUpdate command
+	Meta    []byte   // opTxPrepare: the coordinator and participants (JSON)
+	Outcome byte     // opTxDecide: the outcome to record unless one is
 }
 
 const (
@@ -89,6 +104,15 @@ func (c *command) marshal() ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(c.Update)))
 		b = append(b, c.Update...)
 	}
+	if c.Op.isTx() {
+		b = append(b, c.Tx[:]...)
+		b = binary.AppendUvarint(b, uint64(c.Time))
+		b = binary.AppendUvarint(b, uint64(len(c.Part)))
+		b = append(b, c.Part...)
+		b = binary.AppendUvarint(b, uint64(len(c.Meta)))
+		b = append(b, c.Meta...)
+		b = append(b, c.Outcome)
+	}
 	if c.Op == opMemberInfo {
 		b = binary.AppendUvarint(b, c.Member.ID)
 		b = appendString(b, c.Member.Raft)
@@ -131,6 +155,15 @@ func unmarshalCommand(data []byte) (*command, error) {
 	}
 	if c.Op == opUpdate {
 		c.Update = append([]byte(nil), d.bytes()...)
+	}
+	if c.Op.isTx() {
+		for i := range c.Tx {
+			c.Tx[i] = d.byte()
+		}
+		c.Time = int64(d.uvarint())
+		c.Part = append([]byte(nil), d.bytes()...)
+		c.Meta = append([]byte(nil), d.bytes()...)
+		c.Outcome = d.byte()
 	}
 	if c.Op == opMemberInfo {
 		c.Member = Member{ID: d.uvarint(), Raft: d.string(), DNS: d.string(), API: d.string()}

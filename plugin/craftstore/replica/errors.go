@@ -26,6 +26,10 @@ var (
 	ErrUpstream = errors.New("upstream failed")
 	// ErrInternal: the member's own state is broken (a zone without SOA).
 	ErrInternal = errors.New("internal")
+	// ErrBusy: a name the write touches is locked by a transaction in
+	// progress (prepared on this shard, not finished; txn.go). Nothing was
+	// written; the write may be retried once the transaction finished.
+	ErrBusy = errors.New("busy")
 )
 
 // Error is a failure of one kind with a message for the client. A refusal

@@ -344,6 +344,11 @@ func (r *Replica) applyEffect(e *effect) error {
 
 // applyView brings the views and the transport up to date with e.
 func (r *Replica) applyView(e *effect) error {
+	if e.tx != nil {
+		// After the data of a commit is in the view (below): a reader
+		// waiting for the lock then sees it.
+		defer r.locks.apply(e.zone, e.tx)
+	}
 	switch {
 	case e.member != nil:
 		if e.member.ID != r.cfg.ID && e.member.Raft != "" {

@@ -134,8 +134,26 @@ func (r *Replica) giveUp(ctx context.Context, id uint64, ch chan applied) (appli
 // Change applies one atomic change to zone: deletions, then additions. It
 // returns the zone's new SOA serial.
 func (r *Replica) Change(ctx context.Context, zone string, add []dns.RR, del []Deletion) (uint32, error) {
-	res, err := r.propose(ctx, &command{Op: opChange, Zone: zone, Add: add, Del: del})
+	res, err := r.proposeUnlocked(ctx, &command{Op: opChange, Zone: zone, Add: add, Del: del})
 	return res.Serial, err
+}
+
+// proposeUnlocked proposes write c, again each time a transaction finishes
+// while a name c touches is locked by one (ErrBusy), until ctx ends: writes
+// that conflict with a transaction run after it.
+func (r *Replica) proposeUnlocked(ctx context.Context, c *command) (Result, error) {
+	for {
+		changed := r.locks.wait()
+		res, err := r.propose(ctx, c)
+		if !errors.Is(err, ErrBusy) {
+			return res, err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return res, err
+		}
+	}
 }
 
 // DeleteZone removes a zone from every member.

@@ -91,6 +91,8 @@ type Replica struct {
 	zones atomic.Pointer[zoneSet]
 	// seeded holds the zones whose seed import committed (import.go).
 	seeded atomic.Pointer[map[string]bool]
+	// locks are the names transactions hold on this shard (txview.go).
+	locks lockView
 
 	mu      sync.Mutex
 	waiters map[uint64]chan applied

@@ -24,7 +24,7 @@ func (r *Replica) Update(ctx context.Context, zone string, prereq, updates []dns
 	if err != nil {
 		return dns.RcodeFormatError, 0, Errorf(ErrInvalid, "packing update: %v", err)
 	}
-	res, err := r.propose(ctx, &command{Op: opUpdate, Zone: zone, Update: packed})
+	res, err := r.proposeUnlocked(ctx, &command{Op: opUpdate, Zone: zone, Update: packed})
 	return res.Rcode, res.Serial, err
 }
 
@@ -144,7 +144,7 @@ func (w *workset) get(name string) ([]dns.RR, error) {
 
 func (w *workset) set(name string, rrs []dns.RR) { w.names[strings.ToLower(dns.Fqdn(name))] = rrs }
 
-func applyUpdate(g *bolt.Bucket, c *command) (Result, *effect, error) {
+func applyUpdate(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, error) {
 	zb := g.Bucket(bucketZones).Bucket([]byte(c.Zone))
 	if zb == nil {
 		return Result{Rcode: dns.RcodeNotAuth}, nil, nil
@@ -160,8 +160,10 @@ func applyUpdate(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	}
 	oldSerial, _ := soaSerial(apex)
 
-	if rcode, err := checkPrereqs(w, m.Answer); err != nil || rcode != dns.RcodeSuccess {
-		return Result{Rcode: rcode, Serial: oldSerial}, nil, err
+	if !o.skipPrereqs {
+		if rcode, err := checkPrereqs(w, m.Answer); err != nil || rcode != dns.RcodeSuccess {
+			return Result{Rcode: rcode, Serial: oldSerial}, nil, err
+		}
 	}
 
 	changed, explicitSOA := false, false
@@ -192,6 +194,9 @@ func applyUpdate(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		serial, _ = soaSerial(apex)
 	} else {
 		serial = bumpSerial(apex, oldSerial, nil)
+	}
+	if o.dry {
+		return Result{Rcode: dns.RcodeSuccess, Serial: serial}, nil, nil
 	}
 	if err := noteSerial(g, c.Zone, oldSerial, serial, explicitSOA); err != nil {
 		return Result{}, nil, err

@@ -110,7 +110,7 @@ func (r *Replica) loadAllZones() error {
 	}
 	r.zones.Store(&next)
 	r.seeded.Store(&seeded)
-	return nil
+	return r.loadLocks()
 }
 
 // reloadZone rebuilds the view of one zone after an import committed.

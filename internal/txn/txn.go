@@ -1,0 +1,197 @@
+// Package txn is the protocol of changes that span shards: two-phase commit
+// over the shards' Raft groups, which craftroute drives and craftstore
+// members take part in. It holds the protocol's types and its contract;
+// the state machine is craftstore's (replica/txn.go), the driver
+// craftroute's.
+//
+// # Why
+//
+// In key mode "name" the names of one zone live on several shards (Raft
+// groups), so an RFC 2136 UPDATE or an API record change whose names span
+// shards must be all or nothing across groups that share no log.
+//
+// # Protocol
+//
+// A transaction has a random ID, the shards it touches (the participants),
+// and a coordinator: the participant whose name sorts first. Its Raft log
+// holds the decision, the commit point.
+//
+//  1. Prepare. The router sends each participant its part (the
+//     prerequisites and updates, or the API change, for the names the
+//     shard holds) with the ID, the coordinator's API addresses and the
+//     participants. The part is one entry in the participant's log. When
+//     it is applied, every member evaluates it against the same state: the
+//     prerequisites, the zone's rules (CNAME and other data, the apex SOA
+//     and NS), and the locks. A part that passes is recorded as prepared
+//     (in bbolt, with the zone's data) and locks every name it reads or
+//     writes; it changes no data yet. The vote is yes, or no with the
+//     reason (an rcode and an Extended DNS Error for an UPDATE, an HTTP
+//     status for the API). A part that meets a name locked by another
+//     transaction votes no with Busy.
+//  2. Decide. With a yes from every participant the router asks the
+//     coordinator to decide commit; otherwise it decides abort. A decision
+//     is one entry in the coordinator's log, and the first decision for an
+//     ID wins: a later one gets the recorded outcome back. From the moment
+//     commit is recorded the transaction is committed, even if nobody
+//     applied it yet.
+//  3. Finish. The router tells every participant the outcome. Commit
+//     applies the prepared part (the data, the serial bump, the journal,
+//     the routers' change notices) and releases its locks in one entry;
+//     abort releases the locks. The router answers its client once every
+//     participant finished, so a client that got success reads its write
+//     through any router and any member.
+//
+// # Recovery
+//
+// A participant whose prepared part waits longer than the resolve delay
+// (the router died, or lost a message) asks the coordinator for the
+// outcome, proposing abort if nothing was decided, and finishes the part
+// itself. So no lock outlives a dead router by more than a few seconds,
+// and a participant never needs the router that began the transaction.
+//
+// # Invariants
+//
+//   - Atomicity: a part is applied only after commit was recorded by the
+//     coordinator; a part is dropped only after abort was recorded, or
+//     before any decision could be commit (the part voted no, and commit
+//     needs every yes). The coordinator records one outcome per ID.
+//   - Isolation: from prepare to finish, the part's names are locked on its
+//     shard. Other writes to them (single-shard changes, other
+//     transactions) are refused with Busy and retried by their sender, so
+//     conflicting writes run one after the other; the prerequisites, read
+//     at prepare under the locks, still hold at commit.
+//   - Atomic visibility: a member answers no query about a name that a
+//     prepared part holds, or that such a name can change (an ancestor, a
+//     descendant, a wildcard that covers it), until the part finished; it
+//     waits for the outcome. A reader therefore sees either none or all of
+//     a transaction: before the decision the parts are either not prepared
+//     (the state before) or prepared (wait); after it, finished (the state
+//     after) or prepared (wait).
+//   - Idempotence: prepare, decide, commit and abort may be repeated (the
+//     router retries on a timeout); an ID is remembered after it finished,
+//     so a prepare that arrives after its abort is refused.
+//   - Durability: every step is a Raft entry, acknowledged once applied by
+//     a majority; prepared parts, decisions and finished IDs are in the
+//     replicated state (and in snapshots).
+//
+// # Limits
+//
+// A transaction's parts are evaluated each against its own shard's state,
+// which holds every name of the part (key mode "name" places a name and its
+// RRsets on one shard; the apex and delegations are on every shard and
+// therefore in every part). Finished IDs and decisions are kept for
+// Retention, then forgotten: a message delayed longer than that is refused
+// as unknown.
+package txn
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/craftdns/craftdns/internal/zoneapi"
+)
+
+// ID names one transaction: 16 random bytes, hex in URLs and JSON.
+type ID [16]byte
+
+// NewID returns a random ID.
+func NewID() ID {
+	var id ID
+	rand.Read(id[:])
+	return id
+}
+
+// String is the ID in hex.
+func (id ID) String() string { return hex.EncodeToString(id[:]) }
+
+// ParseID reads an ID in hex.
+func ParseID(s string) (ID, error) {
+	var id ID
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(id) {
+		return id, fmt.Errorf("transaction id %q: not %d hex digits", s, 2*len(id))
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (id ID) MarshalText() ([]byte, error) { return []byte(id.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (id *ID) UnmarshalText(b []byte) error {
+	v, err := ParseID(string(b))
+	*id = v
+	return err
+}
+
+// Outcome is a transaction's fate.
+type Outcome string
+
+// Outcomes.
+const (
+	Commit Outcome = "commit"
+	Abort  Outcome = "abort"
+)
+
+// Timing of the protocol.
+const (
+	// ResolveAfter is how long a prepared part waits for its outcome before
+	// its shard asks the coordinator (and proposes abort when nothing was
+	// decided).
+	ResolveAfter = 2 * time.Second
+	// Retention is how long finished IDs and decisions are remembered.
+	Retention = time.Hour
+)
+
+// Coordinator names the coordinator shard and its members' API base URLs,
+// for a participant that must ask it for the outcome.
+type Coordinator struct {
+	Shard string   `json:"shard"`
+	APIs  []string `json:"apis"`
+}
+
+// Prepare is the body of POST /v1/txn/{id}/prepare: a participant's part
+// of transaction ID for zone. Exactly one of Update (an RFC 2136 message,
+// packed, whose zone is Zone: prerequisites in its answer section, updates
+// in its authority section) and Change (an API record change) is set.
+type Prepare struct {
+	Zone         string          `json:"zone"`
+	Coordinator  Coordinator     `json:"coordinator"`
+	Participants []string        `json:"participants"`
+	Update       []byte          `json:"update,omitempty"`
+	Change       *zoneapi.Change `json:"change,omitempty"`
+}
+
+// Vote is a participant's answer to a prepare. Yes is false with the
+// reason: Rcode for an UPDATE part whose prerequisites or rules failed (with
+// Error for the Extended DNS Error text), Busy when a name is locked by
+// another transaction, Error alone for anything else.
+type Vote struct {
+	Yes   bool   `json:"yes"`
+	Rcode int    `json:"rcode,omitempty"`
+	Busy  bool   `json:"busy,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Decide is the body of POST /v1/txn/{id}/decide on a coordinator member:
+// record Outcome unless an outcome is recorded already. The answer is a
+// Decision with the recorded outcome.
+type Decide struct {
+	Outcome Outcome `json:"outcome"`
+}
+
+// Decision is the outcome recorded for a transaction.
+type Decision struct {
+	Outcome Outcome `json:"outcome"`
+}
+
+// Finished is the answer to POST /v1/txn/{id}/commit and /abort: the
+// outcome the participant applied and the zone's serial on the shard after
+// it.
+type Finished struct {
+	Outcome Outcome `json:"outcome"`
+	Serial  uint32  `json:"serial,omitempty"`
+}

@@ -1,0 +1,212 @@
+package replica
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+	bolt "go.etcd.io/bbolt"
+)
+
+// lockView is the member's in-memory view of the names that prepared
+// transaction parts hold (txlocks in bbolt), for readers: a query about a
+// name that a part can change waits until the part finished (package
+// internal/txn, "Atomic visibility"). The zero value is ready to use.
+type lockView struct {
+	n       atomic.Int64 // names held; 0: the fast path of every query
+	mu      sync.Mutex
+	held    map[string]map[string]int // zone → name → parts holding it
+	changed chan struct{}             // closed, and replaced, when a lock goes
+	at      map[[16]byte]time.Time    // prepared parts → when this member applied them
+}
+
+// apply adds or removes the names of e in zone.
+func (v *lockView) apply(zone string, e *txEffect) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.held == nil {
+		v.held = map[string]map[string]int{}
+	}
+	names := v.held[zone]
+	if names == nil {
+		names = map[string]int{}
+		v.held[zone] = names
+	}
+	if v.at == nil {
+		v.at = map[[16]byte]time.Time{}
+	}
+	if e.prepared {
+		v.at[e.id] = time.Now()
+	} else {
+		delete(v.at, e.id)
+	}
+	for _, n := range e.names {
+		if e.prepared {
+			names[n]++
+			v.n.Add(1)
+			continue
+		}
+		if names[n] > 0 {
+			names[n]--
+			v.n.Add(-1)
+			if names[n] == 0 {
+				delete(names, n)
+			}
+		}
+	}
+	if len(names) == 0 {
+		delete(v.held, zone)
+	}
+	if !e.prepared {
+		v.signal()
+	}
+}
+
+// signal wakes the readers waiting for a lock to go.
+func (v *lockView) signal() {
+	if v.changed != nil {
+		close(v.changed)
+		v.changed = nil
+	}
+}
+
+// wait returns a channel closed when a lock goes.
+func (v *lockView) wait() <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.changed == nil {
+		v.changed = make(chan struct{})
+	}
+	return v.changed
+}
+
+// preparedBefore returns the prepared parts this member applied before t.
+func (v *lockView) preparedBefore(t time.Time) map[[16]byte]time.Time {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := map[[16]byte]time.Time{}
+	for id, at := range v.at {
+		if at.Before(t) {
+			out[id] = at
+		}
+	}
+	return out
+}
+
+// replace sets the view to held and the prepared parts to ids (from bbolt:
+// at start, after a snapshot; they count as prepared now).
+func (v *lockView) replace(held map[string]map[string]int, ids [][16]byte) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.at = map[[16]byte]time.Time{}
+	for _, id := range ids {
+		v.at[id] = time.Now()
+	}
+	n := 0
+	for _, names := range held {
+		for _, c := range names {
+			n += c
+		}
+	}
+	v.held = held
+	v.n.Store(int64(n))
+	v.signal()
+}
+
+// holds reports whether a prepared part holds a name whose change can
+// change the answer for qname in zone: qname itself, an ancestor of it
+// (a delegation, a CNAME or the name's existence), a descendant (an empty
+// non-terminal) or a wildcard at an ancestor. It returns a channel closed
+// when a lock goes.
+func (v *lockView) holds(zone, qname string) (bool, <-chan struct{}) {
+	if v.n.Load() == 0 {
+		return false, nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for name := range v.held[zone] {
+		if related(zone, name, qname) {
+			if v.changed == nil {
+				v.changed = make(chan struct{})
+			}
+			return true, v.changed
+		}
+	}
+	return false, nil
+}
+
+// related reports whether a change at name can change the answer for
+// qname in zone (all canonical): name is qname or an ancestor of it (a
+// delegation, a CNAME, its existence), a descendant of it (qname may be an
+// empty non-terminal; the apex always exists), or a wildcard that can
+// synthesize qname.
+func related(zone, name, qname string) bool {
+	switch {
+	case dns.IsSubDomain(name, qname):
+		return true
+	case dns.IsSubDomain(qname, name):
+		return qname != zone
+	}
+	if parent, ok := strings.CutPrefix(name, "*."); ok {
+		return dns.IsSubDomain(parent, qname) && parent != qname
+	}
+	return false
+}
+
+// loadLocks reads the lock view from the current generation.
+func (r *Replica) loadLocks() error {
+	held := map[string]map[string]int{}
+	var ids [][16]byte
+	err := r.db.View(func(tx *bolt.Tx) error {
+		if p := generation(tx).Bucket(bucketTxPrepared); p != nil {
+			p.ForEach(func(k, _ []byte) error {
+				var id [16]byte
+				copy(id[:], k)
+				ids = append(ids, id)
+				return nil
+			})
+		}
+		b := generation(tx).Bucket(bucketTxLocks)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, _ []byte) error {
+			zone, name, ok := strings.Cut(string(k), "\x00")
+			if !ok {
+				return nil
+			}
+			if held[zone] == nil {
+				held[zone] = map[string]int{}
+			}
+			held[zone][name]++
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	r.locks.replace(held, ids)
+	return nil
+}
+
+// TxWait waits until no prepared transaction part holds a name that can
+// change the answer for qname in zone (both canonical), or ctx ends.
+func (r *Replica) TxWait(ctx context.Context, zone, qname string) error {
+	for {
+		held, changed := r.locks.holds(zone, qname)
+		if !held {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// TxHeld reports whether transactions hold names on this member.
+func (r *Replica) TxHeld() bool { return r.locks.n.Load() > 0 }
