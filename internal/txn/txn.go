@@ -157,23 +157,46 @@ type Coordinator struct {
 // of transaction ID for zone. Exactly one of Update (an RFC 2136 message,
 // packed, whose zone is Zone: prerequisites in its answer section, updates
 // in its authority section) and Change (an API record change) is set.
+// Key is the TSIG key that signed the UPDATE at the router (which checked
+// the signature); the member applies its allow rules for that key.
 type Prepare struct {
 	Zone         string          `json:"zone"`
 	Coordinator  Coordinator     `json:"coordinator"`
 	Participants []string        `json:"participants"`
 	Update       []byte          `json:"update,omitempty"`
+	Key          string          `json:"key,omitempty"`
 	Change       *zoneapi.Change `json:"change,omitempty"`
+}
+
+// Meta is what a participant keeps with a prepared part for its recovery.
+type Meta struct {
+	Coordinator  Coordinator `json:"coordinator"`
+	Participants []string    `json:"participants"`
+}
+
+// PreparePath is the path of a prepare on a participant member.
+func PreparePath(id ID) string { return "/v1/txn/" + id.String() + "/prepare" }
+
+// DecidePath is the path of a decision on a coordinator member.
+func DecidePath(id ID) string { return "/v1/txn/" + id.String() + "/decide" }
+
+// FinishPath is the path that applies outcome on a participant member.
+func FinishPath(id ID, outcome Outcome) string {
+	return "/v1/txn/" + id.String() + "/" + string(outcome)
 }
 
 // Vote is a participant's answer to a prepare. Yes is false with the
 // reason: Rcode for an UPDATE part whose prerequisites or rules failed (with
 // Error for the Extended DNS Error text), Busy when a name is locked by
 // another transaction, Error alone for anything else.
+// Status is the HTTP status that refuses the failed part of an API change
+// (400 invalid, 404 no zone, 409 conflict).
 type Vote struct {
-	Yes   bool   `json:"yes"`
-	Rcode int    `json:"rcode,omitempty"`
-	Busy  bool   `json:"busy,omitempty"`
-	Error string `json:"error,omitempty"`
+	Yes    bool   `json:"yes"`
+	Rcode  int    `json:"rcode,omitempty"`
+	Status int    `json:"status,omitempty"`
+	Busy   bool   `json:"busy,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Decide is the body of POST /v1/txn/{id}/decide on a coordinator member:

@@ -26,14 +26,19 @@ type apiServer struct {
 	leases  *leases
 	token   string
 	timeout time.Duration
+	// checkUpdate makes the state-independent checks of an UPDATE
+	// (Craftstore.checkUpdate) for the transaction parts routers send;
+	// nil: such parts are refused.
+	checkUpdate func(origin, key string, prereq, updates []dns.RR) (int, uint16, string)
 }
 
-func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, ls *leases) (*apiServer, error) {
+func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, ls *leases,
+	checkUpdate func(origin, key string, prereq, updates []dns.RR) (int, uint16, string)) (*apiServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	a := &apiServer{ln: ln, rep: rep, leases: ls, token: token, timeout: timeout}
+	a := &apiServer{ln: ln, rep: rep, leases: ls, token: token, timeout: timeout, checkUpdate: checkUpdate}
 	mux := http.NewServeMux()
 	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
@@ -42,6 +47,10 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, l
 	mux.HandleFunc("GET /v1/health", a.health)
 	mux.HandleFunc("POST /v1/cluster/members", a.addMember)
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", a.removeMember)
+	mux.HandleFunc("POST /v1/txn/{id}/prepare", a.txPrepare)
+	mux.HandleFunc("POST /v1/txn/{id}/decide", a.txDecide)
+	mux.HandleFunc("POST /v1/txn/{id}/commit", a.txFinish)
+	mux.HandleFunc("POST /v1/txn/{id}/abort", a.txFinish)
 	a.srv = &http.Server{Handler: httpapi.Auth("craftstore", a.token, mux), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -219,34 +228,10 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	add := make([]dns.RR, 0, len(req.Add))
-	for i, text := range req.Add {
-		rr, err := zoneapi.ParseRecord(origin, text)
-		if err != nil {
-			fail(w, badRequest("add[%d]: %v", i, err))
-			return
-		}
-		add = append(add, rr)
-	}
-	del := make([]replica.Deletion, 0, len(req.Delete))
-	for i, raw := range req.Delete {
-		d, err := zoneapi.ParseDeletion(origin, raw)
-		if err != nil {
-			fail(w, badRequest("delete[%d]: %v", i, err))
-			return
-		}
-		del = append(del, replica.Deletion(d))
-	}
-	names := make([]string, 0, len(add)+len(del))
-	for _, rr := range add {
-		names = append(names, rr.Header().Name)
-	}
-	for _, d := range del {
-		if d.RR != nil {
-			names = append(names, d.RR.Header().Name)
-		} else {
-			names = append(names, d.Name)
-		}
+	add, del, names, err := parseChange(origin, req)
+	if err != nil {
+		fail(w, err)
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
@@ -257,6 +242,39 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	noticeChange(r.Context(), a.leases, a.rep, origin, partition.Records, names...)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.Changed{Zone: origin, Serial: serial})
+}
+
+// parseChange reads a record change of zone origin: its additions, its
+// deletions and the names they touch.
+func parseChange(origin string, req zoneapi.Change) (add []dns.RR, del []replica.Deletion, names []string, err error) {
+	add = make([]dns.RR, 0, len(req.Add))
+	for i, text := range req.Add {
+		rr, err := zoneapi.ParseRecord(origin, text)
+		if err != nil {
+			return nil, nil, nil, badRequest("add[%d]: %v", i, err)
+		}
+		add = append(add, rr)
+	}
+	del = make([]replica.Deletion, 0, len(req.Delete))
+	for i, raw := range req.Delete {
+		d, err := zoneapi.ParseDeletion(origin, raw)
+		if err != nil {
+			return nil, nil, nil, badRequest("delete[%d]: %v", i, err)
+		}
+		del = append(del, replica.Deletion(d))
+	}
+	names = make([]string, 0, len(add)+len(del))
+	for _, rr := range add {
+		names = append(names, rr.Header().Name)
+	}
+	for _, d := range del {
+		if d.RR != nil {
+			names = append(names, d.RR.Header().Name)
+		} else {
+			names = append(names, d.Name)
+		}
+	}
+	return add, del, names, nil
 }
 
 func (a *apiServer) cluster(w http.ResponseWriter, r *http.Request) {

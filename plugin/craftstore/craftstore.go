@@ -7,6 +7,7 @@ import (
 	"context"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
@@ -15,12 +16,17 @@ import (
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
 )
 
 var log = clog.NewWithPlugin("craftstore")
+
+// txReadWait bounds how long a query waits for a transaction that holds
+// its name: a little longer than a stuck part takes to be resolved.
+const txReadWait = txn.ResolveAfter + time.Second
 
 // Craftstore is the plugin handler of one server block.
 type Craftstore struct {
@@ -118,6 +124,17 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
 		// The transfer plugin, when configured, runs before us and serves these.
 		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed")
+	}
+	if rep.TxHeld() {
+		// A transaction across shards holds a name that can change this
+		// answer: wait for its outcome, so that no reader sees part of it
+		// (package internal/txn, "Atomic visibility").
+		wctx, cancel := context.WithTimeout(ctx, txReadWait)
+		err := rep.TxWait(wctx, z.Origin(), qname)
+		cancel()
+		if err != nil {
+			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "a transaction in progress holds the name")
+		}
 	}
 
 	m := new(dns.Msg)

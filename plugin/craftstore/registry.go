@@ -76,7 +76,7 @@ func (c *Craftstore) start() error {
 	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{}), notify: hub,
 		leases: newLeases(time.Now(), rep.Created())}
 	if c.cfg.api != "" {
-		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep, m.leases)
+		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep, m.leases, c.checkUpdate)
 		if err != nil {
 			rep.Close()
 			return fmt.Errorf("craftstore: api: %w", err)
@@ -129,6 +129,9 @@ func (m *member) background(cfg config) {
 		updateGauges(m.rep)
 		if !m.rep.Ready() {
 			continue
+		}
+		if m.rep.TxHeld() && m.rep.IsLeader() {
+			resolvePrepared(m.rep, m.leases, cfg.token, cfg.timeout)
 		}
 		if !seeded {
 			// Only the leader imports seeds: imports of one zone from several

@@ -106,25 +106,12 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 	if rep == nil {
 		return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member is starting")
 	}
-	if len(c.cfg.allow) == 0 {
-		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "updates are not enabled (no allow rules)")
-	}
 	key, ok := tsig.ValidatedKeyName(ctx)
-	if !ok {
+	if !ok && len(c.cfg.allow) > 0 {
 		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "UPDATE needs a valid TSIG signature")
 	}
-	if n := len(r.Answer) + len(r.Ns); n > c.cfg.maxUpdate {
-		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeOther, fmt.Sprintf("%d records in one UPDATE, at most %d", n, c.cfg.maxUpdate))
-	}
-	if rcode, why := replica.CheckUpdate(origin, r.Answer, r.Ns); rcode != dns.RcodeSuccess {
-		return ede.Write(w, r, rcode, dns.ExtendedErrorCodeOther, why)
-	}
-	for _, rr := range r.Ns {
-		h := rr.Header()
-		if !c.permits(origin, key, h.Name, h.Rrtype) {
-			return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
-				fmt.Sprintf("key %s may not update %s %s", key, h.Name, dns.TypeToString[h.Rrtype]))
-		}
+	if rcode, code, why := c.checkUpdate(origin, key, r.Answer, r.Ns); rcode != dns.RcodeSuccess {
+		return ede.Write(w, r, rcode, code, why)
 	}
 
 	names := make([]string, len(r.Ns))
@@ -143,6 +130,31 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		noticeChange(ctx, c.leases.Load(), rep, origin, partition.Records, names...)
 	}
 	return ede.Write(w, r, rcode, 0, "")
+}
+
+// checkUpdate makes the checks of an UPDATE of zone origin signed with key
+// that do not depend on the zone's state: updates enabled, size, form
+// (RFC 2136 §3.4.1) and the allow rules. The UPDATE path and the
+// transaction parts the routers send (txnapi.go) both make them. It returns
+// NOERROR, or the rcode, Extended DNS Error code and text that refuse it.
+func (c *Craftstore) checkUpdate(origin, key string, prereq, updates []dns.RR) (int, uint16, string) {
+	if len(c.cfg.allow) == 0 {
+		return dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "updates are not enabled (no allow rules)"
+	}
+	if n := len(prereq) + len(updates); n > c.cfg.maxUpdate {
+		return dns.RcodeRefused, dns.ExtendedErrorCodeOther, fmt.Sprintf("%d records in one UPDATE, at most %d", n, c.cfg.maxUpdate)
+	}
+	if rcode, why := replica.CheckUpdate(origin, prereq, updates); rcode != dns.RcodeSuccess {
+		return rcode, dns.ExtendedErrorCodeOther, why
+	}
+	for _, rr := range updates {
+		h := rr.Header()
+		if !c.permits(origin, key, h.Name, h.Rrtype) {
+			return dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
+				fmt.Sprintf("key %s may not update %s %s", key, h.Name, dns.TypeToString[h.Rrtype])
+		}
+	}
+	return dns.RcodeSuccess, 0, ""
 }
 
 // updateFailure is the rcode and Extended DNS Error code that answer an

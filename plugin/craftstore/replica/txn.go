@@ -459,3 +459,23 @@ func (r *Replica) TxPrepared(older time.Time) ([]PreparedTx, error) {
 	})
 	return out, err
 }
+
+// TxPart returns the zone and the names of the part of transaction id
+// prepared on this member; ok is false when none is.
+func (r *Replica) TxPart(id txn.ID) (zone string, names []string, ok bool) {
+	r.db.View(func(tx *bolt.Tx) error {
+		c, err := prepared(generation(tx), id[:])
+		if err != nil || c == nil {
+			return err
+		}
+		part, err := unmarshalCommand(c.Part)
+		if err != nil {
+			return err
+		}
+		if names, err = touched(part); err == nil {
+			zone, ok = c.Zone, true
+		}
+		return nil
+	})
+	return zone, names, ok
+}

@@ -1,0 +1,242 @@
+package craftstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/txn"
+	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+
+	"github.com/miekg/dns"
+)
+
+// A member's side of transactions that span shards (package internal/txn):
+// the routers prepare, decide and finish them through these paths, and the
+// member finishes the parts a router left prepared (resolvePrepared).
+
+func txID(r *http.Request) (txn.ID, error) {
+	id, err := txn.ParseID(r.PathValue("id"))
+	if err != nil {
+		return id, zoneapi.BadRequest("%v", err)
+	}
+	return id, nil
+}
+
+// txPrepare evaluates and locks this shard's part of a transaction. A part
+// that fails is a no vote (200 with the reason); a member that cannot
+// decide (no quorum) answers 503 like any write.
+func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
+	id, err := txID(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	var p txn.Prepare
+	if err := decodeBody(w, r, &p); err != nil {
+		fail(w, err)
+		return
+	}
+	origin := dns.CanonicalName(p.Zone)
+	if a.rep.Zone(origin) == nil {
+		fail(w, replica.Errorf(replica.ErrNotFound, "zone %q not found", origin))
+		return
+	}
+	meta, _ := json.Marshal(txn.Meta{Coordinator: p.Coordinator, Participants: p.Participants})
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	switch {
+	case p.Change != nil && p.Update == nil:
+		add, del, _, err := parseChange(origin, *p.Change)
+		if err == nil {
+			err = a.rep.TxPrepareChange(ctx, id, origin, add, del, meta)
+		}
+		httpapi.WriteJSON(w, http.StatusOK, vote(dns.RcodeSuccess, err))
+	case p.Update != nil && p.Change == nil:
+		m := new(dns.Msg)
+		if err := m.Unpack(p.Update); err != nil {
+			fail(w, zoneapi.BadRequest("update: %v", err))
+			return
+		}
+		if a.checkUpdate == nil {
+			fail(w, zoneapi.Errorf(http.StatusForbidden, "updates are not enabled on this member"))
+			return
+		}
+		if rcode, _, why := a.checkUpdate(origin, dns.CanonicalName(p.Key), m.Answer, m.Ns); rcode != dns.RcodeSuccess {
+			httpapi.WriteJSON(w, http.StatusOK, txn.Vote{Rcode: rcode, Error: why})
+			return
+		}
+		rcode, err := a.rep.TxPrepareUpdate(ctx, id, origin, m.Answer, m.Ns, meta)
+		httpapi.WriteJSON(w, http.StatusOK, vote(rcode, err))
+	default:
+		fail(w, zoneapi.BadRequest("a prepare holds an update or a change"))
+	}
+}
+
+// vote is the answer to a prepare that got rcode and err from the replica.
+func vote(rcode int, err error) txn.Vote {
+	switch {
+	case err == nil && rcode == dns.RcodeSuccess:
+		return txn.Vote{Yes: true}
+	case err == nil:
+		return txn.Vote{Rcode: rcode, Error: "prerequisite failed: " + dns.RcodeToString[rcode]}
+	case errors.Is(err, replica.ErrBusy):
+		return txn.Vote{Busy: true, Error: err.Error()}
+	}
+	v := txn.Vote{Error: err.Error(), Status: httpStatus(err)}
+	if rcode != dns.RcodeSuccess {
+		v.Rcode = rcode
+	} else {
+		v.Rcode, _ = updateFailure(err)
+	}
+	return v
+}
+
+// txDecide records a decision on a coordinator member: the first one
+// stands and comes back.
+func (a *apiServer) txDecide(w http.ResponseWriter, r *http.Request) {
+	id, err := txID(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	var d txn.Decide
+	if err := decodeBody(w, r, &d); err != nil {
+		fail(w, err)
+		return
+	}
+	if d.Outcome != txn.Commit && d.Outcome != txn.Abort {
+		fail(w, zoneapi.BadRequest("outcome must be %q or %q", txn.Commit, txn.Abort))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	o, err := a.rep.TxDecide(ctx, id, d.Outcome)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, txn.Decision{Outcome: o})
+}
+
+// txFinish commits or aborts this shard's part (POST .../commit, .../abort).
+func (a *apiServer) txFinish(w http.ResponseWriter, r *http.Request) {
+	id, err := txID(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	outcome := txn.Outcome(r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:])
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), a.timeout)
+	defer cancel()
+	f, err := finishTx(ctx, a.rep, a.leases, id, outcome)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, f)
+}
+
+// finishTx applies outcome to the part of transaction id on this shard
+// and, for a commit, tells the routers of the change before it returns.
+func finishTx(ctx context.Context, rep *replica.Replica, ls *leases, id txn.ID, outcome txn.Outcome) (txn.Finished, error) {
+	if outcome == txn.Abort {
+		return txn.Finished{Outcome: txn.Abort}, rep.TxAbort(ctx, id)
+	}
+	zone, names, ok := rep.TxPart(id)
+	if ok {
+		ctx = lateNotice(ctx, ls, rep, zone, partition.Records, names...)
+	}
+	serial, err := rep.TxCommit(ctx, id)
+	if err != nil {
+		return txn.Finished{}, err
+	}
+	if ok {
+		noticeChange(ctx, ls, rep, zone, partition.Records, names...)
+	}
+	return txn.Finished{Outcome: txn.Commit, Serial: serial}, nil
+}
+
+// resolvePrepared finishes the transaction parts prepared on this member
+// longer than txn.ResolveAfter ago: their router died or lost its
+// messages. It asks the coordinator for the outcome, deciding abort if
+// nothing was decided, then applies it. It runs on the leader.
+func resolvePrepared(rep *replica.Replica, ls *leases, token string, timeout time.Duration) {
+	parts, err := rep.TxPrepared(time.Now().Add(-txn.ResolveAfter))
+	if err != nil {
+		log.Warningf("transactions: %v", err)
+		return
+	}
+	for _, p := range parts {
+		var meta txn.Meta
+		if err := json.Unmarshal(p.Meta, &meta); err != nil {
+			log.Errorf("transaction %s: unreadable coordinator (%v): aborting its part", p.ID, err)
+			meta = txn.Meta{}
+		}
+		outcome, err := askCoordinator(meta.Coordinator, p.ID, token, timeout)
+		if err != nil {
+			log.Warningf("transaction %s in %s prepared for %v: coordinator %s: %v", p.ID, p.Zone, time.Since(p.At).Round(time.Millisecond), meta.Coordinator.Shard, err)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		_, err = finishTx(ctx, rep, ls, p.ID, outcome)
+		cancel()
+		if err != nil {
+			log.Warningf("transaction %s: %s its part: %v", p.ID, outcome, err)
+			continue
+		}
+		log.Infof("transaction %s in %s: its router did not finish it; %s from coordinator %s", p.ID, p.Zone, outcome, meta.Coordinator.Shard)
+	}
+}
+
+// askCoordinator asks a member of coordinator for the outcome of id,
+// deciding abort if none was decided.
+func askCoordinator(co txn.Coordinator, id txn.ID, token string, timeout time.Duration) (txn.Outcome, error) {
+	if len(co.APIs) == 0 {
+		return "", fmt.Errorf("no coordinator address")
+	}
+	body, _ := json.Marshal(txn.Decide{Outcome: txn.Abort})
+	var errs []error
+	for _, base := range co.APIs {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		o, err := postDecide(ctx, base+txn.DecidePath(id), token, body)
+		cancel()
+		if err == nil {
+			return o, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", errors.Join(errs...)
+}
+
+func postDecide(ctx context.Context, url, token string, body []byte) (txn.Outcome, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var d txn.Decision
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: status %d", url, resp.StatusCode)
+	}
+	if d.Outcome != txn.Commit && d.Outcome != txn.Abort {
+		return "", fmt.Errorf("%s: outcome %q", url, d.Outcome)
+	}
+	return d.Outcome, nil
+}
