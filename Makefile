@@ -16,6 +16,7 @@
 #   make bench-rss      memory with 1,000,000 records: craftstore vs file
 #   make bench-updates  RFC 2136 updates/s: craftstore cluster vs dynupdate (bench/updates/run.sh)
 #   make bench-router   craftroute's CPU per forwarded query vs dnsdist and forward (bench/router.sh)
+#   make bench-txn      UPDATEs through a router: one shard vs two shards (transactions) (bench/txn.sh)
 #   make lint       gofmt and go vet
 
 GO      ?= go
@@ -26,7 +27,7 @@ TESTTIMEOUT ?= 20m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster run-sharded test test-race chaos dropin bench bench-updates bench-router bench-routers lint clean
+.PHONY: build coredns generate run run-cluster run-sharded test test-race chaos dropin bench bench-updates bench-router bench-routers bench-txn lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -108,6 +109,9 @@ bench-updates: coredns
 
 bench-router: coredns
 	./bench/router.sh
+
+bench-txn: coredns
+	./bench/txn.sh
 
 # Two routers over two shards of three members, this build against
 # BEFORE_BINARY (a baseline build) in one run.

@@ -88,7 +88,20 @@ type chaos struct {
 	names       []string          // names added by acknowledged API writes
 	routerReads map[string][2]int // fault in progress → router queries sent, failed
 	routerFails []string          // the first few failures
+	// Puts through a router whose names span shards are transactions
+	// (internal/txn): while one is in flight, and for txWindow after it
+	// returned (a part left prepared is finished within about that), reads
+	// of its key wait for its outcome and may fail under a fault. Such
+	// failures are counted apart (txBlocked), not as unavailability.
+	txFlight  map[string]int       // key → puts in flight
+	txUntil   map[string]time.Time // key → end of the window after the last put
+	txBlocked int
 }
+
+// txWindow is how long after a put through a router its key may still be
+// held by a part left prepared: the participant resolves it after
+// txn.ResolveAfter, plus an election when the fault hit the coordinator.
+const txWindow = 5 * time.Second
 
 // TestChaosShard runs the chaos suite on one shard of three members.
 func TestChaosShard(t *testing.T) { runChaos(t, 1) }
@@ -110,7 +123,8 @@ func runChaos(t *testing.T, nshards int, routers ...routerSpec) {
 	fn := faultnet.New()
 	t.Cleanup(fn.Close)
 	c := &chaos{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x63686173)), fn: fn, h: newHistory(),
-		faults: map[string]int{}, disks: map[string]string{}, owner: map[string]string{}, routerReads: map[string][2]int{}}
+		faults: map[string]int{}, disks: map[string]string{}, owner: map[string]string{}, routerReads: map[string][2]int{},
+		txFlight: map[string]int{}, txUntil: map[string]time.Time{}}
 	c.active.Store("none")
 	c.loss = lossFaults(t)
 	for i := 0; i < nshards; i++ {
@@ -311,7 +325,9 @@ func (c *chaos) read(ep endpoint, key string) (string, bool) {
 		c.mu.Lock()
 		n := c.routerReads[fault]
 		n[0]++
-		if err != nil {
+		if err != nil && (c.txFlight[key] > 0 || time.Now().Before(c.txUntil[key])) {
+			c.txBlocked++
+		} else if err != nil {
 			n[1]++
 			if !majorityFaults[fault] && len(c.routerFails) < 10 {
 				c.routerFails = append(c.routerFails, fmt.Sprintf("%s at %v during %s: %v", key, time.Duration(call).Round(time.Millisecond), fault, err))
@@ -394,6 +410,17 @@ func (c *chaos) write(client int, ep endpoint, key, old, val string) regResult {
 	})
 	var out struct{ Serial uint32 }
 	res := resUnknown
+	if !ep.member {
+		c.mu.Lock()
+		c.txFlight[key]++
+		c.mu.Unlock()
+		defer func() {
+			c.mu.Lock()
+			c.txFlight[key]--
+			c.txUntil[key] = time.Now().Add(txWindow)
+			c.mu.Unlock()
+		}()
+	}
 	resp, err := apiClient.Post(ep.api+"/v1/zones/"+chaosZone+"/records", "application/json", bytes.NewReader(body))
 	if err == nil {
 		data, _ := io.ReadAll(resp.Body)
@@ -930,6 +957,7 @@ func (c *chaos) finish() {
 	if len(c.routers) > 0 {
 		summary["router_reads_by_fault"] = c.routerReads // [sent, failed]
 		summary["router_reads_failed_one_member_down"] = routerFailed
+		summary["router_reads_failed_held_by_transaction"] = c.txBlocked
 	}
 	js, _ := json.MarshalIndent(summary, "", "  ")
 	t.Logf("chaos summary:\n%s", js)

@@ -65,6 +65,9 @@ func main() {
 		idle     = flag.Duration("idle", 5*time.Second, "query-only phase before the updates")
 		verify   = flag.String("verify", "", "comma-separated addresses to check acknowledged names at after the run")
 		nverify  = flag.Int("nverify", 50, "check every n-th acknowledged name")
+		span     = flag.String("span", "", "craftroute API base URL: each UPDATE adds two names, placed on shards by the router's ring (see -pairs)")
+		pairs    = flag.String("pairs", "cross", "with -span: cross (the two names on two shards: a transaction) or single (both on one shard)")
+		npool    = flag.Int("pool", 4000, "with -span: names found per shard before the run (one UPDATE uses two)")
 	)
 	flag.Parse()
 	if *keyFile != "" {
@@ -81,6 +84,13 @@ func main() {
 	origin := dns.Fqdn(*zone)
 	key := dns.CanonicalName(*keyName)
 	algorithm := dns.Fqdn(strings.ToLower(*alg))
+	var pool *namePool
+	if *span != "" {
+		var err error
+		if pool, err = findNames(*span, origin, *prefix, *npool, *pairs == "cross"); err != nil {
+			fatal(err)
+		}
+	}
 
 	var q *querier
 	if *qaddr != "" {
@@ -108,7 +118,7 @@ func main() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = runClient(i, *server, origin, *prefix, key, algorithm, *secret, *tcp, *timeout, &stop)
+			results[i] = runClient(i, *server, origin, *prefix, key, algorithm, *secret, *tcp, *timeout, &stop, pool)
 		}()
 	}
 	wg.Wait()
@@ -153,7 +163,7 @@ type clientResult struct {
 	errors    map[string]int
 }
 
-func runClient(id int, server, origin, prefix, key, alg, secret string, tcp bool, timeout time.Duration, stop *atomic.Bool) clientResult {
+func runClient(id int, server, origin, prefix, key, alg, secret string, tcp bool, timeout time.Duration, stop *atomic.Bool, pool *namePool) clientResult {
 	res := clientResult{errors: map[string]int{}}
 	network := "udp"
 	if tcp {
@@ -179,6 +189,18 @@ func runClient(id int, server, origin, prefix, key, alg, secret string, tcp bool
 		m := new(dns.Msg)
 		m.SetUpdate(origin)
 		m.Insert([]dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: ip}})
+		if pool != nil {
+			first, second, ok := pool.next()
+			if !ok {
+				break // the names found before the run are used up
+			}
+			name = first
+			m.Ns = nil
+			m.Insert([]dns.RR{
+				&dns.A{Hdr: dns.RR_Header{Name: first, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: ip},
+				&dns.A{Hdr: dns.RR_Header{Name: second, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: ip},
+			})
+		}
 		m.SetTsig(key, alg, 300, time.Now().Unix())
 		t0 := time.Now()
 		r, err := exchange(conn, m, secret, timeout)

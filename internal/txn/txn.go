@@ -141,10 +141,20 @@ const (
 	// ResolveAfter is how long a prepared part waits for its outcome before
 	// its shard asks the coordinator (and proposes abort when nothing was
 	// decided).
-	ResolveAfter = 2 * time.Second
+	ResolveAfter = time.Second
 	// Retention is how long finished IDs and decisions are remembered.
 	Retention = time.Hour
+	// RoutedWait bounds how long a member keeps a router's query for a name
+	// a prepared part holds before it answers Held: well within a router's
+	// timeout for one member, which then asks again (and does not take the
+	// member for down).
+	RoutedWait = 200 * time.Millisecond
 )
+
+// HeldText is the Extended DNS Error text (with code Not Ready) of a
+// SERVFAIL that says a prepared part holds the name and its outcome is not
+// known yet: the query may be asked again.
+const HeldText = "a transaction in progress holds the name"
 
 // Coordinator names the coordinator shard and its members' API base URLs,
 // for a participant that must ask it for the outcome.

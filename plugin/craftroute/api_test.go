@@ -3,6 +3,7 @@ package craftroute
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/httpapi/apitest"
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
@@ -32,10 +34,12 @@ type fakeAPI struct {
 	name string
 	srv  *httptest.Server
 
-	mu    sync.Mutex
-	zones map[string][]dns.RR
-	reqs  []fakeReq
-	fail  map[string]int // method → status to answer with
+	mu       sync.Mutex
+	zones    map[string][]dns.RR
+	reqs     []fakeReq
+	fail     map[string]int // method → status to answer with
+	prepared map[txn.ID]txn.Prepare
+	decided  map[txn.ID]txn.Outcome
 }
 
 type fakeReq struct {
@@ -43,10 +47,12 @@ type fakeReq struct {
 }
 
 func newFakeAPI(t *testing.T, name string) *fakeAPI {
-	f := &fakeAPI{name: name, zones: map[string][]dns.RR{}, fail: map[string]int{}}
+	f := &fakeAPI{name: name, zones: map[string][]dns.RR{}, fail: map[string]int{},
+		prepared: map[txn.ID]txn.Prepare{}, decided: map[txn.ID]txn.Outcome{}}
 	mux := http.NewServeMux()
 	zoneapi.Handlers{ListZones: f.list, PutZone: f.put, GetZone: f.get, DeleteZone: f.del,
 		ChangeRecords: f.change, GetRecords: f.records}.Register(mux)
+	mux.HandleFunc("POST /v1/txn/{id}/{step}", f.txStep)
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
@@ -156,16 +162,25 @@ func (f *fakeAPI) change(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	rrs := f.zones[origin]
-	if rrs == nil {
-		httpapi.WriteError(w, http.StatusNotFound, "zone not found")
+	serial, status, err := f.apply(origin, req, false)
+	if err != nil {
+		httpapi.WriteError(w, status, err.Error())
 		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"zone": origin, "serial": serial})
+}
+
+// apply applies (or with dry only checks) a change to zone origin, under
+// f.mu: the new serial, or the status and error that refuse it.
+func (f *fakeAPI) apply(origin string, req zoneapi.Change, dry bool) (uint32, int, error) {
+	rrs := slices.Clone(f.zones[origin])
+	if rrs == nil {
+		return 0, http.StatusNotFound, errors.New("zone not found")
 	}
 	for _, raw := range req.Delete {
 		pl, err := deletionPlacement(origin, raw)
 		if err != nil {
-			httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-			return
+			return 0, http.StatusBadRequest, err
 		}
 		rrs = slices.DeleteFunc(rrs, func(rr dns.RR) bool {
 			return dnsname.Lower(rr.Header().Name) == pl.name && (pl.rrtype == dns.TypeANY || pl.rrtype == rr.Header().Rrtype)
@@ -174,15 +189,69 @@ func (f *fakeAPI) change(w http.ResponseWriter, r *http.Request) {
 	for _, text := range req.Add {
 		rr, err := zoneapi.ParseRecord(origin, text)
 		if err != nil {
-			httpapi.WriteError(w, http.StatusBadRequest, err.Error())
-			return
+			return 0, http.StatusBadRequest, err
 		}
 		rrs = append(rrs, rr)
 	}
-	soa := soaOf(rrs)
+	soa := dns.Copy(soaOf(rrs)).(*dns.SOA)
 	soa.Serial++
-	f.zones[origin] = rrs
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"zone": origin, "serial": soa.Serial})
+	if dry {
+		return soa.Serial, 0, nil
+	}
+	rrs = slices.DeleteFunc(rrs, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeSOA })
+	f.zones[origin] = append([]dns.RR{soa}, rrs...)
+	return soa.Serial, 0, nil
+}
+
+// txStep is craftstore's side of a transaction (prepare, decide, commit,
+// abort), in memory.
+func (f *fakeAPI) txStep(w http.ResponseWriter, r *http.Request) {
+	id, err := txn.ParseID(r.PathValue("id"))
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch r.PathValue("step") {
+	case "prepare":
+		var p txn.Prepare
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil || p.Change == nil {
+			httpapi.WriteError(w, http.StatusBadRequest, "bad prepare")
+			return
+		}
+		if _, status, err := f.apply(dns.CanonicalName(p.Zone), *p.Change, true); err != nil {
+			httpapi.WriteJSON(w, http.StatusOK, txn.Vote{Status: status, Error: err.Error()})
+			return
+		}
+		f.prepared[id] = p
+		httpapi.WriteJSON(w, http.StatusOK, txn.Vote{Yes: true})
+	case "decide":
+		var d txn.Decide
+		json.NewDecoder(r.Body).Decode(&d)
+		if _, ok := f.decided[id]; !ok {
+			f.decided[id] = d.Outcome
+		}
+		httpapi.WriteJSON(w, http.StatusOK, txn.Decision{Outcome: f.decided[id]})
+	case "commit":
+		p, ok := f.prepared[id]
+		if !ok {
+			httpapi.WriteError(w, http.StatusNotFound, "not prepared")
+			return
+		}
+		delete(f.prepared, id)
+		serial, status, err := f.apply(dns.CanonicalName(p.Zone), *p.Change, false)
+		if err != nil {
+			httpapi.WriteError(w, status, err.Error())
+			return
+		}
+		httpapi.WriteJSON(w, http.StatusOK, txn.Finished{Outcome: txn.Commit, Serial: serial})
+	case "abort":
+		delete(f.prepared, id)
+		httpapi.WriteJSON(w, http.StatusOK, txn.Finished{Outcome: txn.Abort})
+	default:
+		http.NotFound(w, r)
+	}
 }
 
 func (f *fakeAPI) records(w http.ResponseWriter, r *http.Request) {
@@ -221,6 +290,9 @@ func (f *fakeAPI) exchange(req *dns.Msg) *dns.Msg {
 	z := zone.New(origin)
 	z.Load(rrs)
 	partition.Attach(m, z.Partition(m, qname, q.Qtype))
+	if serial, base, ok := z.Serial(); ok {
+		partition.AttachSerial(m, origin, serial, base)
+	}
 	return m
 }
 
@@ -441,25 +513,29 @@ func TestAPIChangePartialFailure(t *testing.T) {
 	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
 		t.Fatalf("PUT: %d %s", status, body)
 	}
-	// An apex change goes to every shard; the second in name order fails.
+	// An apex change goes to every shard, as one transaction; the second
+	// shard in name order fails: nothing is written anywhere.
 	ff["s1"].setFail("POST", http.StatusServiceUnavailable)
 	status, body := call(t, "POST", base+"/v1/zones/example.org./records", "", `{"add":["@ 300 IN TXT \"more\""]}`)
 	if status != http.StatusBadGateway {
 		t.Fatalf("expected 502, got %d %s", status, body)
 	}
 	rep := decode[zoneReport](t, body)
-	want := map[string]string{"s0": statusCommitted, "s1": statusFailed, "s2": statusNotSent}
+	want := map[string]string{"s0": statusAborted, "s1": statusFailed, "s2": statusAborted}
 	for _, sr := range rep.Shards {
 		if sr.Status != want[sr.Shard] {
 			t.Errorf("shard %s: expected %s, got %s", sr.Shard, want[sr.Shard], sr.Status)
 		}
 	}
-	if !strings.Contains(rep.Error, "s1") || !strings.Contains(rep.Error, "s0") {
-		t.Errorf("expected the error to name the failed and the written shards, got %q", rep.Error)
+	if !strings.Contains(rep.Error, "s1") || !strings.Contains(rep.Error, "nothing was written") {
+		t.Errorf("expected the error to name the failed shard and say nothing was written, got %q", rep.Error)
 	}
-	if n := len(ff["s2"].requests("POST")); n != 0 {
-		t.Errorf("expected nothing sent to s2 after the failure, got %d", n)
+	for _, s := range []string{"s0", "s2"} {
+		if slices.ContainsFunc(ff[s].zone("example.org."), func(rr dns.RR) bool { return strings.Contains(rr.String(), `"more"`) }) {
+			t.Errorf("shard %s applied a part of an aborted change", s)
+		}
 	}
+	ff["s1"].setFail("POST", 0)
 
 	// A refusal by the first shard writes nothing and keeps its status.
 	ff["s0"].setFail("POST", http.StatusBadRequest)
@@ -578,10 +654,14 @@ func TestAPINewCutOverNames(t *testing.T) {
 	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
 		t.Fatalf("PUT: %d %s", status, body)
 	}
-	posts := func() int {
+	posts := func() int { // parts sent: changes, or prepares of a transaction
 		n := 0
 		for _, f := range ff {
-			n += len(f.requests("POST"))
+			for _, r := range f.requests("POST") {
+				if strings.HasSuffix(r.path, "/records") || strings.HasSuffix(r.path, "/prepare") {
+					n++
+				}
+			}
 		}
 		return n
 	}

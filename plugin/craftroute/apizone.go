@@ -2,17 +2,19 @@ package craftroute
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
@@ -264,52 +266,61 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	status, rep := a.applyParts(ctx, origin, parts)
+	status, rep := a.applyTx(ctx, origin, parts)
 	httpapi.WriteJSON(w, status, rep)
 }
 
-// applyParts sends the parts of a record change to their shards, one after
-// the other in shard name order, and stops at the first failure. Each part
-// is atomic on its shard; the parts committed before a failure stay.
-func (a *apiServer) applyParts(ctx context.Context, origin string, parts map[*Shard]*zoneapi.Change) (int, zoneReport) {
-	shards := make([]*Shard, 0, len(parts))
-	for s := range parts {
-		shards = append(shards, s)
+// applyTx applies the parts of a record change that spans shards as one
+// transaction (txn.go): all of them or none.
+func (a *apiServer) applyTx(ctx context.Context, origin string, parts map[*Shard]*zoneapi.Change) (int, zoneReport) {
+	prep := make(map[*Shard]txn.Prepare, len(parts))
+	for s, p := range parts {
+		prep[s] = txn.Prepare{Change: p}
 	}
-	shards = byName(shards)
+	res := a.runTx(ctx, origin, prep)
+	shards := byName(slices.Collect(maps.Keys(parts)))
 	rep := zoneReport{Zone: origin, Shards: make([]shardReport, len(shards))}
-	failed := false
 	for i, s := range shards {
-		sr := shardReport{Shard: s.Name, Status: statusNotSent}
-		if !failed {
-			body, _ := json.Marshal(parts[s])
-			res, err := a.do(ctx, s, http.MethodPost, recordsPath(origin), "", body, "application/json")
-			var out struct {
-				Serial uint32 `json:"serial"`
-			}
-			switch {
-			case err != nil:
-				sr.fail(err)
-			case res.status != http.StatusOK:
-				sr.fail(res.err(s))
-			case json.Unmarshal(res.body, &out) != nil:
-				sr.fail(fmt.Errorf("shard %s: unreadable answer", s.Name))
-			default:
-				sr.Status, sr.Serial = statusCommitted, out.Serial
-				if zoneapi.SerialAfter(out.Serial, rep.Serial) || rep.Serial == 0 {
-					rep.Serial = out.Serial
-				}
-			}
-			failed = sr.Status == statusFailed
+		sr := shardReport{Shard: s.Name, Status: statusAborted}
+		switch {
+		case res.committed && slices.Contains(res.late, s):
+			sr.Status = statusCommitted
+			sr.Error = "committed; the shard applies it on its own (it did not confirm in time)"
+		case res.committed:
+			sr.Status, sr.Serial = statusCommitted, res.serial[s]
+		case res.failed == s && res.err != nil:
+			sr.fail(res.err)
+		case res.failed == s:
+			sr.Status, sr.Error, sr.code = statusFailed, res.vote.Error, cmp.Or(res.vote.Status, http.StatusConflict)
+		case res.failed == nil:
+			sr.Status = statusUnknown
 		}
 		rep.Shards[i] = sr
 	}
-	status := http.StatusOK
-	if failed {
-		status, rep.Error = rep.failure("change")
-	} else if serial, ok := a.c.currentSerial(ctx, origin); ok {
-		rep.Serial = serial // the zone's, over its shards
+	switch {
+	case res.committed:
+		for _, s := range res.serial {
+			if rep.Serial == 0 || zoneapi.SerialAfter(s, rep.Serial) {
+				rep.Serial = s
+			}
+		}
+		if serial, ok := a.c.currentSerial(ctx, origin); ok {
+			rep.Serial = serial // the zone's, over its shards
+		}
+		return http.StatusOK, rep
+	case res.failed == nil:
+		rep.Error = fmt.Sprint(res.err)
+		return http.StatusServiceUnavailable, rep
 	}
+	status, msg := http.StatusBadGateway, res.err
+	var zerr *zoneapi.Error
+	switch {
+	case msg == nil:
+		status, msg = cmp.Or(res.vote.Status, http.StatusConflict), errors.New(res.vote.Error)
+	case errors.As(msg, &zerr):
+		status = zerr.Status
+	}
+	rep.Error = fmt.Sprintf("shard %s refused its part, nothing was written: %v", res.failed.Name, msg)
 	return status, rep
 }
 
@@ -317,8 +328,9 @@ func (a *apiServer) applyParts(ctx context.Context, origin string, parts map[*Sh
 const (
 	statusCommitted = "committed"
 	statusFailed    = "failed"
-	statusNotSent   = "not sent"
 	statusAbsent    = "absent"
+	statusAborted   = "aborted"
+	statusUnknown   = "unknown"
 )
 
 // shardReport is one shard's part of a write that reaches several shards.

@@ -70,8 +70,9 @@ type Craftroute struct {
 	ring  *Ring
 	zones *zoneSet
 	neg   *negCache
-	soa   serials   // key mode name: one serial per zone
-	ex    exchanger // tests: in-memory shards
+	soa   serials      // key mode name: one serial per zone
+	txc   *shardClient // transactions of UPDATEs that span shards (txn.go)
+	ex    exchanger    // tests: in-memory shards
 
 	leases     leaseHolder    // change leases on the members (lease.go)
 	changes    *changeTracker // the changes they notified

@@ -18,6 +18,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/txn"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -304,6 +305,11 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 			if ctx.Err() == nil {
 				m.Failed(now, downFor)
 			}
+		case resp.Rcode == dns.RcodeServerFailure && held(resp):
+			// Alive, and every member of the shard holds the same locks:
+			// the caller asks again (Craftroute.exchange).
+			m.Succeeded(now)
+			return resp, m, nil
 		case resp.Rcode == dns.RcodeServerFailure:
 			m.Failed(now, downFor)
 			servfail, from = resp, m
@@ -336,6 +342,13 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 		err = fmt.Errorf("shard %q has no members", s.Name)
 	}
 	return nil, nil, err
+}
+
+// held reports whether SERVFAIL m says a transaction in progress holds the
+// name (txn.HeldText): the member is alive, the query may be asked again.
+func held(m *dns.Msg) bool {
+	e := ede.Of(m)
+	return e != nil && e.InfoCode == dns.ExtendedErrorCodeNotReady && e.ExtraText == txn.HeldText
 }
 
 // notCurrent reports whether SERVFAIL m says the member could not answer

@@ -54,4 +54,16 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "updates_total",
 		Help: "UPDATE messages forwarded to a shard, by the rcode of its response.",
 	}, []string{"shard", "rcode"})
+	txOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "transactions_total",
+		Help: "Changes that span shards run as transactions, by outcome: commit, abort or unknown (the decision could not be recorded).",
+	}, []string{"outcome"})
+	heldRetries = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "held_retries_total",
+		Help: "Queries asked again because a transaction in progress held their name.",
+	})
+	txBusy = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "transaction_retries_total",
+		Help: "Transactions tried again because a name was locked by another one.",
+	})
 )

@@ -11,6 +11,7 @@ import (
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/txn"
 
 	"github.com/miekg/dns"
 )
@@ -122,10 +123,18 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 		// may change in place.
 		partition.SetMinIndex(req, s.minIndex.Load())
 	}
-	if c.ex != nil {
-		resp, err = c.ex.exchange(ctx, s, req)
-	} else {
-		resp, _, err = s.Exchange(ctx, req, c.cfg.downFor)
+	// A name held by a transaction in progress: the member waited
+	// txn.RoutedWait for its outcome; ask again, for at most heldFor.
+	for deadline := time.Now().Add(heldFor); ; {
+		if c.ex != nil {
+			resp, err = c.ex.exchange(ctx, s, req)
+		} else {
+			resp, _, err = s.Exchange(ctx, req, c.cfg.downFor)
+		}
+		if err != nil || resp.Rcode != dns.RcodeServerFailure || !held(resp) || ctx.Err() != nil || time.Now().After(deadline) {
+			break
+		}
+		heldRetries.Inc()
 	}
 	if err == nil {
 		if idx, ok := partition.IndexOf(resp); ok {
@@ -142,6 +151,11 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 	}
 	return resp, err
 }
+
+// heldFor bounds how long a query waits for a transaction that holds its
+// name (asking again while members answer txn.HeldText): a part left
+// prepared is finished by its shard after txn.ResolveAfter.
+const heldFor = 2 * txn.ResolveAfter
 
 // staleKey is the context key of a resolution's stale mark: an
 // *atomic.Bool set when an answer it used came from a member's unconfirmed

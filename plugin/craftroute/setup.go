@@ -124,6 +124,7 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 	}
 	cr.zones = newZoneSet(fixed)
 	cr.neg = newNegCache(cfg.negCache)
+	cr.txc = newShardClient(cr)
 	cr.changes = newChangeTracker()
 	cr.refreshNow = make(chan struct{}, 1)
 	cr.leases.qname = "."

@@ -1,6 +1,7 @@
 package craftroute
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/txn"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 )
@@ -30,8 +33,9 @@ const spanNames = 8
 // serveUpdate handles an RFC 2136 UPDATE. The tsig plugin in front has
 // validated and stripped the client's signature; the router signs the
 // message again with the same key and sends it over TCP to the shard that
-// holds all its names. An UPDATE is never forwarded unsigned, and never
-// split: in key mode "name" one whose names span shards is refused.
+// holds all its names. An UPDATE is never forwarded unsigned. In key mode
+// "name" one whose names span shards runs as a transaction over the shards'
+// APIs (updateTx).
 func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeSOA || r.Question[0].Qclass != dns.ClassINET {
 		return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, "the zone section must hold one SOA question of class IN")
@@ -66,17 +70,22 @@ func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 
 	s := c.zoneShard(origin)
 	if c.cfg.key == keyName {
-		var why string
-		var err error
-		s, why, err = c.updateShard(ctx, origin, r)
+		r = c.dropOldSOA(ctx, origin, r)
+		parts, why, err := c.updateParts(ctx, origin, r)
 		switch {
 		case errors.Is(err, errZoneAbsent):
 			return ede.Write(w, r, dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative, err.Error())
 		case err != nil:
 			log.Warningf("UPDATE for %s: %v", origin, err)
 			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNoReachableAuthority, err.Error())
-		case s == nil:
-			return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, why)
+		case len(parts) > 1 && !c.haveShardAPIs():
+			return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
+				why+": the router runs such an update as a transaction over the shards' APIs, and has none (shard_api)")
+		case len(parts) > 1:
+			return c.updateTx(ctx, w, r, origin, key, parts)
+		}
+		for only := range parts {
+			s = only
 		}
 	}
 
@@ -102,12 +111,40 @@ func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 	return dns.RcodeSuccess, nil
 }
 
-// updateShard returns the one shard that holds every name of UPDATE r in
-// key mode "name": the owner shards of the names of its prerequisite and
+// dropOldSOA returns r without the SOA records it adds whose serial is not
+// newer than the zone's (serial.go): one server ignores those (RFC 2136
+// §3.4.2.2), but each shard would compare them with its own serial.
+func (c *Craftroute) dropOldSOA(ctx context.Context, origin string, r *dns.Msg) *dns.Msg {
+	var cur uint32
+	known := false
+	keep := r.Ns[:0:0]
+	for _, rr := range r.Ns {
+		if soa, ok := rr.(*dns.SOA); ok && soa.Hdr.Class == dns.ClassINET {
+			if !known {
+				if cur, known = c.currentSerial(ctx, origin); !known {
+					return r
+				}
+			}
+			if !zoneapi.SerialAfter(soa.Serial, cur) {
+				continue
+			}
+		}
+		keep = append(keep, rr)
+	}
+	if len(keep) == len(r.Ns) {
+		return r
+	}
+	m := r.Copy()
+	m.Ns = keep
+	return m
+}
+
+// updateParts splits UPDATE r by the shards that hold its names in key
+// mode "name": the owner shards of the names of its prerequisite and
 // update sections, where a name at the apex, an NS (or DS) record or a name
-// at or below a zone cut means every shard. When that is more than one
-// shard it returns nil and why the update is refused.
-func (c *Craftroute) updateShard(ctx context.Context, origin string, r *dns.Msg) (*Shard, string, error) {
+// at or below a zone cut means every shard. Each part keeps r's order. When
+// there is more than one, why says which names span which shards.
+func (c *Craftroute) updateParts(ctx context.Context, origin string, r *dns.Msg) (parts map[*Shard]*dns.Msg, why string, err error) {
 	p := newPlacer(c, origin)
 	var items []placement
 	for i, sec := range [][]dns.RR{r.Answer, r.Ns} {
@@ -121,48 +158,98 @@ func (c *Craftroute) updateShard(ctx context.Context, origin string, r *dns.Msg)
 		}
 	}
 	if len(items) == 0 {
-		return c.shardFor(origin), "", nil
+		return map[*Shard]*dns.Msg{c.shardFor(origin): r}, "", nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, updateTimeout)
 	defer cancel()
 	if err := p.resolve(cctx, items); err != nil {
 		return nil, "", err
 	}
+	parts = map[*Shard]*dns.Msg{}
+	part := func(s *Shard) *dns.Msg {
+		if parts[s] == nil {
+			parts[s] = &dns.Msg{}
+		}
+		return parts[s]
+	}
 	var (
-		shards = map[*Shard]bool{}
-		names  []string
-		seen   = map[string]bool{}
+		names []string
+		seen  = map[string]bool{}
+		k     = 0
 	)
-	for _, it := range items {
-		ss := p.shards(it.name, it.rrtype)
-		for _, s := range ss {
-			shards[s] = true
-		}
-		if seen[it.name] {
-			continue
-		}
-		seen[it.name] = true
-		if len(ss) > 1 {
-			names = append(names, it.name+" (on every shard)")
-		} else {
-			names = append(names, it.name)
+	for i, sec := range [][]dns.RR{r.Answer, r.Ns} {
+		for _, rr := range sec {
+			it := items[k]
+			k++
+			ss := p.shards(it.name, it.rrtype)
+			for _, s := range ss {
+				if i == 0 {
+					part(s).Answer = append(part(s).Answer, rr)
+				} else {
+					part(s).Ns = append(part(s).Ns, rr)
+				}
+			}
+			if seen[it.name] {
+				continue
+			}
+			seen[it.name] = true
+			if len(ss) > 1 {
+				names = append(names, it.name+" (on every shard)")
+			} else {
+				names = append(names, it.name)
+			}
 		}
 	}
-	if len(shards) == 1 {
-		for s := range shards {
-			return s, "", nil
+	if len(parts) == 1 {
+		for s := range parts {
+			return map[*Shard]*dns.Msg{s: r}, "", nil
 		}
 	}
-	list := make([]string, 0, len(shards))
-	for s := range shards {
+	list := make([]string, 0, len(parts))
+	for s := range parts {
 		list = append(list, s.Name)
 	}
 	sort.Strings(list)
 	if len(names) > spanNames {
 		names = append(names[:spanNames], "...")
 	}
-	return nil, fmt.Sprintf("update spans shards %s (names %s): key mode name applies an update on one shard only; send one name per message or use key zone",
-		strings.Join(list, ", "), strings.Join(names, ", ")), nil
+	return parts, fmt.Sprintf("update spans shards %s (names %s)", strings.Join(list, ", "), strings.Join(names, ", ")), nil
+}
+
+// updateTx applies an UPDATE whose names span shards as one transaction
+// (txn.go): every part's prerequisites hold and every part is applied, or
+// nothing is. The answer is NOERROR, or the rcode of the first part (in
+// shard name order) that failed, with its reason as an Extended DNS Error.
+func (c *Craftroute) updateTx(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, origin, key string, parts map[*Shard]*dns.Msg) (int, error) {
+	prep := make(map[*Shard]txn.Prepare, len(parts))
+	for s, m := range parts {
+		packed, err := m.Pack()
+		if err != nil {
+			return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, err.Error())
+		}
+		prep[s] = txn.Prepare{Update: packed, Key: key}
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), updateTimeout)
+	defer cancel()
+	res := c.txc.runTx(tctx, origin, prep)
+	switch {
+	case res.committed:
+		for s := range parts {
+			updatesForwarded.WithLabelValues(s.Name, rcodeString(dns.RcodeSuccess)).Inc()
+		}
+		return ede.Write(w, r, dns.RcodeSuccess, 0, "")
+	case res.failed != nil && res.err == nil:
+		rcode := cmp.Or(res.vote.Rcode, dns.RcodeRefused)
+		updatesForwarded.WithLabelValues(res.failed.Name, rcodeString(rcode)).Inc()
+		return ede.Write(w, r, rcode, dns.ExtendedErrorCodeOther,
+			fmt.Sprintf("shard %s: %s; nothing was written", res.failed.Name, res.vote.Error))
+	case res.failed != nil:
+		log.Warningf("UPDATE for %s: %v", origin, res.err)
+		return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNoReachableAuthority,
+			fmt.Sprintf("shard %s: %v; nothing was written", res.failed.Name, res.err))
+	}
+	log.Warningf("UPDATE for %s: %v", origin, res.err)
+	return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeOther, fmt.Sprint(res.err))
 }
 
 // updateError is a failed forward and the Extended DNS Error code for it.

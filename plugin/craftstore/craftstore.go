@@ -129,11 +129,16 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// A transaction across shards holds a name that can change this
 		// answer: wait for its outcome, so that no reader sees part of it
 		// (package internal/txn, "Atomic visibility").
-		wctx, cancel := context.WithTimeout(ctx, txReadWait)
+		// A router's query waits less, and the router asks again.
+		wait := txReadWait
+		if routed {
+			wait = txn.RoutedWait
+		}
+		wctx, cancel := context.WithTimeout(ctx, wait)
 		err := rep.TxWait(wctx, z.Origin(), qname)
 		cancel()
 		if err != nil {
-			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "a transaction in progress holds the name")
+			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText)
 		}
 	}
 

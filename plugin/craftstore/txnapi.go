@@ -55,11 +55,15 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	switch {
 	case p.Change != nil && p.Update == nil:
-		add, del, _, err := parseChange(origin, *p.Change)
+		add, del, names, err := parseChange(origin, *p.Change)
 		if err == nil {
 			err = a.rep.TxPrepareChange(ctx, id, origin, add, del, meta)
 		}
-		httpapi.WriteJSON(w, http.StatusOK, vote(dns.RcodeSuccess, err))
+		v := vote(dns.RcodeSuccess, err)
+		if v.Yes {
+			a.lockNotice(r.Context(), origin, names)
+		}
+		httpapi.WriteJSON(w, http.StatusOK, v)
 	case p.Update != nil && p.Change == nil:
 		m := new(dns.Msg)
 		if err := m.Unpack(p.Update); err != nil {
@@ -75,10 +79,27 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		rcode, err := a.rep.TxPrepareUpdate(ctx, id, origin, m.Answer, m.Ns, meta)
-		httpapi.WriteJSON(w, http.StatusOK, vote(rcode, err))
+		v := vote(rcode, err)
+		if v.Yes {
+			names := make([]string, 0, len(m.Answer)+len(m.Ns))
+			for _, rr := range append(m.Answer, m.Ns...) {
+				names = append(names, rr.Header().Name)
+			}
+			a.lockNotice(r.Context(), origin, names)
+		}
+		httpapi.WriteJSON(w, http.StatusOK, v)
 	default:
 		fail(w, zoneapi.BadRequest("a prepare holds an update or a change"))
 	}
+}
+
+// lockNotice tells the routers, before the part's yes vote, that the names
+// of a prepared part are about to change: they drop what their negative
+// caches hold for them, so that while the part waits for its commit no
+// router answers for them without asking this shard, where queries wait
+// for the outcome (atomic visibility). The commit notifies them again.
+func (a *apiServer) lockNotice(ctx context.Context, origin string, names []string) {
+	noticeChange(ctx, a.leases, a.rep, origin, partition.Records, names...)
 }
 
 // vote is the answer to a prepare that got rcode and err from the replica.

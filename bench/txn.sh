@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# txn.sh: RFC 2136 UPDATEs through a craftroute router in key mode name, in
+# front of two shards of three members (the sharded example's layout), side
+# by side in one run (issue 28):
+#   - single-shard UPDATEs of one name (the common case; with BEFORE_BINARY
+#     also on that binary, for the ratio to the code before transactions);
+#   - UPDATEs of two names that one shard holds (forwarded whole);
+#   - UPDATEs of two names on two shards (a transaction: prepare on both,
+#     the decision on the coordinator, commit on both);
+# each with CLIENTS clients for DURATION seconds: committed updates/s and
+# latency p50/p99 (bench/updates). Then query latency through the router
+# (QRATE queries/s of existing names), idle and while cross-shard UPDATEs
+# run.
+#
+# Knobs (environment): RECORDS (10000), CLIENTS (16), DURATION (10),
+# QRATE (2000), BEFORE_BINARY (optional), COREDNS_BINARY, KEEP=1.
+
+. "$(dirname "$0")/lib.sh"
+
+RECORDS=${RECORDS:-10000}
+CLIENTS=${CLIENTS:-16}
+DURATION=${DURATION:-10}
+QRATE=${QRATE:-2000}
+KEY=$ROOT/Corefile.examples/keys/update.key
+need curl dig
+if [ -n "${BEFORE_BINARY:-}" ]; then
+	[ -x "$BEFORE_BINARY" ] || die "$BEFORE_BINARY is not an executable"
+	cp "$BEFORE_BINARY" "$WORK/coredns-before"
+fi
+"$GO" build -o "$WORK/updates" "$BENCH/updates"
+"$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries" -nqueries 20000 -missing 0
+
+# setup LABEL BINARY: the members and the router; sets r_dns r_api SET_PIDS.
+setup() {
+	local label=$1 bin=$2 sh i m peers
+	SET_PIDS=()
+	declare -gA mdns mapi mraft
+	for sh in a b; do
+		for i in 1 2 3; do
+			m=$sh$i
+			mdns[$m]=$(free_port) mapi[$m]=$(free_port) mraft[$m]=$(free_port)
+		done
+	done
+	for sh in a b; do
+		peers=""
+		for i in 1 2 3; do peers="$peers        peer $i 127.0.0.1:${mraft[$sh$i]}"$'\n'; done
+		for i in 1 2 3; do
+			m=$sh$i
+			cat >"$WORK/$label-$m.Corefile" <<EOF
+.:${mdns[$m]} {
+    bind 127.0.0.1
+    tsig {
+        secrets $KEY
+        require_opcode UPDATE
+    }
+    craftstore {
+        id $i
+        cluster $label-$sh
+        data $WORK/$label-data/$m
+        raft 127.0.0.1:${mraft[$m]}
+$peers        api 127.0.0.1:${mapi[$m]}
+        allow update. * *
+    }
+}
+EOF
+			COREDNS=$bin start "$label-$m" ""
+			SET_PIDS+=("$LAST_PID")
+		done
+	done
+	r_dns=$(free_port) r_api=$(free_port)
+	cat >"$WORK/$label-router.Corefile" <<EOF
+.:$r_dns {
+    bind 127.0.0.1
+    tsig {
+        secrets $KEY
+        require_opcode UPDATE
+    }
+    craftroute {
+        shard a 127.0.0.1:${mdns[a1]} 127.0.0.1:${mdns[a2]} 127.0.0.1:${mdns[a3]}
+        shard b 127.0.0.1:${mdns[b1]} 127.0.0.1:${mdns[b2]} 127.0.0.1:${mdns[b3]}
+        shard_api a http://127.0.0.1:${mapi[a1]} http://127.0.0.1:${mapi[a2]} http://127.0.0.1:${mapi[a3]}
+        shard_api b http://127.0.0.1:${mapi[b1]} http://127.0.0.1:${mapi[b2]} http://127.0.0.1:${mapi[b3]}
+        key name
+        tsig $KEY
+        api 127.0.0.1:$r_api
+    }
+}
+EOF
+	COREDNS=$bin start "$label-router" ""
+	SET_PIDS+=("$LAST_PID")
+	local out end=$((SECONDS + 60))
+	while :; do
+		out=$(curl -sS --max-time 300 -X PUT --data-binary @"$WORK/zone" -w ' %{http_code}' \
+			"http://127.0.0.1:$r_api/v1/zones/example.org" 2>&1) && [ "${out##* }" = 200 ] && break
+		[ $SECONDS -lt $end ] || die "$label: PUT of the zone failed: $out"
+		sleep 1
+	done
+	wait_dns "${SET_PIDS[6]}" "$label-router" "$r_dns" host-1.example.org A
+}
+
+teardown() {
+	local p
+	for p in "${SET_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${SET_PIDS[@]}"; do
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	done
+}
+
+# updates LABEL PREFIX ARGS...: one bench/updates run through the router;
+# prints its "updates" line.
+updates() {
+	local label=$1 prefix=$2
+	shift 2
+	"$WORK/updates" -server "127.0.0.1:$r_dns" -zone example.org -keyfile "$KEY" -tcp \
+		-c "$CLIENTS" -d "${DURATION}s" -prefix "$prefix" "$@" >"$WORK/$label.out" 2>&1 ||
+		{ cat "$WORK/$label.out" >&2; die "updates $label failed"; }
+	grep '^updates\|^queries' "$WORK/$label.out"
+}
+
+field() { sed -n "s/.*$2=\([^ ]*\).*/\1/p" <<<"$1" | head -1; }
+
+if [ -n "${BEFORE_BINARY:-}" ]; then
+	setup before "$WORK/coredns-before"
+	before_one=$(updates before-one b1)
+	teardown
+fi
+setup after "$COREDNS"
+one=$(updates one o1)
+single=$(updates single s1 -span "http://127.0.0.1:$r_api" -pairs single)
+cross=$(updates cross c1 -span "http://127.0.0.1:$r_api" -pairs cross)
+load=$(updates load l1 -span "http://127.0.0.1:$r_api" -pairs cross -pool 8000 -query "127.0.0.1:$r_dns" -qnames "$WORK/queries" -qrate "$QRATE" -idle 5s)
+teardown
+
+echo
+echo "UPDATEs through the router, two shards of three members, $CLIENTS clients over TCP, ${DURATION}s each:"
+printf '%-34s %10s %8s %8s %s\n' run "updates/s" p50_ms p99_ms errors
+row() { printf '%-34s %10s %8s %8s %s\n' "$1" "$(field "$2" updates_per_s)" "$(field "$2" p50_ms)" "$(field "$2" p99_ms)" "$(field "$2" errors)"; }
+[ -n "${before_one:-}" ] && row "one name (before: BEFORE_BINARY)" "$before_one"
+row "one name" "$one"
+row "two names on one shard" "$single"
+row "two names on two shards (txn)" "$cross"
+echo
+[ -n "${before_one:-}" ] && echo "one name, after/before: $(calc %.2f "$(field "$one" updates_per_s) / $(field "$before_one" updates_per_s)")"
+echo "two shards/one shard (two names): $(calc %.2f "$(field "$cross" updates_per_s) / $(field "$single" updates_per_s)") updates/s, p99 $(calc %.2f "$(field "$cross" p99_ms) / $(field "$single" p99_ms)")x"
+idle=$(grep '^queries phase=idle' <<<"$load")
+busy=$(grep '^queries phase=load' <<<"$load")
+echo "queries through the router at $QRATE/s: idle p99 $(field "$idle" p99_ms) ms, during cross-shard UPDATEs ($(field "$(grep '^updates' <<<"$load")" updates_per_s)/s) p99 $(field "$busy" p99_ms) ms: $(calc %.2f "$(field "$busy" p99_ms) / $(field "$idle" p99_ms)")x"
