@@ -13,6 +13,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/txn"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ const (
 	targetSilent                       // never answers
 	targetServfail                     // SERVFAIL
 	targetNotCurrent                   // SERVFAIL Not Ready, unless the query allows a stale answer
+	targetHeld                         // SERVFAIL Held (a transaction holds the name) for the first 3 queries
 )
 
 // target is a member on 127.0.0.1, UDP and TCP on one port, that counts
@@ -64,6 +66,11 @@ func startTarget(t testing.TB, mode targetMode) *target {
 		case targetServfail:
 			m.Rcode = dns.RcodeServerFailure
 			n = 0
+		case targetHeld:
+			if f.other.Load() <= 3 {
+				w.WriteMsg(ede.Reply(r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText))
+				return
+			}
 		case targetNotCurrent:
 			if !partition.StaleAllowed(r) {
 				w.WriteMsg(ede.Reply(r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "not current"))
@@ -443,6 +450,36 @@ func TestShardExchangeStale(t *testing.T) {
 	resp, _, err = s.Exchange(context.Background(), targetQuery(4), time.Minute)
 	if err != nil || resp.Rcode != dns.RcodeServerFailure {
 		t.Errorf("expected SERVFAIL for a query that is not routed, got %v, %v", resp, err)
+	}
+}
+
+// TestShardExchangeHeld: a member whose answer says a transaction holds
+// the name is alive (not marked down, the next member not tried), and the
+// router asks again until the transaction is over.
+func TestShardExchangeHeld(t *testing.T) {
+	held, other := startTarget(t, targetHeld), startTarget(t, targetAnswer)
+	s := &Shard{Name: "held", Members: []*Member{
+		targetMember(t, "held", held, time.Second),
+		targetMember(t, "held", other, time.Second),
+	}}
+	s.Members[1].Failed(time.Now(), time.Minute) // tried last
+	q := func(id uint16) *dns.Msg {              // routed queries carry EDNS0 (the EDE)
+		m := targetQuery(id)
+		m.SetEdns0(1232, false)
+		return m
+	}
+	resp, m, err := s.Exchange(context.Background(), q(5), time.Minute)
+	if err != nil || m != s.Members[0] || resp.Rcode != dns.RcodeServerFailure || s.Members[0].Down(time.Now()) || other.other.Load() != 0 {
+		t.Fatalf("expected Held from the first member, kept alive, the other not asked; got %v from %v, %v", resp, m, err)
+	}
+	c := &Craftroute{cfg: config{downFor: time.Minute}}
+	before := memberMetric(heldRetries)
+	resp, err = c.exchange(context.Background(), s, q(6))
+	if err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
+		t.Fatalf("expected the answer once the name is no longer held, got %v, %v", resp, err)
+	}
+	if got := memberMetric(heldRetries) - before; got != 2 {
+		t.Errorf("expected held_retries_total up by 2, got %v", got)
 	}
 }
 
