@@ -9,8 +9,8 @@
 #     the decision on the coordinator, commit on both);
 # each with CLIENTS clients for DURATION seconds: committed updates/s and
 # latency p50/p99 (bench/updates). Then query latency through the router
-# (QRATE queries/s of existing names), idle and while cross-shard UPDATEs
-# run.
+# (QRATE queries/s of existing names), idle and while one-name UPDATEs,
+# then cross-shard UPDATEs run.
 #
 # Knobs (environment): RECORDS (10000), CLIENTS (16), DURATION (10),
 # QRATE (2000), BEFORE_BINARY (optional), COREDNS_BINARY, KEEP=1.
@@ -128,6 +128,7 @@ setup after "$COREDNS"
 one=$(updates one o1)
 single=$(updates single s1 -span "http://127.0.0.1:$r_api" -pairs single)
 cross=$(updates cross c1 -span "http://127.0.0.1:$r_api" -pairs cross)
+load1=$(updates load1 m1 -query "127.0.0.1:$r_dns" -qnames "$WORK/queries" -qrate "$QRATE" -idle 5s)
 load=$(updates load l1 -span "http://127.0.0.1:$r_api" -pairs cross -pool 8000 -query "127.0.0.1:$r_dns" -qnames "$WORK/queries" -qrate "$QRATE" -idle 5s)
 teardown
 
@@ -142,6 +143,11 @@ row "two names on two shards (txn)" "$cross"
 echo
 [ -n "${before_one:-}" ] && echo "one name, after/before: $(calc %.2f "$(field "$one" updates_per_s) / $(field "$before_one" updates_per_s)")"
 echo "two shards/one shard (two names): $(calc %.2f "$(field "$cross" updates_per_s) / $(field "$single" updates_per_s)") updates/s, p99 $(calc %.2f "$(field "$cross" p99_ms) / $(field "$single" p99_ms)")x"
-idle=$(grep '^queries phase=idle' <<<"$load")
-busy=$(grep '^queries phase=load' <<<"$load")
-echo "queries through the router at $QRATE/s: idle p99 $(field "$idle" p99_ms) ms, during cross-shard UPDATEs ($(field "$(grep '^updates' <<<"$load")" updates_per_s)/s) p99 $(field "$busy" p99_ms) ms: $(calc %.2f "$(field "$busy" p99_ms) / $(field "$idle" p99_ms)")x"
+for run in load1 load; do
+	out=${!run}
+	idle=$(grep '^queries phase=idle' <<<"$out")
+	busy=$(grep '^queries phase=load' <<<"$out")
+	what="one-name UPDATEs"
+	[ "$run" = load ] && what="cross-shard UPDATEs"
+	echo "queries through the router at $QRATE/s: idle p50/p99 $(field "$idle" p50_ms)/$(field "$idle" p99_ms) ms; during $what ($(field "$(grep '^updates' <<<"$out")" updates_per_s)/s) p50/p99 $(field "$busy" p50_ms)/$(field "$busy" p99_ms) ms: p99 $(calc %.2f "$(field "$busy" p99_ms) / $(field "$idle" p99_ms)")x"
+done

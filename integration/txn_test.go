@@ -190,6 +190,31 @@ func TestRoutersCrossShardChanges(t *testing.T) {
 		t.Errorf("a CNAME beside data through the API: expected 409 saying nothing was written, got %d %s", code, msg)
 	}
 	expect("after a refused API change", "absent", onA[5])
+	// Deleting the apex NS RRset with a name on another shard: 400, nothing
+	// written. Through UPDATE, RFC 2136 has the deletion of the apex SOA
+	// and NS ignored and the rest applied, as on one server.
+	code, msg = post(s.routers[0], map[string]any{"add": []string{onA[5] + " 60 IN A 192.0.2.10"},
+		"delete": []any{map[string]string{"name": origin, "type": "NS"}}})
+	if code != http.StatusBadRequest || !strings.Contains(msg, "nothing was written") {
+		t.Errorf("deleting the apex NS through the API: expected 400 saying nothing was written, got %d %s", code, msg)
+	}
+	expect("after a refused apex deletion", "absent", onA[5])
+	resp = update(s.routers[1], func(u *dns.Msg) {
+		u.RemoveRRset([]dns.RR{&dns.NS{Hdr: dns.RR_Header{Name: origin, Rrtype: dns.TypeNS, Class: dns.ClassINET}}})
+		u.RemoveRRset([]dns.RR{&dns.SOA{Hdr: dns.RR_Header{Name: origin, Rrtype: dns.TypeSOA, Class: dns.ClassINET}}})
+		u.Insert([]dns.RR{a(onB[4], "192.0.2.11")})
+	})
+	if resp.Rcode != dns.RcodeSuccess {
+		t.Errorf("an UPDATE deleting the apex SOA and NS: expected NOERROR (ignored), got %s %v", dns.RcodeToString[resp.Rcode], ede.Of(resp))
+	}
+	expect("after an UPDATE deleting the apex SOA and NS", "present", onB[4])
+	for _, r := range s.routers {
+		for _, qt := range []uint16{dns.TypeSOA, dns.TypeNS} {
+			if m, err := harness.Query(r.addr(), origin, qt); err != nil || len(m.Answer) == 0 {
+				t.Errorf("the apex %s through %s after an UPDATE deleting it: %v %v", dns.TypeToString[qt], r.name, m, err)
+			}
+		}
+	}
 
 	// The SOA through UPDATE: an older serial is ignored, a newer one taken
 	// by every shard.

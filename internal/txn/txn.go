@@ -91,6 +91,8 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/zoneapi"
+
+	"github.com/miekg/dns"
 )
 
 // ID names one transaction: 16 random bytes, hex in URLs and JSON.
@@ -227,4 +229,28 @@ type Decision struct {
 type Finished struct {
 	Outcome Outcome `json:"outcome"`
 	Serial  uint32  `json:"serial,omitempty"`
+}
+
+// PackUpdate packs the prerequisite and update sections of an RFC 2136
+// UPDATE into a message (prerequisites in the answer section, updates in
+// the authority section), as a prepare carries it and as craftstore
+// replicates an UPDATE. The RRs that carry no RDATA (class ANY or NONE with
+// RDLENGTH 0: "RRset exists", "delete RRset", ...) are packed as a header
+// alone: miekg unpacks them as empty typed RRs (an empty *dns.SOA, say),
+// which would not pack back to what arrived.
+func PackUpdate(prereq, updates []dns.RR) ([]byte, error) {
+	m := &dns.Msg{Answer: headerOnly(prereq), Ns: headerOnly(updates)}
+	return m.Pack()
+}
+
+func headerOnly(rrs []dns.RR) []dns.RR {
+	out := make([]dns.RR, len(rrs))
+	for i, rr := range rrs {
+		h := rr.Header()
+		if (h.Class == dns.ClassANY || h.Class == dns.ClassNONE) && h.Rdlength == 0 {
+			rr = &dns.ANY{Hdr: *h}
+		}
+		out[i] = rr
+	}
+	return out
 }

@@ -223,7 +223,7 @@ func (c *Craftroute) updateParts(ctx context.Context, origin string, r *dns.Msg)
 func (c *Craftroute) updateTx(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, origin, key string, parts map[*Shard]*dns.Msg) (int, error) {
 	prep := make(map[*Shard]txn.Prepare, len(parts))
 	for s, m := range parts {
-		packed, err := m.Pack()
+		packed, err := txn.PackUpdate(m.Answer, m.Ns)
 		if err != nil {
 			return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, err.Error())
 		}

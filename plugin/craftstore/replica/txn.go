@@ -388,8 +388,7 @@ func (r *Replica) TxPrepareChange(ctx context.Context, id txn.ID, zone string, a
 // TxPrepareUpdate proposes part of transaction id: an RFC 2136 UPDATE of
 // zone (as Update). The vote is yes when the rcode is NOERROR and err nil.
 func (r *Replica) TxPrepareUpdate(ctx context.Context, id txn.ID, zone string, prereq, updates []dns.RR, meta []byte) (int, error) {
-	m := &dns.Msg{Answer: headerOnly(prereq), Ns: headerOnly(updates)}
-	packed, err := m.Pack()
+	packed, err := txn.PackUpdate(prereq, updates)
 	if err != nil {
 		return dns.RcodeFormatError, Errorf(ErrInvalid, "packing update: %v", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/craftdns/craftdns/internal/txn"
+
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )
@@ -19,29 +21,12 @@ import (
 // sections of the message, and returns the RFC 2136 rcode it got and the
 // zone's serial after it.
 func (r *Replica) Update(ctx context.Context, zone string, prereq, updates []dns.RR) (int, uint32, error) {
-	m := &dns.Msg{Answer: headerOnly(prereq), Ns: headerOnly(updates)}
-	packed, err := m.Pack()
+	packed, err := txn.PackUpdate(prereq, updates)
 	if err != nil {
 		return dns.RcodeFormatError, 0, Errorf(ErrInvalid, "packing update: %v", err)
 	}
 	res, err := r.proposeUnlocked(ctx, &command{Op: opUpdate, Zone: zone, Update: packed})
 	return res.Rcode, res.Serial, err
-}
-
-// headerOnly returns rrs with the RRs that carry no RDATA (class ANY or NONE
-// with RDLENGTH 0: "RRset exists", "delete RRset", ...) as *dns.ANY, which
-// packs to a header alone. miekg unpacks them as empty typed RRs (an empty
-// *dns.SOA, say), which would not pack back to what arrived.
-func headerOnly(rrs []dns.RR) []dns.RR {
-	out := make([]dns.RR, len(rrs))
-	for i, rr := range rrs {
-		h := rr.Header()
-		if (h.Class == dns.ClassANY || h.Class == dns.ClassNONE) && h.Rdlength == 0 {
-			rr = &dns.ANY{Hdr: *h}
-		}
-		out[i] = rr
-	}
-	return out
 }
 
 // CheckUpdate checks what RFC 2136 §3.2 and §3.4.1 say about the form of
