@@ -73,7 +73,6 @@ EOF
     bind 127.0.0.1
     tsig {
         secrets $KEY
-        require_opcode UPDATE
     }
     craftroute {
         shard a 127.0.0.1:${mdns[a1]} 127.0.0.1:${mdns[a2]} 127.0.0.1:${mdns[a3]}

@@ -197,7 +197,7 @@ func TestShardedUpdate(t *testing.T) {
 		t.Errorf("expected the serial %d raised by 2 by the update over two shards, got %d", before, after)
 	}
 
-	// Unsigned: refused by the router's tsig plugin.
+	// Unsigned: refused by the router.
 	m := new(dns.Msg)
 	m.SetUpdate(byName)
 	m.Insert([]dns.RR{mustRR(t, "unsigned."+byName+" 60 A 192.0.2.1")})

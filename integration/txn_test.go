@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/craftdns/craftdns/integration/harness"
 	"github.com/craftdns/craftdns/internal/ede"
@@ -163,11 +164,18 @@ func TestRoutersCrossShardChanges(t *testing.T) {
 	unsigned.SetUpdate(origin)
 	unsigned.Insert([]dns.RR{a(onA[5], "192.0.2.7"), a(onB[5], "192.0.2.8")})
 	unsigned.SetEdns0(1232, false)
-	// The tsig plugin in front (require_opcode UPDATE) refuses it, as
-	// CoreDNS does; without it craftroute refuses it with an Extended DNS
-	// Error (TestUpdateRefusedKeys).
-	if resp, _, err := (&dns.Client{Net: "tcp"}).Exchange(unsigned, s.routers[0].addr()); err != nil || resp.Rcode != dns.RcodeRefused {
-		t.Errorf("an unsigned UPDATE: expected REFUSED, got %v %v", resp, err)
+	if resp, _, err := (&dns.Client{Net: "tcp"}).Exchange(unsigned, s.routers[0].addr()); err != nil || resp.Rcode != dns.RcodeRefused || ede.Of(resp) == nil {
+		t.Errorf("an unsigned UPDATE: expected REFUSED with an Extended DNS Error, got %v %v", resp, err)
+	}
+	// Wrongly signed: the tsig plugin answers NOTAUTH with the TSIG error
+	// BADSIG (RFC 8945 §5.2).
+	bad := new(dns.Msg)
+	bad.SetUpdate(origin)
+	bad.Insert([]dns.RR{a(onA[5], "192.0.2.7"), a(onB[5], "192.0.2.8")})
+	bad.SetTsig(updateKey, dns.HmacSHA256, 300, time.Now().Unix())
+	wrong := &dns.Client{Net: "tcp", TsigSecret: map[string]string{updateKey: "d3Jvbmcgc2VjcmV0IGZvciB0aGUgdGVzdA=="}}
+	if resp, _, _ := wrong.Exchange(bad, s.routers[1].addr()); resp == nil || resp.Rcode != dns.RcodeNotAuth {
+		t.Errorf("a wrongly signed UPDATE: expected NOTAUTH, got %v", resp)
 	}
 	expect("after refused UPDATEs", "absent", onA[5], onB[5])
 
