@@ -160,3 +160,63 @@ calc() { awk "BEGIN { printf \"$1\", ($2) }"; }
 
 # median prints the median of its arguments.
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# shard_members LABEL BINARY EXTRA: start two shards, a and b, of three
+# craftstore members each on free ports (the sharded example's layout),
+# EXTRA added to every member's server block (a tsig block, say) and to its
+# craftstore block after its api line (EXTRA_STORE). Sets the associative
+# arrays mdns, mapi, mraft (member → port) and starts SET_PIDS with the
+# members' pids.
+shard_members() {
+	local label=$1 bin=$2 extra=${3:-} sh i m peers
+	SET_PIDS=()
+	declare -gA mdns mapi mraft
+	for sh in a b; do
+		for i in 1 2 3; do
+			m=$sh$i
+			mdns[$m]=$(free_port) mapi[$m]=$(free_port) mraft[$m]=$(free_port)
+		done
+	done
+	for sh in a b; do
+		peers=""
+		for i in 1 2 3; do peers="$peers        peer $i 127.0.0.1:${mraft[$sh$i]}"$'\n'; done
+		for i in 1 2 3; do
+			m=$sh$i
+			cat >"$WORK/$label-$m.Corefile" <<EOC
+.:${mdns[$m]} {
+    bind 127.0.0.1
+$extra    craftstore {
+        id $i
+        cluster $label-$sh
+        data $WORK/$label-data/$m
+        raft 127.0.0.1:${mraft[$m]}
+$peers        api 127.0.0.1:${mapi[$m]}
+${EXTRA_STORE:-}    }
+}
+EOC
+			COREDNS=$bin start "$label-$m" ""
+			SET_PIDS+=("$LAST_PID")
+		done
+	done
+}
+
+# put_zone LABEL API: import $WORK/zone as example.org through the router
+# API at 127.0.0.1:API, retrying for a minute while the shards come up.
+put_zone() {
+	local label=$1 api=$2 out end=$((SECONDS + 60))
+	while :; do
+		out=$(curl -sS --max-time 300 -X PUT --data-binary @"$WORK/zone" -w ' %{http_code}' \
+			"http://127.0.0.1:$api/v1/zones/example.org" 2>&1) && [ "${out##* }" = 200 ] && break
+		[ $SECONDS -lt $end ] || die "$label: PUT of the zone failed: $out"
+		sleep 1
+	done
+}
+
+# teardown: stop the servers in SET_PIDS and wait for them.
+teardown() {
+	local p
+	for p in "${SET_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${SET_PIDS[@]}"; do
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	done
+}

@@ -44,36 +44,8 @@ nx_want=$(calc %.4f "$nx_lines / $MISS_LINES")
 # setup LABEL BINARY: start the members and both routers with BINARY; sets
 # r1_dns r1_api r1_metrics r2_dns r2_api and SET_PIDS.
 setup() {
-	local label=$1 bin=$2 sh i m peers
-	SET_PIDS=()
-	declare -gA mdns mapi mraft
-	for sh in a b; do
-		for i in 1 2 3; do
-			m=$sh$i
-			mdns[$m]=$(free_port) mapi[$m]=$(free_port) mraft[$m]=$(free_port)
-		done
-	done
-	for sh in a b; do
-		peers=""
-		for i in 1 2 3; do peers="$peers        peer $i 127.0.0.1:${mraft[$sh$i]}"$'\n'; done
-		for i in 1 2 3; do
-			m=$sh$i
-			cat >"$WORK/$label-$m.Corefile" <<EOF
-.:${mdns[$m]} {
-    bind 127.0.0.1
-    craftstore {
-        id $i
-        cluster $label-$sh
-        data $WORK/$label-data/$m
-        raft 127.0.0.1:${mraft[$m]}
-$peers        api 127.0.0.1:${mapi[$m]}
-    }
-}
-EOF
-			COREDNS=$bin start "$label-$m" ""
-			SET_PIDS+=("$LAST_PID")
-		done
-	done
+	local label=$1 bin=$2
+	shard_members "$label" "$bin"
 	r1_dns=$(free_port) r1_api=$(free_port) r1_metrics=$(free_port)
 	r2_dns=$(free_port) r2_api=$(free_port)
 	for r in 1 2; do
@@ -97,23 +69,9 @@ EOF
 	done
 	local router1_pid=${SET_PIDS[6]}
 	wait_http "$router1_pid" "$label-router1" "http://127.0.0.1:$r1_metrics/metrics"
-	local out end=$((SECONDS + 60))
-	while :; do
-		out=$(curl -sS --max-time 300 -X PUT --data-binary @"$WORK/zone" -w ' %{http_code}' \
-			"http://127.0.0.1:$r1_api/v1/zones/example.org" 2>&1) && [ "${out##* }" = 200 ] && break
-		[ $SECONDS -lt $end ] || die "$label: PUT of the zone failed: $out"
-		sleep 1
-	done
+	put_zone "$label" "$r1_api"
 	wait_dns "$router1_pid" "$label-router1" "$r1_dns" host-1.example.org A
 	wait_dns "${SET_PIDS[7]}" "$label-router2" "$r2_dns" host-1.example.org A
-}
-
-teardown() {
-	local p
-	for p in "${SET_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${SET_PIDS[@]}"; do
-		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-	done
 }
 
 metric() {

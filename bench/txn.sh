@@ -32,41 +32,12 @@ fi
 
 # setup LABEL BINARY: the members and the router; sets r_dns r_api SET_PIDS.
 setup() {
-	local label=$1 bin=$2 sh i m peers
-	SET_PIDS=()
-	declare -gA mdns mapi mraft
-	for sh in a b; do
-		for i in 1 2 3; do
-			m=$sh$i
-			mdns[$m]=$(free_port) mapi[$m]=$(free_port) mraft[$m]=$(free_port)
-		done
-	done
-	for sh in a b; do
-		peers=""
-		for i in 1 2 3; do peers="$peers        peer $i 127.0.0.1:${mraft[$sh$i]}"$'\n'; done
-		for i in 1 2 3; do
-			m=$sh$i
-			cat >"$WORK/$label-$m.Corefile" <<EOF
-.:${mdns[$m]} {
-    bind 127.0.0.1
-    tsig {
+	local label=$1 bin=$2
+	EXTRA_STORE="        allow update. * *"$'\n' shard_members "$label" "$bin" "    tsig {
         secrets $KEY
         require_opcode UPDATE
     }
-    craftstore {
-        id $i
-        cluster $label-$sh
-        data $WORK/$label-data/$m
-        raft 127.0.0.1:${mraft[$m]}
-$peers        api 127.0.0.1:${mapi[$m]}
-        allow update. * *
-    }
-}
-EOF
-			COREDNS=$bin start "$label-$m" ""
-			SET_PIDS+=("$LAST_PID")
-		done
-	done
+"
 	r_dns=$(free_port) r_api=$(free_port)
 	cat >"$WORK/$label-router.Corefile" <<EOF
 .:$r_dns {
@@ -87,22 +58,8 @@ EOF
 EOF
 	COREDNS=$bin start "$label-router" ""
 	SET_PIDS+=("$LAST_PID")
-	local out end=$((SECONDS + 60))
-	while :; do
-		out=$(curl -sS --max-time 300 -X PUT --data-binary @"$WORK/zone" -w ' %{http_code}' \
-			"http://127.0.0.1:$r_api/v1/zones/example.org" 2>&1) && [ "${out##* }" = 200 ] && break
-		[ $SECONDS -lt $end ] || die "$label: PUT of the zone failed: $out"
-		sleep 1
-	done
+	put_zone "$label" "$r_api"
 	wait_dns "${SET_PIDS[6]}" "$label-router" "$r_dns" host-1.example.org A
-}
-
-teardown() {
-	local p
-	for p in "${SET_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${SET_PIDS[@]}"; do
-		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-	done
 }
 
 # updates LABEL PREFIX ARGS...: one bench/updates run through the router;
