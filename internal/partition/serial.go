@@ -28,15 +28,16 @@ func AttachSerial(m *dns.Msg, zone string, serial, base uint32) {
 	if opt == nil {
 		return
 	}
-	data := make([]byte, 8, 8+len(zone)+1)
+	// One buffer for the option: the numbers, then the name packed behind
+	// them (at most 255 bytes).
+	data := make([]byte, 8+256)
 	binary.BigEndian.PutUint32(data, serial)
 	binary.BigEndian.PutUint32(data[4:], base)
-	buf := make([]byte, 256)
-	k, err := dns.PackDomainName(dns.Fqdn(zone), buf, 0, nil, false)
+	end, err := dns.PackDomainName(dns.Fqdn(zone), data, 8, nil, false)
 	if err != nil {
 		return
 	}
-	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: SerialCode, Data: append(data, buf[:k]...)})
+	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: SerialCode, Data: data[:end:end]})
 }
 
 // SerialOf returns the zone serial and base that response m carries; ok is

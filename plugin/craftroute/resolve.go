@@ -125,13 +125,19 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 	}
 	// A name held by a transaction in progress: the member waited
 	// txn.RoutedWait for its outcome; ask again, for at most heldFor.
-	for deadline := time.Now().Add(heldFor); ; {
+	var deadline time.Time
+	for {
 		if c.ex != nil {
 			resp, err = c.ex.exchange(ctx, s, req)
 		} else {
 			resp, _, err = s.Exchange(ctx, req, c.cfg.downFor)
 		}
-		if err != nil || resp.Rcode != dns.RcodeServerFailure || !held(resp) || ctx.Err() != nil || time.Now().After(deadline) {
+		if err != nil || resp.Rcode != dns.RcodeServerFailure || !held(resp) || ctx.Err() != nil {
+			break
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(heldFor)
+		} else if time.Now().After(deadline) {
 			break
 		}
 		heldRetries.Inc()

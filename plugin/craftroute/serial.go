@@ -86,16 +86,15 @@ func (s *serials) forget(zone string) {
 	s.mu.Unlock()
 }
 
-// missing returns the shards (of all) whose serial for zone is unknown, or
-// was last heard of before since (when since is not zero).
-func (s *serials) missing(zone string, all []*Shard, since time.Time) []*Shard {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// missingLocked returns the shards (of all) whose serial for zone is
+// unknown, or was last heard of before since (when since is not zero).
+func (s *serials) missingLocked(zone string, all []*Shard, since time.Time) []*Shard {
 	var out []*Shard
+	z := s.m[zone]
 	for _, sh := range all {
 		var cur shardSerial
 		ok := false
-		if z := s.m[zone]; z != nil {
+		if z != nil {
 			cur, ok = z.shards[sh.Name]
 		}
 		if !ok || (!since.IsZero() && cur.at.Before(since)) {
@@ -105,12 +104,28 @@ func (s *serials) missing(zone string, all []*Shard, since time.Time) []*Shard {
 	return out
 }
 
+// current is serial when no shard is missing (one lock, the common case);
+// otherwise it returns the shards to ask first.
+func (s *serials) current(zone string, all []*Shard, since time.Time) (serial uint32, ok bool, ask []*Shard) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ask = s.missingLocked(zone, all, since); len(ask) > 0 {
+		return 0, false, ask
+	}
+	serial, ok = s.serialLocked(zone)
+	return serial, ok, nil
+}
+
 // serial returns the serial to present for zone, or false when no shard's
 // is known: the highest base plus every known shard's changes since its
 // base, and never below what was presented before.
 func (s *serials) serial(zone string) (uint32, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.serialLocked(zone)
+}
+
+func (s *serials) serialLocked(zone string) (uint32, bool) {
 	z := s.m[zone]
 	if z == nil || len(z.shards) == 0 {
 		return 0, false
@@ -140,16 +155,18 @@ func (c *Craftroute) zoneSerial(ctx context.Context, r *dns.Msg, zone string, st
 	if c.leases.valid(time.Now()) {
 		since = time.Time{} // every change was notified
 	}
-	if ask := c.soa.missing(zone, c.cfg.shards, since); len(ask) > 0 {
-		var wg sync.WaitGroup
-		for _, s := range ask {
-			wg.Go(func() {
-				// Craftroute.exchange notes the serial the member sends.
-				c.exchange(ctx, s, query(r, zone, dns.TypeSOA))
-			})
-		}
-		wg.Wait()
+	serial, ok, ask := c.soa.current(zone, c.cfg.shards, since)
+	if len(ask) == 0 {
+		return serial, ok
 	}
+	var wg sync.WaitGroup
+	for _, s := range ask {
+		wg.Go(func() {
+			// Craftroute.exchange notes the serial the member sends.
+			c.exchange(ctx, s, query(r, zone, dns.TypeSOA))
+		})
+	}
+	wg.Wait()
 	return c.soa.serial(zone)
 }
 

@@ -97,10 +97,10 @@ func TestSerialSum(t *testing.T) {
 		t.Errorf("an older state counted: %d", got)
 	}
 	shards := []*Shard{{Name: "a"}, {Name: "b"}, {Name: "c"}}
-	if m := s.missing("z.", shards, time.Time{}); len(m) != 1 || m[0].Name != "c" {
+	if _, _, m := s.current("z.", shards, time.Time{}); len(m) != 1 || m[0].Name != "c" {
 		t.Errorf("expected c missing, got %v", m)
 	}
-	if m := s.missing("z.", shards, now.Add(time.Second)); len(m) != 3 {
+	if _, _, m := s.current("z.", shards, now.Add(time.Second)); len(m) != 3 {
 		t.Errorf("expected every shard not heard from since to be asked, got %v", m)
 	}
 	if _, ok := s.serial("other."); ok {

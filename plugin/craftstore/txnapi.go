@@ -82,7 +82,7 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 		v := vote(rcode, err)
 		if v.Yes {
 			names := make([]string, 0, len(m.Answer)+len(m.Ns))
-			for _, rr := range append(m.Answer, m.Ns...) {
+			for _, rr := range append(m.Answer[:len(m.Answer):len(m.Answer)], m.Ns...) {
 				names = append(names, rr.Header().Name)
 			}
 			a.lockNotice(r.Context(), origin, names)

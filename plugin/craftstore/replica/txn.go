@@ -100,13 +100,9 @@ func anyLocks(g *bolt.Bucket) bool {
 	return k != nil
 }
 
-// checkUnlocked refuses write c with ErrBusy when a name it touches is
-// locked by a transaction other than tx (nil: any).
+// checkUnlocked refuses write c with ErrBusy when a transaction holds a
+// name it touches.
 func checkUnlocked(g *bolt.Bucket, c *command) error {
-	return checkUnlockedFor(g, c, nil)
-}
-
-func checkUnlockedFor(g *bolt.Bucket, c *command, tx []byte) error {
 	if !anyLocks(g) {
 		return nil
 	}
@@ -114,8 +110,14 @@ func checkUnlockedFor(g *bolt.Bucket, c *command, tx []byte) error {
 	if err != nil {
 		return err
 	}
+	return checkNames(g, c.Zone, names)
+}
+
+// checkNames refuses with ErrBusy when a transaction holds one of names of
+// zone.
+func checkNames(g *bolt.Bucket, zone string, names []string) error {
 	for _, n := range names {
-		if by, ok := lockedBy(g, c.Zone, n); ok && !bytes.Equal(by, tx) {
+		if by, ok := lockedBy(g, zone, n); ok {
 			return Errorf(ErrBusy, "%s is locked by transaction %x in progress", n, by)
 		}
 	}
@@ -212,7 +214,11 @@ func applyTxPrepare(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	if part.Zone != c.Zone {
 		return Result{}, nil, Errorf(ErrInvalid, "transaction part for zone %q in a prepare for %q", part.Zone, c.Zone)
 	}
-	if err := checkUnlocked(g, part); err != nil {
+	names, err := touched(part)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if err := checkNames(g, c.Zone, names); err != nil {
 		return Result{}, nil, err
 	}
 	if g.Bucket(bucketImportMeta).Get([]byte(c.Zone)) != nil {
@@ -221,10 +227,6 @@ func applyTxPrepare(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	res, _, err := applyWrite(g, part, applyOpts{dry: true})
 	if err != nil || res.Rcode != dns.RcodeSuccess {
 		return res, nil, err
-	}
-	names, err := touched(part)
-	if err != nil {
-		return Result{}, nil, err
 	}
 	p, err := g.CreateBucketIfNotExists(bucketTxPrepared)
 	if err != nil {
