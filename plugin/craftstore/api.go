@@ -43,6 +43,9 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, l
 	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
 	mux.HandleFunc("POST /v1/zones/{zone}/axfr", a.axfrZone)
+	mux.HandleFunc("GET /v1/zones/{zone}/xfr", a.xfr)
+	mux.HandleFunc("POST /v1/zones/{zone}/xfr", a.xfr)
+	mux.HandleFunc("DELETE /v1/zones/{zone}/xfr/{id}", a.unfence)
 	mux.HandleFunc("GET /v1/cluster", a.cluster)
 	mux.HandleFunc("GET /v1/health", a.health)
 	mux.HandleFunc("POST /v1/cluster/members", a.addMember)

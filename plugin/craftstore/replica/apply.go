@@ -62,6 +62,10 @@ func applyOp(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		return applyTxAbort(g, c)
 	case opTxDecide:
 		return applyTxDecide(g, c)
+	case opTxFence:
+		return applyTxFence(g, c)
+	case opTxUnfence:
+		return applyTxUnfence(g, c)
 	case opImportBegin:
 		return applyImportBegin(g, c)
 	case opImportChunk:

@@ -23,11 +23,13 @@ const (
 	opTxCommit                   // apply a prepared part, unlock
 	opTxAbort                    // drop a prepared part, unlock
 	opTxDecide                   // the coordinator's decision for a transaction
+	opTxFence                    // hold a zone's transactions for a consistent transfer (fence.go)
+	opTxUnfence                  // release them
 )
 
 // isTx reports whether o is a transaction op, which carries Tx, Time and,
 // by op, Part, Meta and Outcome.
-func (o op) isTx() bool { return o >= opTxPrepare && o <= opTxDecide }
+func (o op) isTx() bool { return o >= opTxPrepare && o <= opTxUnfence }
 
 // Deletion selects what a change removes: one RR (RR set), every RRset of a
 // type at a name (Type set), or everything at a name.

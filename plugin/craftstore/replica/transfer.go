@@ -25,35 +25,49 @@ const xfrBatch = 512
 // fn may keep the slices it gets. An unknown zone is a 404 *Error.
 func (r *Replica) Transfer(origin string, serial uint32, fn func([]dns.RR) error) error {
 	return r.db.View(func(tx *bolt.Tx) error {
-		g := generation(tx)
-		zb := g.Bucket(bucketZones).Bucket([]byte(origin))
-		if zb == nil {
-			return Errorf(ErrNotFound, "zone %q not found", origin)
+		return transfer(generation(tx), origin, serial, nil, fn)
+	})
+}
+
+// transfer is Transfer within one read of generation g; start, when not
+// nil, learns the serial and base of the state before the first records.
+func transfer(g *bolt.Bucket, origin string, serial uint32, start func(XfrStart) error, fn func([]dns.RR) error) error {
+	zb := g.Bucket(bucketZones).Bucket([]byte(origin))
+	if zb == nil {
+		return Errorf(ErrNotFound, "zone %q not found", origin)
+	}
+	apex, err := rrsAt(zb, origin)
+	if err != nil {
+		return err
+	}
+	var soa *dns.SOA
+	for _, rr := range apex {
+		if s, ok := rr.(*dns.SOA); ok {
+			soa = s
 		}
-		apex, err := rrsAt(zb, origin)
-		if err != nil {
+	}
+	if soa == nil {
+		return Errorf(ErrInternal, "zone %q has no SOA", origin)
+	}
+	if start != nil {
+		st := XfrStart{Serial: soa.Serial, Base: soa.Serial}
+		if base, ok := getBase(g, origin); ok {
+			st.Base = base
+		}
+		if err := start(st); err != nil {
 			return err
 		}
-		var soa *dns.SOA
-		for _, rr := range apex {
-			if s, ok := rr.(*dns.SOA); ok {
-				soa = s
-			}
+	}
+	if serial != 0 {
+		if serial == soa.Serial || serialNewer(serial, soa.Serial) {
+			return fn([]dns.RR{soa})
 		}
-		if soa == nil {
-			return Errorf(ErrInternal, "zone %q has no SOA", origin)
+		ok, err := incremental(g, origin, serial, soa, fn)
+		if ok || err != nil {
+			return err
 		}
-		if serial != 0 {
-			if serial == soa.Serial || serialNewer(serial, soa.Serial) {
-				return fn([]dns.RR{soa})
-			}
-			ok, err := incremental(g, origin, serial, soa, fn)
-			if ok || err != nil {
-				return err
-			}
-		}
-		return full(zb, soa, fn)
-	})
+	}
+	return full(zb, soa, fn)
 }
 
 // incremental sends the changes from serial to soa's serial, if the

@@ -221,6 +221,9 @@ func applyTxPrepare(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	if err := checkNames(g, c.Zone, names); err != nil {
 		return Result{}, nil, err
 	}
+	if err := checkFence(g, c); err != nil {
+		return Result{}, nil, err
+	}
 	if g.Bucket(bucketImportMeta).Get([]byte(c.Zone)) != nil {
 		return Result{}, nil, Errorf(ErrBusy, "zone %q is being imported", c.Zone)
 	}

@@ -1,0 +1,129 @@
+// Package xfrstream is how a craftstore member streams a zone transfer to
+// a router over its HTTP API (GET or POST /v1/zones/{zone}/xfr): the
+// records a transfer.Transferer would hand the transfer plugin, in the
+// order it would, as a sequence of frames. A frame is a 4-byte big-endian
+// length and a packed DNS message whose answer section holds one batch of
+// records; a frame of length 0 ends a complete stream. A stream that ends
+// without it was cut short (the member failed), and its records must be
+// thrown away.
+//
+// The answer's headers say which state the stream was read from: the
+// zone's serial on the shard and the shard's serial base (Serial, Base),
+// which a router in key mode "name" combines into the zone's serial.
+package xfrstream
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+
+	"github.com/miekg/dns"
+)
+
+// ContentType is the media type of a stream.
+const ContentType = "application/vnd.craftdns.xfr"
+
+// Headers of the answer that carry the state the stream was read from.
+const (
+	HeaderSerial = "Craftdns-Serial"
+	HeaderBase   = "Craftdns-Base"
+)
+
+// MaxFrame bounds one frame: a batch of records packs far below it.
+const MaxFrame = 16 << 20
+
+// Path is the path of zone origin's transfer on a member; with a fence, the
+// member sets the fence first (POST), and DELETE Path/{id} removes it.
+func Path(origin string) string { return "/v1/zones/" + url.PathEscape(origin) + "/xfr" }
+
+// Writer writes the frames of one stream.
+type Writer struct {
+	w   *bufio.Writer
+	buf []byte
+}
+
+// NewWriter returns a Writer on w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: bufio.NewWriterSize(w, 64<<10)} }
+
+// Write writes rrs as one frame.
+func (w *Writer) Write(rrs []dns.RR) error {
+	m := &dns.Msg{Answer: rrs}
+	m.Compress = true
+	packed, err := m.PackBuffer(w.buf)
+	if err != nil {
+		return err
+	}
+	w.buf = packed[:0]
+	var l [4]byte
+	binary.BigEndian.PutUint32(l[:], uint32(len(packed)))
+	if _, err := w.w.Write(l[:]); err != nil {
+		return err
+	}
+	_, err = w.w.Write(packed)
+	return err
+}
+
+// End writes the frame that ends a complete stream and flushes.
+func (w *Writer) End() error {
+	if _, err := w.w.Write([]byte{0, 0, 0, 0}); err != nil {
+		return err
+	}
+	return w.w.Flush()
+}
+
+// Flush sends what is buffered.
+func (w *Writer) Flush() error { return w.w.Flush() }
+
+// ErrShort is returned when a stream ends before its end frame.
+var ErrShort = errors.New("transfer stream cut short")
+
+// Reader reads the frames of one stream.
+type Reader struct {
+	r   *bufio.Reader
+	buf []byte
+	end bool
+}
+
+// NewReader returns a Reader on r.
+func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReaderSize(r, 64<<10)} }
+
+// Next returns the records of the next frame; io.EOF after the end frame.
+func (r *Reader) Next() ([]dns.RR, error) {
+	if r.end {
+		return nil, io.EOF
+	}
+	var l [4]byte
+	if _, err := io.ReadFull(r.r, l[:]); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrShort, err)
+	}
+	n := binary.BigEndian.Uint32(l[:])
+	if n == 0 {
+		r.end = true
+		return nil, io.EOF
+	}
+	if n > MaxFrame {
+		return nil, fmt.Errorf("transfer frame of %d bytes", n)
+	}
+	if cap(r.buf) < int(n) {
+		r.buf = make([]byte, n)
+	}
+	b := r.buf[:n]
+	if _, err := io.ReadFull(r.r, b); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrShort, err)
+	}
+	m := new(dns.Msg)
+	if err := m.Unpack(b); err != nil {
+		return nil, fmt.Errorf("transfer frame: %w", err)
+	}
+	return m.Answer, nil
+}
+
+// ParseUint32 reads a serial header.
+func ParseUint32(s string) (uint32, error) {
+	v, err := strconv.ParseUint(s, 10, 32)
+	return uint32(v), err
+}

@@ -1,0 +1,174 @@
+package replica
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/craftdns/craftdns/internal/txn"
+
+	"github.com/miekg/dns"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Transfer fences give a router one consistent snapshot of a zone that
+// spans shards (internal/txn, "Snapshots"). A fence is replicated state in
+// the generation bucket:
+//
+//	data.<n>/txfences/<zone> 0 <id> -> until (8 bytes, Unix ns, big-endian)
+//
+// A fence is set only while no prepared part of a transaction holds a name
+// of the zone (else the fence is refused with ErrBusy), and while one holds
+// (until its time, by the proposer's clock of the entry being applied) a
+// prepare in the zone is refused with ErrBusy. So between a fence and its
+// removal no transaction commits or aborts in the zone on this shard: the
+// shard's state is the same for every transaction over that stretch of its
+// log, and a router that holds fences on every shard at once reads states
+// that are cut at one point of every transaction's history.
+var bucketTxFences = []byte("txfences")
+
+// FenceTTL bounds a fence whose router never removed it (it died): the
+// shard's transactions resume after it.
+const FenceTTL = 5 * time.Second
+
+func fenceKey(zone string, id [16]byte) []byte {
+	return append(append([]byte(zone), 0), id[:]...)
+}
+
+// fenced reports whether a fence of zone holds at now, and forgets the
+// fences of zone that ran out by then.
+func fenced(g *bolt.Bucket, zone string, now int64) (bool, error) {
+	b := g.Bucket(bucketTxFences)
+	if b == nil {
+		return false, nil
+	}
+	prefix := append([]byte(zone), 0)
+	var expired [][]byte
+	held := false
+	cur := b.Cursor()
+	for k, v := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
+		if len(v) == 8 && int64(binary.BigEndian.Uint64(v)) > now {
+			held = true
+			continue
+		}
+		expired = append(expired, append([]byte(nil), k...))
+	}
+	for _, k := range expired { // not while walking the cursor
+		if err := b.Delete(k); err != nil {
+			return false, err
+		}
+	}
+	return held, nil
+}
+
+// zoneLocked reports whether a prepared part holds a name of zone.
+func zoneLocked(g *bolt.Bucket, zone string) bool {
+	b := g.Bucket(bucketTxLocks)
+	if b == nil {
+		return false
+	}
+	prefix := append([]byte(zone), 0)
+	k, _ := b.Cursor().Seek(prefix)
+	return k != nil && bytes.HasPrefix(k, prefix)
+}
+
+// applyTxFence sets fence c.Tx on zone c.Zone until c.Time + FenceTTL,
+// unless a prepared part holds a name of the zone (ErrBusy).
+func applyTxFence(g *bolt.Bucket, c *command) (Result, *effect, error) {
+	if g.Bucket(bucketZones).Bucket([]byte(c.Zone)) == nil {
+		return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
+	}
+	if _, err := fenced(g, c.Zone, c.Time); err != nil {
+		return Result{}, nil, err
+	}
+	if zoneLocked(g, c.Zone) {
+		return Result{}, nil, Errorf(ErrBusy, "a transaction in progress holds names of zone %q", c.Zone)
+	}
+	b, err := g.CreateBucketIfNotExists(bucketTxFences)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	until := binary.BigEndian.AppendUint64(nil, uint64(c.Time+int64(FenceTTL)))
+	return Result{}, nil, b.Put(fenceKey(c.Zone, c.Tx), until)
+}
+
+// applyTxUnfence removes fence c.Tx of zone c.Zone (and any that ran out).
+func applyTxUnfence(g *bolt.Bucket, c *command) (Result, *effect, error) {
+	if b := g.Bucket(bucketTxFences); b != nil {
+		if err := b.Delete(fenceKey(c.Zone, c.Tx)); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	_, err := fenced(g, c.Zone, c.Time)
+	return Result{}, nil, err
+}
+
+// checkFence refuses a prepare in zone with ErrBusy while a fence holds.
+func checkFence(g *bolt.Bucket, c *command) error {
+	held, err := fenced(g, c.Zone, c.Time)
+	if err != nil {
+		return err
+	}
+	if held {
+		return Errorf(ErrBusy, "zone %q is being transferred", c.Zone)
+	}
+	return nil
+}
+
+// hasFence reports whether fence id of zone is set in g (and not run out
+// by the local clock).
+func hasFence(g *bolt.Bucket, zone string, id [16]byte) bool {
+	b := g.Bucket(bucketTxFences)
+	if b == nil {
+		return false
+	}
+	v := b.Get(fenceKey(zone, id))
+	return len(v) == 8 && int64(binary.BigEndian.Uint64(v)) > time.Now().UnixNano()
+}
+
+// Fence sets fence id on zone: until Unfence (or FenceTTL), no transaction
+// prepares in the zone on this shard. While a prepared part holds a name of
+// the zone it waits for it to finish, until ctx ends (then ErrBusy).
+func (r *Replica) Fence(ctx context.Context, zone string, id txn.ID) error {
+	for {
+		changed := r.locks.wait()
+		_, err := r.propose(ctx, &command{Op: opTxFence, Zone: zone, Tx: id, Time: txTime()})
+		if !errors.Is(err, ErrBusy) {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+// Unfence removes fence id of zone. Removing a fence that is gone is
+// harmless.
+func (r *Replica) Unfence(ctx context.Context, zone string, id txn.ID) error {
+	_, err := r.propose(ctx, &command{Op: opTxUnfence, Zone: zone, Tx: id, Time: txTime()})
+	return err
+}
+
+// XfrStart is the state a transfer stream was read from.
+type XfrStart struct {
+	Serial uint32 // the zone's serial on this shard
+	Base   uint32 // its serial base (serialbase.go); Serial when none is kept
+}
+
+// TransferFenced is Transfer from a state that holds fence id of origin
+// (an ErrBusy *Error when this member's state does not, or no longer,
+// holds it). start is called with the state's serial and base before the
+// first records; with a zero id, no fence is needed.
+func (r *Replica) TransferFenced(origin string, serial uint32, id txn.ID, start func(XfrStart) error, fn func([]dns.RR) error) error {
+	return r.db.View(func(tx *bolt.Tx) error {
+		g := generation(tx)
+		if id != (txn.ID{}) && !hasFence(g, origin, id) {
+			return Errorf(ErrBusy, "fence %s of zone %q is not held on this member", id, origin)
+		}
+		return transfer(g, origin, serial, start, fn)
+	})
+}

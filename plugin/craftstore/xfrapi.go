@@ -1,0 +1,110 @@
+package craftstore
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/craftdns/craftdns/internal/txn"
+	"github.com/craftdns/craftdns/internal/xfrstream"
+	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+
+	"github.com/miekg/dns"
+)
+
+// The routers' zone transfers (package internal/xfrstream):
+//
+//	GET    /v1/zones/{zone}/xfr?serial=N        the transfer from this member's state
+//	POST   /v1/zones/{zone}/xfr?fence=ID&serial=N  set fence ID, then the transfer from a state that holds it
+//	DELETE /v1/zones/{zone}/xfr/{id}            remove fence ID
+//
+// serial is the secondary's (0 or absent: a full transfer). A router in key
+// mode "name" fences every shard before it removes any fence, and so reads
+// one consistent snapshot of a zone that spans them (replica/fence.go).
+
+func xfrSerial(r *http.Request) (uint32, error) {
+	s := r.URL.Query().Get("serial")
+	if s == "" {
+		return 0, nil
+	}
+	v, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return 0, zoneapi.BadRequest("serial %q: not a serial number", s)
+	}
+	return uint32(v), nil
+}
+
+// xfr streams a transfer of the zone, after setting a fence when the
+// request is a POST.
+func (a *apiServer) xfr(w http.ResponseWriter, r *http.Request) {
+	origin, err := a.existingZone(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	serial, err := xfrSerial(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	var id txn.ID
+	if r.Method == http.MethodPost {
+		if id, err = txn.ParseID(r.URL.Query().Get("fence")); err != nil {
+			fail(w, zoneapi.BadRequest("%v", err))
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+		err = a.rep.Fence(ctx, origin, id)
+		cancel()
+		if err != nil {
+			fail(w, err)
+			return
+		}
+	}
+	var out *xfrstream.Writer
+	err = a.rep.TransferFenced(origin, serial, id, func(st replica.XfrStart) error {
+		h := w.Header()
+		h.Set("Content-Type", xfrstream.ContentType)
+		h.Set(xfrstream.HeaderSerial, strconv.FormatUint(uint64(st.Serial), 10))
+		h.Set(xfrstream.HeaderBase, strconv.FormatUint(uint64(st.Base), 10))
+		w.WriteHeader(http.StatusOK)
+		out = xfrstream.NewWriter(w)
+		// The router waits for every shard's answer before it lets the
+		// fences go: send the headers now.
+		return http.NewResponseController(w).Flush()
+	}, func(rrs []dns.RR) error {
+		return out.Write(rrs)
+	})
+	switch {
+	case err != nil && out == nil:
+		fail(w, err)
+	case err != nil:
+		// No end frame: the router throws the stream away.
+		log.Errorf("transfer of %s to a router: %v", origin, err)
+		out.Flush()
+	default:
+		out.End()
+	}
+}
+
+// unfence removes a fence the router set for a transfer.
+func (a *apiServer) unfence(w http.ResponseWriter, r *http.Request) {
+	origin, err := zoneapi.ZoneParam(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	id, err := txID(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	if err := a.rep.Unfence(ctx, origin, id); err != nil {
+		fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
