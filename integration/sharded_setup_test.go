@@ -46,6 +46,9 @@ type routerSpec struct {
 	timeout string
 	downFor string
 	probe   string
+	// notify, when not zero, adds the transfer plugin to the router's
+	// block: transfers to anyone on loopback, NOTIFY to this port.
+	notify int
 }
 
 // router is one craftroute process.
@@ -102,6 +105,9 @@ func (s *sharded) routerCorefile(r *router) string {
 	// As the example: craftroute refuses unsigned UPDATEs itself, with an
 	// Extended DNS Error.
 	b.WriteString("    tsig {\n        secrets Corefile.examples/keys/update.key\n    }\n")
+	if r.spec.notify != 0 {
+		fmt.Fprintf(&b, "    transfer {\n        to 127.0.0.1:%d\n    }\n", r.spec.notify)
+	}
 	b.WriteString("    craftroute {\n")
 	for _, sh := range s.shards {
 		var dnsAddrs, apis []string

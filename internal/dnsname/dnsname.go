@@ -2,6 +2,8 @@
 // both plugins use.
 package dnsname
 
+import "github.com/miekg/dns"
+
 // Lower returns s with ASCII letters lower-cased, s itself (no
 // allocation) when it is lower-case already.
 func Lower(s string) string {
@@ -17,4 +19,29 @@ func Lower(s string) string {
 		}
 	}
 	return s
+}
+
+// CanonicalKey encodes a domain name so that the byte order of keys is DNS
+// canonical order (RFC 4034 section 6.1): labels from the root down,
+// lower-cased, each followed by a zero byte. The root itself is a single
+// zero byte. Escaped characters (\DDD) count as their presentation
+// form: keys of the same name are equal, and every user of the keys sees
+// one order. craftstore keys its names with it, and so orders a zone
+// transfer; a router merging shards' transfers compares names with it.
+func CanonicalKey(name string) []byte {
+	name = Lower(dns.Fqdn(name))
+	if name == "." {
+		return []byte{0}
+	}
+	idx := dns.Split(name)
+	k := make([]byte, 0, len(name)+1)
+	for i := len(idx) - 1; i >= 0; i-- {
+		end := len(name) - 1
+		if i+1 < len(idx) {
+			end = idx[i+1] - 1
+		}
+		k = append(k, name[idx[i]:end]...)
+		k = append(k, 0)
+	}
+	return k
 }

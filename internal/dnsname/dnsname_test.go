@@ -18,3 +18,18 @@ func TestLower(t *testing.T) {
 		t.Errorf("expected no allocation for a lower-case name, got %v", n)
 	}
 }
+
+// TestCanonicalKey: keys sort in DNS canonical order (RFC 4034 section
+// 6.1, its example without the escaped labels, which sort by their
+// presentation form), case-insensitively.
+func TestCanonicalKey(t *testing.T) {
+	names := []string{"example.", "a.example.", "yljkjljk.a.example.", "Z.a.example.", "zABC.a.EXAMPLE.", "z.example.", "*.z.example.", "a.z.example."}
+	for i := 1; i < len(names); i++ {
+		if a, b := CanonicalKey(names[i-1]), CanonicalKey(names[i]); string(a) >= string(b) {
+			t.Errorf("expected %s before %s, got keys %q and %q", names[i-1], names[i], a, b)
+		}
+	}
+	if string(CanonicalKey("WWW.Example.ORG")) != string(CanonicalKey("www.example.org.")) || string(CanonicalKey(".")) != "\x00" {
+		t.Error("expected keys of names that differ in case only to be equal, and the root's to be one zero byte")
+	}
+}

@@ -55,7 +55,6 @@ type negEntry struct {
 	msg     *dns.Msg
 	origin  string // zone: the SOA's owner
 	start   uint64 // changeTracker.begin when its resolution began
-	stored  time.Time
 	expires time.Time
 }
 
@@ -67,8 +66,11 @@ func newNegCache(max int) *negCache {
 	return nc
 }
 
-// get returns a copy of the cached answer for name/qtype, its TTLs lowered
-// by the time spent in the cache, or nil. An entry for which valid (given
+// get returns a copy of the cached answer for name/qtype, or nil. Its TTLs
+// are those the shards gave: an entry is void once a change touched it, so
+// it is the zone's current answer, and one server answers it with the
+// zone's TTLs (RFC 2308 section 3), not with a cache's countdown; a cache
+// in front (the cache plugin) counts down itself. An entry for which valid (given
 // the canonical name and the entry's start) is false is dropped.
 func (nc *negCache) get(name string, qtype uint16, edns, do bool, valid func(name string, start uint64) bool) *dns.Msg {
 	if nc.c == nil {
@@ -85,16 +87,7 @@ func (nc *negCache) get(name string, qtype uint16, edns, do bool, valid func(nam
 		nc.c.Remove(h)
 		return nil
 	}
-	m := e.msg.Copy()
-	age := uint32(now.Sub(e.stored) / time.Second)
-	for _, s := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
-		for _, rr := range s {
-			if h := rr.Header(); h.Rrtype != dns.TypeOPT {
-				h.Ttl -= min(h.Ttl, age)
-			}
-		}
-	}
-	return m
+	return e.msg.Copy()
 }
 
 // put caches negative answer m, whose resolution began at start, for the
@@ -114,7 +107,7 @@ func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg, st
 	}
 	now := nc.now()
 	k := negKey{dnsname.Lower(name), qtype, edns, do}
-	nc.c.Add(k.hash(), &negEntry{key: k, msg: m.Copy(), origin: dnsname.Lower(soa.Hdr.Name), start: start, stored: now,
+	nc.c.Add(k.hash(), &negEntry{key: k, msg: m.Copy(), origin: dnsname.Lower(soa.Hdr.Name), start: start,
 		expires: now.Add(time.Duration(soa.Hdr.Ttl) * time.Second)})
 }
 

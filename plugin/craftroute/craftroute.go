@@ -31,6 +31,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/xfrnotify"
 
 	"github.com/miekg/dns"
 )
@@ -80,6 +81,10 @@ type Craftroute struct {
 	// refreshNow asks the background loop to read the zone lists now
 	// (after the leases lapsed).
 	refreshNow chan struct{}
+
+	// notify sends NOTIFY through the block's transfer plugin after the
+	// changes members notify (xfr.go); nil without one.
+	notify atomic.Pointer[xfrnotify.Notifier]
 
 	api            *apiServer // with cfg.api, once started
 	stopProbes     func()

@@ -272,6 +272,9 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 		c.neg.purge(zone)
 		c.soa.forget(zone)
 	}
+	if nt := c.notify.Load(); nt != nil && n.Change != partition.ZoneDeleted {
+		nt.Changed(zone)
+	}
 	noticesCount.WithLabelValues(n.Change.String()).Inc()
 	m := new(dns.Msg)
 	m.SetReply(r)

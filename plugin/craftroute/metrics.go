@@ -54,6 +54,10 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "updates_total",
 		Help: "UPDATE messages forwarded to a shard, by the rcode of its response.",
 	}, []string{"shard", "rcode"})
+	xfrCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "transfers_total",
+		Help: "Zone transfers (AXFR, IXFR) served through the router, by result: done or failed (cut short).",
+	}, []string{"result"})
 	txOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "transactions_total",
 		Help: "Changes that span shards run as transactions, by outcome: commit, abort or unknown (the decision could not be recorded).",

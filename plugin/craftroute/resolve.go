@@ -36,7 +36,9 @@ func (e *errNoShard) Unwrap() error { return e.err }
 func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
 	q := r.Question[0]
 	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
-		return ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeNotSupported, "zone transfers are served by the shard members, not the router"), nil
+		// The transfer plugin, when configured, runs before us and serves
+		// these (xfr.go).
+		return ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed"), nil
 	}
 	if c.cfg.key == keyZone {
 		// The whole zone is on one shard: its answer is final as it is.

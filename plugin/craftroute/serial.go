@@ -130,20 +130,30 @@ func (s *serials) serialLocked(zone string) (uint32, bool) {
 	if z == nil || len(z.shards) == 0 {
 		return 0, false
 	}
-	first := true
-	var base, changes uint32
+	states := make([]shardSerial, 0, len(z.shards))
 	for _, sh := range z.shards {
-		if first || zoneapi.SerialAfter(sh.base, base) {
-			base, first = sh.base, false
-		}
-		changes += sh.serial - sh.base // RFC 1982: modulo 2^32
+		states = append(states, sh)
 	}
-	serial := base + changes
+	serial := sumSerials(states)
 	if z.showed && !zoneapi.SerialAfter(serial, z.shown) {
 		return z.shown, true
 	}
 	z.shown, z.showed = serial, true
 	return serial, true
+}
+
+// sumSerials is the zone serial of the shards' states: the highest base
+// plus every shard's changes since its base, in RFC 1982 arithmetic.
+func sumSerials(states []shardSerial) uint32 {
+	first := true
+	var base, changes uint32
+	for _, sh := range states {
+		if first || zoneapi.SerialAfter(sh.base, base) {
+			base, first = sh.base, false
+		}
+		changes += sh.serial - sh.base // modulo 2^32
+	}
+	return base + changes
 }
 
 // zoneSerial returns the serial to present for zone (canonical), asking

@@ -99,7 +99,7 @@ func TestServeDNS(t *testing.T) {
 		t.Fatalf("multi-question: expected FORMERR, as CoreDNS's server answers, got %v", m)
 	}
 
-	// Transfers go to the members.
+	// Transfers need the transfer plugin in front (xfr.go).
 	r = new(dns.Msg)
 	r.SetAxfr("example.org.")
 	r.SetEdns0(1232, false)

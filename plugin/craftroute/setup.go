@@ -50,6 +50,8 @@ func setup(c *caddy.Controller) error {
 
 	c.OnStartup(cr.start)
 	c.OnShutdown(cr.stop)
+	c.OnStartup(func() error { cr.startNotify(cfg); return nil })
+	c.OnShutdown(func() error { cr.stopNotify(); return nil })
 	cfg.AddPlugin(func(next plugin.Handler) plugin.Handler {
 		cr.Next = next
 		return cr

@@ -17,6 +17,7 @@ import (
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/internal/txn"
+	"github.com/craftdns/craftdns/internal/xfrnotify"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -40,7 +41,7 @@ type Craftstore struct {
 	// leases are the member's change leases (leases.go), set with rep.
 	leases atomic.Pointer[leases]
 	// notify sends NOTIFY through the block's transfer plugin (notify.go).
-	notify *notifier
+	notify *xfrnotify.Notifier
 }
 
 // ServeDNS implements plugin.Handler.

@@ -13,6 +13,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/plugin/transfer"
 
+	"github.com/craftdns/craftdns/internal/xfrnotify"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -145,48 +146,33 @@ func TestTransferPlugin(t *testing.T) {
 	}
 }
 
-func TestNotifierCoalesces(t *testing.T) {
+// TestNotifyHub: a member's changes reach the notifiers of its server
+// blocks until they are removed.
+func TestNotifyHub(t *testing.T) {
 	hub := &notifyHub{}
-	release := make(chan struct{})
 	var mu sync.Mutex
 	sent := map[string]int{}
-	n := newNotifier(hub, []string{"org."}, func(zone string) error {
+	n := xfrnotify.New([]string{"org."}, func(zone string) error {
 		mu.Lock()
 		sent[zone]++
-		first := sent[zone] == 1
 		mu.Unlock()
-		if first {
-			<-release // the first NOTIFY is slow
-		}
 		return nil
-	})
-	n.settle = 10 * time.Millisecond
+	}, log)
+	n.Settle = time.Millisecond
 	hub.add(n)
-	for i := 0; i < 10; i++ {
-		hub.changed("example.org.") // one in flight, the rest one pending
-	}
-	hub.changed("example.com.") // not this block's zone
-	close(release)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		n.mu.Lock()
-		idle := len(n.pending) == 0
-		n.mu.Unlock()
-		if idle {
-			break
-		}
+	hub.changed("example.org.")
+	for deadline := time.Now().Add(5 * time.Second); !n.Idle(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the NOTIFYs never finished")
 		}
 	}
-	mu.Lock()
-	if sent["example.org."] != 3 || sent["example.com."] != 0 {
-		t.Errorf("expected 3 NOTIFYs for example.org. (two rounds and the trailing one) and none for example.com., got %v", sent)
-	}
-	mu.Unlock()
-	n.close()
+	hub.remove(n)
 	hub.changed("example.org.")
-	if len(hub.subs) != 0 {
-		t.Error("expected the closed notifier unsubscribed")
+	time.Sleep(20 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if sent["example.org."] != 2 || len(hub.subs) != 0 {
+		t.Errorf("expected the NOTIFY and its trailing one, then none, got %v (%d subscribed)", sent, len(hub.subs))
 	}
 }
 

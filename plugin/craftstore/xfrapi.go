@@ -38,7 +38,12 @@ func xfrSerial(r *http.Request) (uint32, error) {
 // xfr streams a transfer of the zone, after setting a fence when the
 // request is a POST.
 func (a *apiServer) xfr(w http.ResponseWriter, r *http.Request) {
-	origin, err := a.existingZone(r)
+	// A fence is a write: this member's state holds the zone once it
+	// applied it, if the group does (the fence is refused otherwise).
+	origin, err := zoneapi.ZoneParam(r)
+	if err == nil && r.Method == http.MethodGet {
+		origin, err = a.existingZone(r)
+	}
 	if err != nil {
 		fail(w, err)
 		return

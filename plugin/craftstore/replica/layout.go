@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
+
+	"github.com/craftdns/craftdns/internal/dnsname"
 
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
@@ -46,25 +47,8 @@ type Member struct {
 }
 
 // nameKey encodes a domain name so that bbolt's byte order is DNS canonical
-// order (RFC 4034 §6.1): labels from the root down, lower-cased, each followed
-// by a zero byte. The root itself is a single zero byte (keys cannot be empty).
-func nameKey(name string) []byte {
-	name = strings.ToLower(dns.Fqdn(name))
-	if name == "." {
-		return []byte{0}
-	}
-	idx := dns.Split(name)
-	k := make([]byte, 0, len(name)+1)
-	for i := len(idx) - 1; i >= 0; i-- {
-		end := len(name) - 1
-		if i+1 < len(idx) {
-			end = idx[i+1] - 1
-		}
-		k = append(k, name[idx[i]:end]...)
-		k = append(k, 0)
-	}
-	return k
-}
+// order (dnsname.CanonicalKey).
+func nameKey(name string) []byte { return dnsname.CanonicalKey(name) }
 
 // encodeRRs encodes the RRs at one name (uncompressed wire format, each behind
 // its length), the value stored under a name key.
