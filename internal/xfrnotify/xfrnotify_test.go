@@ -50,4 +50,3 @@ func TestNotifierCoalesces(t *testing.T) {
 		t.Error("expected a closed notifier to send nothing more")
 	}
 }
-

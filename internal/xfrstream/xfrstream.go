@@ -10,16 +10,31 @@
 // The answer's headers say which state the stream was read from: the
 // zone's serial on the shard and the shard's serial base (Serial, Base),
 // which a router in key mode "name" combines into the zone's serial.
+//
+// # Cuts
+//
+// A router in key mode "name" reads every transfer from one cut through the
+// shards and presents it with one zone serial. When it removes the fences
+// (DELETE Path/{id}, the Cut as the body) every shard records the cut, so
+// that an IXFR from that serial later finds each shard's state in it
+// (GET CutPath) and asks each shard for the difference since
+// (?serial=its serial&net=1): the journal's changes folded into one
+// difference, each section in canonical order of owner names, then by
+// text (Less), which the router merges.
 package xfrstream
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"strconv"
+	"strings"
+
+	"github.com/craftdns/craftdns/internal/dnsname"
 
 	"github.com/miekg/dns"
 )
@@ -32,6 +47,24 @@ const (
 	HeaderSerial = "Craftdns-Serial"
 	HeaderBase   = "Craftdns-Base"
 )
+
+// Cut is the state of every shard a router's transfer was read from, and
+// the zone serial it presented that state with.
+type Cut struct {
+	Serial uint32           `json:"serial"`
+	Shards map[string]State `json:"shards"`
+}
+
+// State is one shard's state in a cut.
+type State struct {
+	Serial uint32 `json:"serial"`
+	Base   uint32 `json:"base"`
+}
+
+// CutPath is the path of the cut recorded for zone serial on a member.
+func CutPath(origin string, serial uint32) string {
+	return Path(origin) + "/cuts/" + strconv.FormatUint(uint64(serial), 10)
+}
 
 // MaxFrame bounds one frame: a batch of records packs far below it.
 const MaxFrame = 16 << 20
@@ -126,4 +159,28 @@ func (r *Reader) Next() ([]dns.RR, error) {
 func ParseUint32(s string) (uint32, error) {
 	v, err := strconv.ParseUint(s, 10, 32)
 	return uint32(v), err
+}
+
+// Text is rr's text with a lower-case owner name: records that differ in
+// the case of their owner only are one record.
+func Text(rr dns.RR) string {
+	h := rr.Header()
+	name := h.Name
+	h.Name = dnsname.Lower(name)
+	s := rr.String()
+	h.Name = name
+	return s
+}
+
+// Less orders the records of a difference's section: by owner name in DNS
+// canonical order (dnsname.CanonicalKey), then by Text.
+func Less(a, b dns.RR) bool { return Compare(a, b) < 0 }
+
+// Compare compares a and b in the order of Less: -1, 0 (the same record)
+// or +1.
+func Compare(a, b dns.RR) int {
+	if c := bytes.Compare(dnsname.CanonicalKey(a.Header().Name), dnsname.CanonicalKey(b.Header().Name)); c != 0 {
+		return c
+	}
+	return strings.Compare(Text(a), Text(b))
 }

@@ -56,8 +56,8 @@ var (
 	}, []string{"shard", "rcode"})
 	xfrCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "transfers_total",
-		Help: "Zone transfers (AXFR, IXFR) served through the router, by result: done or failed (cut short).",
-	}, []string{"result"})
+		Help: "Zone transfers (AXFR, IXFR) served through the router, by kind (zone: key mode zone; full or incremental: key mode name) and result (done, or failed: cut short).",
+	}, []string{"kind", "result"})
 	txOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "transactions_total",
 		Help: "Changes that span shards run as transactions, by outcome: commit, abort or unknown (the decision could not be recorded).",

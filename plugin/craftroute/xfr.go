@@ -1,13 +1,14 @@
 package craftroute
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -20,7 +21,6 @@ import (
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/xfrnotify"
 	"github.com/craftdns/craftdns/internal/xfrstream"
-	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 )
@@ -46,14 +46,24 @@ import (
 // serve it (full, incremental from its journal, or the SOA alone), and the
 // router passes it on.
 //
-// Key mode "name": the shards' streams are full transfers in DNS canonical
-// order. The router merges them by owner name (every shard holds the apex
-// and the delegations: those come once, from the first shard by name), and
-// frames the result with the apex SOA at the zone's serial: the highest
-// serial base plus every shard's changes since its base (serial.go), of the
-// cut's states. An IXFR from that serial or a newer one gets the SOA alone;
-// from an older one the whole zone (RFC 1995 section 4 allows a full
-// transfer in reply to an IXFR).
+// Key mode "name": for AXFR the shards' streams are full transfers in DNS
+// canonical order. The router merges them by owner name (every shard holds
+// the apex and the delegations: those come once, from the first shard by
+// name), and frames the result with the apex SOA at the zone's serial: the
+// highest serial base plus every shard's changes since its base
+// (serial.go), of the cut's states. Fences are exclusive (one transfer's
+// cut at a time per zone), so cuts follow each other on every shard and a
+// zone serial stands for one cut; every shard records it (each shard's
+// serial in it) when the router removes the fences.
+//
+// IXFR (RFC 1995) from a serial the router presented in a transfer: the
+// router finds that serial's cut on a shard, asks every shard for the one
+// difference between its state in that cut and now (its journal's changes
+// folded, in the order of xfrstream.Less), and merges them into one
+// difference, a record every shard holds coming once. From the cut's
+// serial or a newer one the answer is the SOA alone; when no shard keeps
+// the cut or a shard's journal does not reach back to it, the whole zone
+// (RFC 1995 section 4).
 //
 // Memory does not grow with the zone: one batch per shard is read ahead,
 // and the transfer plugin takes one batch at a time.
@@ -78,14 +88,7 @@ func (c *Craftroute) Transfer(name string, serial uint32) (<-chan []dns.RR, erro
 		return nil, transfer.ErrNotAuthoritative
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	shards := c.cfg.shards
-	asked := serial
-	if c.cfg.key == keyZone {
-		shards = []*Shard{c.zoneShard(origin)}
-	} else {
-		asked = 0 // the router merges full transfers
-	}
-	xs, err := c.txc.openXfrs(ctx, shards, origin, asked)
+	xs, kind, err := c.openTransfer(ctx, origin, serial)
 	if err != nil {
 		cancel()
 		if errors.Is(err, errZoneAbsent) {
@@ -112,200 +115,110 @@ func (c *Craftroute) Transfer(name string, serial uint32) (<-chan []dns.RR, erro
 			}
 		}
 		var err error
-		if c.cfg.key == keyZone {
+		switch kind {
+		case xfrPass:
 			err = xs[0].passOn(send)
-		} else {
-			err = c.mergeXfrs(origin, xs, serial, send)
+		case xfrFull:
+			err = mergeFull(xs, serial, send)
+		case xfrIncremental:
+			err = mergeIncremental(xs, serial, send)
 		}
 		if err != nil {
 			// The closing SOA is missing: the secondary discards the transfer.
-			xfrCount.WithLabelValues("failed").Inc()
+			xfrCount.WithLabelValues(string(kind), "failed").Inc()
 			log.Errorf("transfer of %s (serial %d): %v", origin, serial, err)
 			return
 		}
-		xfrCount.WithLabelValues("done").Inc()
+		xfrCount.WithLabelValues(string(kind), "done").Inc()
 	}()
 	return ch, nil
 }
 
-// shardXfr is one shard's transfer stream.
-type shardXfr struct {
-	shard        *Shard
-	body         io.ReadCloser
-	rd           *xfrstream.Reader
-	idle         *time.Timer // cancels the transfer when the shard stalls
-	serial, base uint32      // of the state the stream is read from
+// Kinds of transfer through the router.
+type xfrKind string
 
-	buf    []dns.RR // read, not taken yet
-	opened *dns.SOA // the opening SOA (merge)
-	closed bool     // the closing SOA was read (merge)
-}
+const (
+	xfrPass        xfrKind = "zone"        // key mode zone: the shard's transfer passed on
+	xfrFull        xfrKind = "full"        // key mode name: the shards' zones merged
+	xfrIncremental xfrKind = "incremental" // key mode name: the shards' differences merged
+)
 
-func (x *shardXfr) close() {
-	x.idle.Stop()
-	x.body.Close()
-}
-
-// frame reads the next frame; io.EOF after the end frame.
-func (x *shardXfr) frame() ([]dns.RR, error) {
-	rrs, err := x.rd.Next()
-	x.idle.Reset(xfrIdle)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("shard %s: %w", x.shard.Name, err)
+// openTransfer opens the shards' streams of a transfer of origin to a
+// secondary at serial.
+func (c *Craftroute) openTransfer(ctx context.Context, origin string, serial uint32) ([]*shardXfr, xfrKind, error) {
+	if c.cfg.key == keyZone {
+		s := c.zoneShard(origin)
+		xs, err := c.txc.openXfrs(ctx, []*Shard{s}, origin, func(*Shard) (uint32, bool) { return serial, false }, false)
+		return xs, xfrPass, err
 	}
-	return rrs, err
-}
-
-// passOn hands the stream to send as it is (key mode "zone").
-func (x *shardXfr) passOn(send func([]dns.RR) error) error {
-	for {
-		rrs, err := x.frame()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := send(rrs); err != nil {
-			return err
+	if serial != 0 {
+		if cut := c.txc.findCut(ctx, origin, serial); cut != nil {
+			from := func(s *Shard) (uint32, bool) { st := cut.Shards[s.Name]; return st.Serial, true }
+			complete := true
+			for _, s := range c.cfg.shards {
+				_, ok := cut.Shards[s.Name]
+				complete = complete && ok
+			}
+			if complete {
+				xs, err := c.txc.openXfrs(ctx, c.cfg.shards, origin, from, true)
+				if err != nil {
+					return nil, "", err
+				}
+				incremental, err := startIncremental(xs)
+				if err == nil && incremental {
+					return xs, xfrIncremental, nil
+				}
+				for _, x := range xs {
+					x.close()
+				}
+				if err != nil {
+					return nil, "", err
+				}
+				// A shard's journal no longer reaches back: the whole zone.
+			}
 		}
 	}
+	xs, err := c.txc.openXfrs(ctx, c.cfg.shards, origin, func(*Shard) (uint32, bool) { return 0, false }, true)
+	if err == nil {
+		err = startFull(xs)
+	}
+	if err != nil {
+		for _, x := range xs {
+			x.close()
+		}
+		return nil, "", err
+	}
+	return xs, xfrFull, nil
 }
 
-// fill reads frames until buf holds a record or the closing SOA was read.
-func (x *shardXfr) fill() error {
-	for len(x.buf) == 0 && !x.closed {
-		rrs, err := x.frame()
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("shard %s: the transfer ended without its closing SOA", x.shard.Name)
-		}
-		if err != nil {
-			return err
-		}
-		if len(rrs) == 0 {
+// findCut returns the cut recorded for zone serial on the first shard that
+// keeps it, nil if none does (or none answers).
+func (sc *shardClient) findCut(ctx context.Context, origin string, serial uint32) *xfrstream.Cut {
+	ctx, cancel := context.WithTimeout(ctx, shardCallTimeout)
+	defer cancel()
+	for _, s := range sc.c.cfg.shards {
+		rep, err := sc.do(ctx, s, http.MethodGet, xfrstream.CutPath(origin, serial), "", nil, "")
+		if err != nil || rep.status != http.StatusOK {
 			continue
 		}
-		if x.opened == nil {
-			soa, ok := rrs[0].(*dns.SOA)
-			if !ok {
-				return fmt.Errorf("shard %s: the transfer does not begin with the SOA", x.shard.Name)
-			}
-			x.opened, rrs = soa, rrs[1:]
+		var cut xfrstream.Cut
+		if json.Unmarshal(rep.body, &cut) == nil && cut.Serial == serial {
+			return &cut
 		}
-		for i, rr := range rrs {
-			if _, ok := rr.(*dns.SOA); !ok {
-				continue
-			}
-			// The closing SOA (a full transfer has the SOA nowhere else).
-			if i != len(rrs)-1 {
-				return fmt.Errorf("shard %s: records after the closing SOA", x.shard.Name)
-			}
-			x.closed, rrs = true, rrs[:i]
-			if _, err := x.frame(); !errors.Is(err, io.EOF) {
-				return fmt.Errorf("shard %s: no end after the closing SOA (%v)", x.shard.Name, err)
-			}
-			break
-		}
-		x.buf = append(x.buf, rrs...)
 	}
 	return nil
 }
 
-// next returns the records of the stream's next owner name and its key
-// (dnsname.CanonicalKey); nil at the end of the stream.
-func (x *shardXfr) next() ([]byte, []dns.RR, error) {
-	if err := x.fill(); err != nil || len(x.buf) == 0 {
-		return nil, nil, err
-	}
-	owner := x.buf[0].Header().Name
-	var group []dns.RR
-	for {
-		i := 0
-		for i < len(x.buf) && equalNames(x.buf[i].Header().Name, owner) {
-			i++
-		}
-		group = append(group, x.buf[:i]...)
-		x.buf = x.buf[i:]
-		if len(x.buf) > 0 {
-			break
-		}
-		if err := x.fill(); err != nil {
-			return nil, nil, err
-		}
-		if len(x.buf) == 0 {
-			break
-		}
-	}
-	return dnsname.CanonicalKey(owner), group, nil
-}
-
-func equalNames(a, b string) bool {
-	return len(a) == len(b) && dnsname.Lower(a) == dnsname.Lower(b)
-}
-
-// mergeXfrs merges the full transfers of every shard (key mode "name") and
-// hands send the zone's transfer for a secondary at serial.
-func (c *Craftroute) mergeXfrs(origin string, xs []*shardXfr, serial uint32, send func([]dns.RR) error) error {
-	keys := make([][]byte, len(xs))
-	groups := make([][]dns.RR, len(xs))
-	states := make([]shardSerial, len(xs))
-	for i, x := range xs {
-		var err error
-		if keys[i], groups[i], err = x.next(); err != nil {
-			return err
-		}
-		if x.opened == nil {
-			return fmt.Errorf("shard %s: the transfer has no SOA", x.shard.Name)
-		}
-		states[i] = shardSerial{serial: x.serial, base: x.base}
-	}
-	soa := dns.Copy(xs[0].opened).(*dns.SOA)
-	soa.Serial = sumSerials(states)
-	if serial != 0 && !zoneapi.SerialAfter(soa.Serial, serial) {
-		return send([]dns.RR{soa}) // up to date (RFC 1995 section 2)
-	}
-	batch := make([]dns.RR, 0, xfrBatch)
-	batch = append(batch, soa)
-	for {
-		min := -1
-		for i := range xs {
-			if keys[i] != nil && (min < 0 || bytes.Compare(keys[i], keys[min]) < 0) {
-				min = i
-			}
-		}
-		if min < 0 {
-			break
-		}
-		key := keys[min]
-		batch = append(batch, groups[min]...)
-		// The same name on other shards (the apex, a delegation, a name
-		// below one) is the same copy: skip it.
-		for i := range xs {
-			if keys[i] != nil && bytes.Equal(keys[i], key) {
-				var err error
-				if keys[i], groups[i], err = xs[i].next(); err != nil {
-					return err
-				}
-			}
-		}
-		if len(batch) >= xfrBatch {
-			if err := send(batch); err != nil {
-				return err
-			}
-			batch = make([]dns.RR, 0, xfrBatch)
-		}
-	}
-	return send(append(batch, soa))
-}
-
 // openXfrs sets one fence on every shard of shards and opens their
-// transfer streams of origin for a secondary at serial, then removes the
-// fences. While transactions hold names of the zone it tries again, for
+// transfer streams of origin, each for a secondary at the serial from
+// gives it (with net, for one difference), then removes the fences; with
+// record, each shard records the cut (for IXFR in key mode "name"). While
+// transactions or another transfer hold the zone it tries again, for
 // xfrFenceFor. errZoneAbsent: a shard does not hold the zone.
-func (sc *shardClient) openXfrs(ctx context.Context, shards []*Shard, origin string, serial uint32) ([]*shardXfr, error) {
+func (sc *shardClient) openXfrs(ctx context.Context, shards []*Shard, origin string, from func(*Shard) (uint32, bool), record bool) ([]*shardXfr, error) {
 	deadline := time.Now().Add(xfrFenceFor)
 	for attempt := 0; ; attempt++ {
-		xs, busy, err := sc.tryOpenXfrs(ctx, shards, origin, serial)
+		xs, busy, err := sc.tryOpenXfrs(ctx, shards, origin, from, record)
 		if err == nil {
 			return xs, nil
 		}
@@ -321,14 +234,18 @@ func (sc *shardClient) openXfrs(ctx context.Context, shards []*Shard, origin str
 	}
 }
 
-func (sc *shardClient) tryOpenXfrs(ctx context.Context, shards []*Shard, origin string, serial uint32) (xs []*shardXfr, busy bool, err error) {
+func (sc *shardClient) tryOpenXfrs(ctx context.Context, shards []*Shard, origin string, from func(*Shard) (uint32, bool), record bool) (xs []*shardXfr, busy bool, err error) {
 	id := txn.NewID()
-	query := "fence=" + id.String() + "&serial=" + strconv.FormatUint(uint64(serial), 10)
 	xs = make([]*shardXfr, len(shards))
 	errs := make([]error, len(shards))
 	busies := make([]bool, len(shards))
 	var wg sync.WaitGroup
 	for i, s := range shards {
+		serial, net := from(s)
+		query := "fence=" + id.String() + "&serial=" + strconv.FormatUint(uint64(serial), 10)
+		if net {
+			query += "&net=1"
+		}
 		wg.Go(func() {
 			resp, err := sc.open(ctx, s, http.MethodPost, xfrstream.Path(origin), query, nil, "")
 			if err != nil {
@@ -362,8 +279,22 @@ func (sc *shardClient) tryOpenXfrs(ctx context.Context, shards []*Shard, origin 
 		})
 	}
 	wg.Wait()
-	// Every stream began (or failed): the fences have served.
-	go sc.unfence(shards, origin, id)
+	// Every stream began (or failed): the fences have served. The cut is
+	// recorded with them when every stream began.
+	var cut *xfrstream.Cut
+	if record && !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		cut = &xfrstream.Cut{Shards: map[string]xfrstream.State{}}
+		states := make([]shardSerial, len(xs))
+		for i, x := range xs {
+			states[i] = shardSerial{serial: x.serial, base: x.base}
+			cut.Shards[x.shard.Name] = xfrstream.State{Serial: x.serial, Base: x.base}
+		}
+		cut.Serial = sumSerials(states)
+		for _, x := range xs {
+			x.zoneSerial = cut.Serial
+		}
+	}
+	go sc.unfence(shards, origin, id, cut)
 	for i := range shards {
 		if errs[i] != nil {
 			for _, x := range xs {
@@ -380,15 +311,22 @@ func (sc *shardClient) tryOpenXfrs(ctx context.Context, shards []*Shard, origin 
 	return xs, false, nil
 }
 
-// unfence removes fence id of origin from every shard of shards; a fence
-// not removed runs out on its own (replica.FenceTTL).
-func (sc *shardClient) unfence(shards []*Shard, origin string, id txn.ID) {
+// unfence removes fence id of origin from every shard of shards, which
+// record cut (when not nil); a fence not removed runs out on its own
+// (replica.FenceTTL).
+func (sc *shardClient) unfence(shards []*Shard, origin string, id txn.ID, cut *xfrstream.Cut) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	var body []byte
+	ctype := ""
+	if cut != nil {
+		body, _ = json.Marshal(cut)
+		ctype = "application/json"
+	}
 	var wg sync.WaitGroup
 	for _, s := range shards {
 		wg.Go(func() {
-			rep, err := sc.do(ctx, s, http.MethodDelete, xfrstream.Path(origin)+"/"+id.String(), "", nil, "")
+			rep, err := sc.do(ctx, s, http.MethodDelete, xfrstream.Path(origin)+"/"+id.String(), "", body, ctype)
 			if err == nil && rep.status >= 300 {
 				err = rep.err(s)
 			}

@@ -46,6 +46,7 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, l
 	mux.HandleFunc("GET /v1/zones/{zone}/xfr", a.xfr)
 	mux.HandleFunc("POST /v1/zones/{zone}/xfr", a.xfr)
 	mux.HandleFunc("DELETE /v1/zones/{zone}/xfr/{id}", a.unfence)
+	mux.HandleFunc("GET /v1/zones/{zone}/xfr/cuts/{serial}", a.xfrCut)
 	mux.HandleFunc("GET /v1/cluster", a.cluster)
 	mux.HandleFunc("GET /v1/health", a.health)
 	mux.HandleFunc("POST /v1/cluster/members", a.addMember)

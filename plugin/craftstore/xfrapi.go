@@ -2,6 +2,7 @@ package craftstore
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 
@@ -15,13 +16,15 @@ import (
 
 // The routers' zone transfers (package internal/xfrstream):
 //
-//	GET    /v1/zones/{zone}/xfr?serial=N        the transfer from this member's state
-//	POST   /v1/zones/{zone}/xfr?fence=ID&serial=N  set fence ID, then the transfer from a state that holds it
-//	DELETE /v1/zones/{zone}/xfr/{id}            remove fence ID
+//	GET    /v1/zones/{zone}/xfr?serial=N[&net=1]   the transfer from this member's state
+//	POST   /v1/zones/{zone}/xfr?fence=ID&serial=N[&net=1]  set fence ID, then the transfer from a state that holds it
+//	DELETE /v1/zones/{zone}/xfr/{id}               remove fence ID; a body (xfrstream.Cut) records the cut
+//	GET    /v1/zones/{zone}/xfr/cuts/{serial}      the cut recorded for a zone serial
 //
-// serial is the secondary's (0 or absent: a full transfer). A router in key
-// mode "name" fences every shard before it removes any fence, and so reads
-// one consistent snapshot of a zone that spans them (replica/fence.go).
+// serial is the secondary's (0 or absent: a full transfer); with net, an
+// incremental transfer is one difference. A router in key mode "name"
+// fences every shard before it removes any fence, and so reads one
+// consistent snapshot of a zone that spans them (replica/fence.go).
 
 func xfrSerial(r *http.Request) (uint32, error) {
 	s := r.URL.Query().Get("serial")
@@ -68,7 +71,8 @@ func (a *apiServer) xfr(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var out *xfrstream.Writer
-	err = a.rep.TransferFenced(origin, serial, id, func(st replica.XfrStart) error {
+	net := r.URL.Query().Get("net") == "1"
+	err = a.rep.TransferFenced(origin, serial, net, id, func(st replica.XfrStart) error {
 		h := w.Header()
 		h.Set("Content-Type", xfrstream.ContentType)
 		h.Set(xfrstream.HeaderSerial, strconv.FormatUint(uint64(st.Serial), 10))
@@ -105,11 +109,46 @@ func (a *apiServer) unfence(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	var cut *xfrstream.Cut
+	var raw []byte
+	if r.ContentLength != 0 {
+		cut = new(xfrstream.Cut)
+		if err := decodeBody(w, r, cut); err != nil {
+			fail(w, err)
+			return
+		}
+		raw, _ = json.Marshal(cut)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
-	if err := a.rep.Unfence(ctx, origin, id); err != nil {
+	var serial uint32
+	if cut != nil {
+		serial = cut.Serial
+	}
+	if err := a.rep.Unfence(ctx, origin, id, serial, raw); err != nil {
 		fail(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// xfrCut answers the cut recorded for a zone serial.
+func (a *apiServer) xfrCut(w http.ResponseWriter, r *http.Request) {
+	origin, err := a.existingZone(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	serial, err := strconv.ParseUint(r.PathValue("serial"), 10, 32)
+	if err != nil {
+		fail(w, zoneapi.BadRequest("serial %q: not a serial number", r.PathValue("serial")))
+		return
+	}
+	raw := a.rep.Cut(origin, uint32(serial))
+	if raw == nil {
+		fail(w, replica.Errorf(replica.ErrNotFound, "no cut of zone %q at serial %d is kept", origin, serial))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(raw)
 }

@@ -130,8 +130,20 @@ func TestXfrAPI(t *testing.T) {
 	if code, _, raw := call(t, a, token, "POST", "/v1/zones/example.org/records", `{"add":["plain 60 IN A 192.0.2.8"]}`); code != http.StatusOK {
 		t.Errorf("a change under a fence: %d %s", code, raw)
 	}
-	if code, _, raw := call(t, a, token, "DELETE", path+"/"+fence.String(), ""); code != http.StatusNoContent {
+	// One transfer's fence at a time.
+	if code, _, _, _ := readXfr(t, a, token, "POST", path+"?fence="+txn.NewID().String()); code != http.StatusServiceUnavailable {
+		t.Errorf("a second fence while one holds: expected 503, got %d", code)
+	}
+	// Removing the fence records the router's cut.
+	cut := `{"serial":77,"shards":{"a":{"serial":3,"base":1},"b":{"serial":9,"base":4}}}`
+	if code, _, raw := call(t, a, token, "DELETE", path+"/"+fence.String(), cut); code != http.StatusNoContent {
 		t.Fatalf("unfence: %d %s", code, raw)
+	}
+	if code, out, raw := call(t, a, token, "GET", xfrstream.CutPath("example.org.", 77), ""); code != http.StatusOK || out["serial"] != float64(77) || !strings.Contains(raw, `"b":{"serial":9,"base":4}`) {
+		t.Errorf("the cut of serial 77: %d %s", code, raw)
+	}
+	if code, _, _ := call(t, a, token, "GET", xfrstream.CutPath("example.org.", 78), ""); code != http.StatusNotFound {
+		t.Errorf("an unknown cut: expected 404, got %d", code)
 	}
 	if code, _, raw := call(t, a, token, "DELETE", path+"/"+fence.String(), ""); code != http.StatusNoContent {
 		t.Errorf("unfence again: %d %s", code, raw)
@@ -143,6 +155,21 @@ func TestXfrAPI(t *testing.T) {
 	call(t, a, token, "POST", txn.FinishPath(id2, txn.Abort), "")
 	if rep.TxHeld() {
 		t.Fatal("a part is still held after its abort")
+	}
+
+	// A difference: the journal's changes from serial 1 folded into one
+	// (other.example.org. came and went), sections in canonical order.
+	if _, _, rrs, err := readXfr(t, a, token, "GET", path+"?serial=1&net=1"); err != nil || len(rrs) != 7 {
+		t.Errorf("one difference from serial 1: expected SOA, old SOA, SOA, 3 records added, SOA, got %v %v", rrs, err)
+	} else {
+		var got []string
+		for _, rr := range rrs {
+			got = append(got, strings.ToLower(rr.Header().Name)+dns.TypeToString[rr.Header().Rrtype])
+		}
+		want := "example.org.SOA example.org.SOA example.org.SOA held.example.org.A new.example.org.A plain.example.org.A example.org.SOA"
+		if strings.Join(got, " ") != want || rrs[1].(*dns.SOA).Serial != 1 {
+			t.Errorf("one difference from serial 1: expected %s, got %s (%v)", want, strings.Join(got, " "), rrs[1])
+		}
 	}
 
 	// A fence nobody removes runs out.

@@ -37,9 +37,9 @@ func fenceKey(zone string, id [16]byte) []byte {
 	return append(append([]byte(zone), 0), id[:]...)
 }
 
-// fenced reports whether a fence of zone holds at now, and forgets the
-// fences of zone that ran out by then.
-func fenced(g *bolt.Bucket, zone string, now int64) (bool, error) {
+// fenced reports whether a fence of zone other than except holds at now,
+// and forgets the fences of zone that ran out by then.
+func fenced(g *bolt.Bucket, zone string, now int64, except ...[16]byte) (bool, error) {
 	b := g.Bucket(bucketTxFences)
 	if b == nil {
 		return false, nil
@@ -50,7 +50,9 @@ func fenced(g *bolt.Bucket, zone string, now int64) (bool, error) {
 	cur := b.Cursor()
 	for k, v := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
 		if len(v) == 8 && int64(binary.BigEndian.Uint64(v)) > now {
-			held = true
+			if len(except) == 0 || !bytes.Equal(k[len(prefix):], except[0][:]) {
+				held = true
+			}
 			continue
 		}
 		expired = append(expired, append([]byte(nil), k...))
@@ -80,8 +82,14 @@ func applyTxFence(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	if g.Bucket(bucketZones).Bucket([]byte(c.Zone)) == nil {
 		return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
 	}
-	if _, err := fenced(g, c.Zone, c.Time); err != nil {
+	other, err := fenced(g, c.Zone, c.Time, c.Tx)
+	if err != nil {
 		return Result{}, nil, err
+	}
+	if other {
+		// One transfer's cut at a time: cuts then follow each other on
+		// every shard, and a zone serial stands for one of them.
+		return Result{}, nil, Errorf(ErrBusy, "zone %q is being transferred", c.Zone)
 	}
 	if zoneLocked(g, c.Zone) {
 		return Result{}, nil, Errorf(ErrBusy, "a transaction in progress holds names of zone %q", c.Zone)
@@ -94,11 +102,19 @@ func applyTxFence(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	return Result{}, nil, b.Put(fenceKey(c.Zone, c.Tx), until)
 }
 
-// applyTxUnfence removes fence c.Tx of zone c.Zone (and any that ran out).
+// applyTxUnfence removes fence c.Tx of zone c.Zone (and any that ran out)
+// and records the cut the router read under it: c.Meta, when set, is the
+// zone serial (4 bytes) and the cut (cuts.go).
 func applyTxUnfence(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	if b := g.Bucket(bucketTxFences); b != nil {
+		held := b.Get(fenceKey(c.Zone, c.Tx)) != nil
 		if err := b.Delete(fenceKey(c.Zone, c.Tx)); err != nil {
 			return Result{}, nil, err
+		}
+		if held && len(c.Meta) > 4 && g.Bucket(bucketZones).Bucket([]byte(c.Zone)) != nil {
+			if err := putCut(g, c.Zone, binary.BigEndian.Uint32(c.Meta), c.Meta[4:]); err != nil {
+				return Result{}, nil, err
+			}
 		}
 	}
 	_, err := fenced(g, c.Zone, c.Time)
@@ -128,9 +144,14 @@ func hasFence(g *bolt.Bucket, zone string, id [16]byte) bool {
 	return len(v) == 8 && int64(binary.BigEndian.Uint64(v)) > time.Now().UnixNano()
 }
 
+// fenceRetry is how often Fence tries again while another transfer's fence
+// holds the zone.
+const fenceRetry = 20 * time.Millisecond
+
 // Fence sets fence id on zone: until Unfence (or FenceTTL), no transaction
 // prepares in the zone on this shard. While a prepared part holds a name of
-// the zone it waits for it to finish, until ctx ends (then ErrBusy).
+// the zone, or another transfer's fence holds it, it waits, until ctx ends
+// (then ErrBusy).
 func (r *Replica) Fence(ctx context.Context, zone string, id txn.ID) error {
 	for {
 		changed := r.locks.wait()
@@ -140,6 +161,7 @@ func (r *Replica) Fence(ctx context.Context, zone string, id txn.ID) error {
 		}
 		select {
 		case <-changed:
+		case <-time.After(fenceRetry): // another transfer's fence goes
 		case <-ctx.Done():
 			return err
 		}
@@ -147,9 +169,14 @@ func (r *Replica) Fence(ctx context.Context, zone string, id txn.ID) error {
 }
 
 // Unfence removes fence id of zone. Removing a fence that is gone is
-// harmless.
-func (r *Replica) Unfence(ctx context.Context, zone string, id txn.ID) error {
-	_, err := r.propose(ctx, &command{Op: opTxUnfence, Zone: zone, Tx: id, Time: txTime()})
+// harmless. cut, when not nil, is recorded as the cut of zone serial (the
+// router's, JSON) if the fence was still held.
+func (r *Replica) Unfence(ctx context.Context, zone string, id txn.ID, serial uint32, cut []byte) error {
+	var meta []byte
+	if cut != nil {
+		meta = append(binary.BigEndian.AppendUint32(nil, serial), cut...)
+	}
+	_, err := r.propose(ctx, &command{Op: opTxUnfence, Zone: zone, Tx: id, Time: txTime(), Meta: meta})
 	return err
 }
 
@@ -162,13 +189,14 @@ type XfrStart struct {
 // TransferFenced is Transfer from a state that holds fence id of origin
 // (an ErrBusy *Error when this member's state does not, or no longer,
 // holds it). start is called with the state's serial and base before the
-// first records; with a zero id, no fence is needed.
-func (r *Replica) TransferFenced(origin string, serial uint32, id txn.ID, start func(XfrStart) error, fn func([]dns.RR) error) error {
+// first records; with a zero id, no fence is needed. With net, an
+// incremental transfer is one difference (cuts.go).
+func (r *Replica) TransferFenced(origin string, serial uint32, net bool, id txn.ID, start func(XfrStart) error, fn func([]dns.RR) error) error {
 	return r.db.View(func(tx *bolt.Tx) error {
 		g := generation(tx)
 		if id != (txn.ID{}) && !hasFence(g, origin, id) {
 			return Errorf(ErrBusy, "fence %s of zone %q is not held on this member", id, origin)
 		}
-		return transfer(g, origin, serial, start, fn)
+		return transfer(g, origin, serial, net, start, fn)
 	})
 }

@@ -167,6 +167,9 @@ func journalTrim(g *bolt.Bucket, zone string, limit int) error {
 // journalReset drops the journal of zone: after a whole-zone import or a
 // deletion, no secondary's copy can be brought up to date incrementally.
 func journalReset(g *bolt.Bucket, zone string) error {
+	if err := dropCuts(g, zone); err != nil {
+		return err
+	}
 	jb := g.Bucket(bucketJournal)
 	if jb == nil || jb.Bucket([]byte(zone)) == nil {
 		return nil

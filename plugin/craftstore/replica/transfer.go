@@ -25,13 +25,15 @@ const xfrBatch = 512
 // fn may keep the slices it gets. An unknown zone is a 404 *Error.
 func (r *Replica) Transfer(origin string, serial uint32, fn func([]dns.RR) error) error {
 	return r.db.View(func(tx *bolt.Tx) error {
-		return transfer(generation(tx), origin, serial, nil, fn)
+		return transfer(generation(tx), origin, serial, false, nil, fn)
 	})
 }
 
 // transfer is Transfer within one read of generation g; start, when not
 // nil, learns the serial and base of the state before the first records.
-func transfer(g *bolt.Bucket, origin string, serial uint32, start func(XfrStart) error, fn func([]dns.RR) error) error {
+// With net, an incremental transfer is one difference, the journal's
+// changes folded (netChanges).
+func transfer(g *bolt.Bucket, origin string, serial uint32, net bool, start func(XfrStart) error, fn func([]dns.RR) error) error {
 	zb := g.Bucket(bucketZones).Bucket([]byte(origin))
 	if zb == nil {
 		return Errorf(ErrNotFound, "zone %q not found", origin)
@@ -62,7 +64,11 @@ func transfer(g *bolt.Bucket, origin string, serial uint32, start func(XfrStart)
 		if serial == soa.Serial || serialNewer(serial, soa.Serial) {
 			return fn([]dns.RR{soa})
 		}
-		ok, err := incremental(g, origin, serial, soa, fn)
+		inc := incremental
+		if net {
+			inc = netIncremental
+		}
+		ok, err := inc(g, origin, serial, soa, fn)
 		if ok || err != nil {
 			return err
 		}
@@ -86,6 +92,28 @@ func incremental(g *bolt.Bucket, origin string, serial uint32, soa *dns.SOA, fn 
 		return ok, err
 	}
 	return true, fn([]dns.RR{soa})
+}
+
+// netIncremental sends the changes from serial to soa's serial as one
+// difference (RFC 1995 section 4: the SOA, the old SOA, the records
+// removed, the SOA, the records added, the SOA), if the journal has them
+// all.
+func netIncremental(g *bolt.Bucket, origin string, serial uint32, soa *dns.SOA, fn func([]dns.RR) error) (bool, error) {
+	old, removed, added, ok, err := netChanges(g, origin, serial, soa)
+	if !ok || err != nil {
+		return ok, err
+	}
+	all := make([]dns.RR, 0, len(removed)+len(added)+4)
+	all = append(append(append(all, soa, old), removed...), soa)
+	all = append(append(all, added...), soa)
+	for len(all) > 0 {
+		n := min(len(all), xfrBatch)
+		if err := fn(all[:n:n]); err != nil {
+			return true, err
+		}
+		all = all[n:]
+	}
+	return true, nil
 }
 
 // full sends the SOA, every other record of the zone in DNS canonical order
