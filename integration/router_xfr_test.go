@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -95,6 +96,38 @@ func checkAXFR(t *testing.T, addr string, api harness.API, origin string, want u
 	return rrs
 }
 
+// sameZone checks that the AXFRs of origin from a and b hold the same
+// records, names compared case-insensitively (Knot lowers them) and TTLs
+// aside (Knot gives every record of an RRset the same TTL).
+func sameZone(t *testing.T, a, b, origin string) {
+	t.Helper()
+	za, errA := axfrIn(a, origin)
+	zb, errB := axfrIn(b, origin)
+	if errA != nil || errB != nil {
+		t.Fatalf("AXFR of %s: from %s %v, from %s %v", origin, a, errA, b, errB)
+	}
+	keys := func(rrs []dns.RR) map[string]bool {
+		m := map[string]bool{}
+		for _, rr := range rrs {
+			rr = dns.Copy(rr)
+			rr.Header().Ttl = 0
+			m[strings.ToLower(rr.String())] = true
+		}
+		return m
+	}
+	ka, kb := keys(za), keys(zb)
+	for k := range ka {
+		if !kb[k] {
+			t.Errorf("%s has %s, %s does not", a, k, b)
+		}
+	}
+	for k := range kb {
+		if !ka[k] {
+			t.Errorf("%s has %s, %s does not", b, k, a)
+		}
+	}
+}
+
 // TestRouterTransfers: zones spread over two shards of three members
 // transfer through the routers like one server's, in key mode "name" (the
 // shards' snapshots merged) and "zone" (the zone's shard passed on): AXFR
@@ -110,13 +143,14 @@ func TestRouterTransfers(t *testing.T) {
 	)
 	wd := harness.Workdir(t)
 	nsdName, nsdZone := dnsdiff.FreePort(t), dnsdiff.FreePort(t)
+	knotName, knotZone := dnsdiff.FreePort(t), dnsdiff.FreePort(t)
 	s := startSharded(t, wd, 2, 3, []string{byName, byZone},
-		routerSpec{zones: []string{byName}, key: "name", notify: nsdName},
-		routerSpec{zones: []string{byZone}, key: "zone", notify: nsdZone})
+		routerSpec{zones: []string{byName}, key: "name", notify: []int{nsdName, knotName}},
+		routerSpec{zones: []string{byZone}, key: "zone", notify: []int{nsdZone, knotZone}})
 	for i, tc := range []struct {
-		origin string
-		nsd    int
-	}{{byName, nsdName}, {byZone, nsdZone}} {
+		origin    string
+		nsd, knot int
+	}{{byName, nsdName, knotName}, {byZone, nsdZone, knotZone}} {
 		r := s.routers[i]
 		t.Run(r.spec.key, func(t *testing.T) {
 			origin := tc.origin
@@ -130,6 +164,10 @@ func TestRouterTransfers(t *testing.T) {
 				t.Fatalf("expected NSD at serial %d, got %d", first, got)
 			}
 			dnsdiff.Compare(t, sec.Addr, r.addr(), queries)
+			knot := dnsdiff.StartKnotSecondary(t, origin, r.addr(), tc.knot)
+			if got := soaSerial(knot.Addr, origin); got != first {
+				t.Fatalf("expected Knot at serial %d, got %d", first, got)
+			}
 
 			// Changes through the router, one of them over both shards in
 			// key mode "name": NSD follows by NOTIFY.
@@ -147,7 +185,18 @@ func TestRouterTransfers(t *testing.T) {
 			if now == first {
 				t.Fatalf("the serial did not move from %d", first)
 			}
-			harness.Eventually(t, fmt.Sprintf("NSD at serial %d", now), 30*time.Second, func() bool { return soaSerial(sec.Addr, origin) == now })
+			for _, x := range []struct {
+				name string
+				sec  *dnsdiff.Secondary
+			}{{"NSD", sec}, {"Knot", knot}} {
+				for deadline := time.Now().Add(30 * time.Second); soaSerial(x.sec.Addr, origin) != now; time.Sleep(50 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						out, _ := exec.Command("kdig", "@127.0.0.1", "-p", strconv.Itoa(r.dns), "+tcp", "+time=5", fmt.Sprintf("IXFR=%d", first), origin).CombinedOutput()
+						t.Logf("kdig IXFR=%d: %s", first, out)
+						t.Fatalf("%s did not reach serial %d (it has %d); its log:\n%s\nthe router's:\n%s", x.name, now, soaSerial(x.sec.Addr, origin), x.sec.Log(), tail(regexp.MustCompile(`(?m)^.*NOTIFY for .*\n`).ReplaceAllString(r.p.Logs(), ""), 8192))
+					}
+				}
+			}
 			changed := append([]dnsdiff.Query(nil), queries...)
 			for _, n := range []string{"xfr-a", "xfr-b", "xfr-c", "xfr-d", "xfr-e", "xfr-wild", "x.xfr-wild"} {
 				for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeTXT, dns.TypeCNAME, dns.TypeMX} {
@@ -171,10 +220,17 @@ func TestRouterTransfers(t *testing.T) {
 			if soaOf(ixfr[1]) != first || len(ixfr) > 40 {
 				t.Errorf("IXFR from %d: expected the changes since, got %v", first, ixfr)
 			}
-			// NSD took the changes incrementally, cleanly.
+			// NSD and Knot took the changes incrementally, cleanly.
 			if log := sec.Log(); strings.Contains(log, "Failed to apply IXFR cleanly") || strings.Contains(log, "bad transfer") {
 				t.Errorf("expected clean increments, NSD log:\n%s", log)
 			}
+			klog := knot.Log()
+			if !strings.Contains(klog, "IXFR, incoming") || strings.Contains(klog, "fallback to AXFR") || strings.Contains(klog, "failed") {
+				t.Errorf("expected Knot to take clean increments, log:\n%s", klog)
+			}
+			// Knot answers minimally (no NS in the authority section of
+			// positive answers): its copy of the zone is compared instead.
+			sameZone(t, knot.Addr, r.addr(), origin)
 			var sizes []int
 			for _, m := range regexp.MustCompile(`Outgoing transfer of (\d+) records of zone "`+regexp.QuoteMeta(origin)+`"`).FindAllStringSubmatch(r.p.Logs(), -1) {
 				n, _ := strconv.Atoi(m[1])

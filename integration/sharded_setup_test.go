@@ -46,9 +46,9 @@ type routerSpec struct {
 	timeout string
 	downFor string
 	probe   string
-	// notify, when not zero, adds the transfer plugin to the router's
-	// block: transfers to anyone on loopback, NOTIFY to this port.
-	notify int
+	// notify, when set, adds the transfer plugin to the router's block:
+	// transfers to anyone on loopback, NOTIFY to these ports.
+	notify []int
 }
 
 // router is one craftroute process.
@@ -105,8 +105,12 @@ func (s *sharded) routerCorefile(r *router) string {
 	// As the example: craftroute refuses unsigned UPDATEs itself, with an
 	// Extended DNS Error.
 	b.WriteString("    tsig {\n        secrets Corefile.examples/keys/update.key\n    }\n")
-	if r.spec.notify != 0 {
-		fmt.Fprintf(&b, "    transfer {\n        to 127.0.0.1:%d\n    }\n", r.spec.notify)
+	if len(r.spec.notify) > 0 {
+		b.WriteString("    transfer {\n        to")
+		for _, p := range r.spec.notify {
+			fmt.Fprintf(&b, " 127.0.0.1:%d", p)
+		}
+		b.WriteString("\n    }\n")
 	}
 	b.WriteString("    craftroute {\n")
 	for _, sh := range s.shards {

@@ -23,15 +23,17 @@ func FreePort(t testing.TB) int {
 	return port
 }
 
-// Secondary is an NSD secondary started by StartNSDSecondary.
+// Secondary is an NSD or Knot secondary started by StartNSDSecondary or
+// StartKnotSecondary.
 type Secondary struct {
 	Addr string // host:port, UDP and TCP
 	dir  string
+	log  string // its log file
 }
 
-// Log returns what NSD logged so far.
+// Log returns what the secondary logged so far.
 func (s *Secondary) Log() string {
-	b, _ := os.ReadFile(filepath.Join(s.dir, "nsd.log"))
+	b, _ := os.ReadFile(s.log)
 	return string(b)
 }
 
@@ -47,6 +49,7 @@ func StartNSDSecondary(t testing.TB, origin, primary string, port int) *Secondar
 		t.Fatal(err)
 	}
 	s := &Secondary{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
+	s.log = filepath.Join(s.dir, "nsd.log")
 	conf := filepath.Join(s.dir, "nsd.conf")
 	// A secondary of one primary: it transfers the zone from it (IXFR,
 	// falling back to AXFR) and takes NOTIFY from 127.0.0.1; it logs

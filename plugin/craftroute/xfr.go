@@ -294,7 +294,18 @@ func (sc *shardClient) tryOpenXfrs(ctx context.Context, shards []*Shard, origin 
 			x.zoneSerial = cut.Serial
 		}
 	}
-	go sc.unfence(shards, origin, id, cut)
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		sc.unfence(shards, origin, id, cut)
+	}()
+	if cut != nil {
+		for _, x := range xs {
+			if x != nil {
+				x.recorded = released
+			}
+		}
+	}
 	for i := range shards {
 		if errs[i] != nil {
 			for _, x := range xs {

@@ -22,6 +22,10 @@ type shardXfr struct {
 	idle         *time.Timer // ends the stream when the shard stalls
 	serial, base uint32      // of the state the stream is read from
 	zoneSerial   uint32      // key mode "name": of the cut
+	// recorded closes once the shards recorded the cut (or failed to):
+	// the transfer waits for it, so that a secondary's IXFR from the
+	// serial it got finds the cut.
+	recorded <-chan struct{}
 
 	raw []dns.RR // records read from frames, not taken yet
 	end bool     // the end frame was read
@@ -198,8 +202,11 @@ func equalNames(a, b string) bool {
 }
 
 // zoneSOA is the SOA a merged transfer presents: the first shard's, with
-// the zone serial of the cut.
+// the zone serial of the cut, once the shards recorded the cut.
 func zoneSOA(xs []*shardXfr) *dns.SOA {
+	if xs[0].recorded != nil {
+		<-xs[0].recorded
+	}
 	soa := dns.Copy(xs[0].opened).(*dns.SOA)
 	soa.Serial = xs[0].zoneSerial
 	return soa
