@@ -46,9 +46,11 @@ type routerSpec struct {
 	timeout string
 	downFor string
 	probe   string
-	// notify, when set, adds the transfer plugin to the router's block:
-	// transfers to anyone on loopback, NOTIFY to these ports.
-	notify []int
+	// transfer adds the transfer plugin to the router's block: transfers
+	// to anyone; notify, when set, adds it with transfers to loopback and
+	// NOTIFY to these ports.
+	transfer bool
+	notify   []int
 }
 
 // router is one craftroute process.
@@ -105,8 +107,11 @@ func (s *sharded) routerCorefile(r *router) string {
 	// As the example: craftroute refuses unsigned UPDATEs itself, with an
 	// Extended DNS Error.
 	b.WriteString("    tsig {\n        secrets Corefile.examples/keys/update.key\n    }\n")
-	if len(r.spec.notify) > 0 {
+	if r.spec.transfer || len(r.spec.notify) > 0 {
 		b.WriteString("    transfer {\n        to")
+		if r.spec.transfer {
+			b.WriteString(" *")
+		}
 		for _, p := range r.spec.notify {
 			fmt.Fprintf(&b, " 127.0.0.1:%d", p)
 		}

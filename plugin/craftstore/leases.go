@@ -28,7 +28,8 @@ type leases struct {
 	mu      sync.Mutex
 	holders map[string]holder // router DNS address (host:port) → its lease
 	started time.Time         // leases granted before this (another run) may still hold
-	client  *dns.Client
+	client  *dns.Client       // UDP
+	tcp     *dns.Client       // for notices over 512 bytes (many names)
 }
 
 // holder is one router's lease.
@@ -46,7 +47,8 @@ func newLeases(now time.Time, created bool) *leases {
 		now = now.Add(-partition.MaxLease)
 	}
 	return &leases{holders: map[string]holder{}, started: now,
-		client: &dns.Client{Net: "udp", Timeout: noticeTry}}
+		client: &dns.Client{Net: "udp", Timeout: noticeTry},
+		tcp:    &dns.Client{Net: "tcp", Timeout: noticeTry}}
 }
 
 // grant records lease request r from remote, and returns the reply: the
@@ -106,10 +108,17 @@ func (l *leases) notify(ctx context.Context, notice partition.Notice) []string {
 	for _, h := range hs {
 		wg.Go(func() {
 			msg := notice.Msg(h.qname, h.lease)
+			// A DNS server reads at most 512 bytes of a UDP request
+			// (miekg/dns, as CoreDNS runs it): a notice of many names goes
+			// over TCP.
+			client := l.client
+			if msg.Len() > dns.MinMsgSize {
+				client = l.tcp
+			}
 			for time.Now().Before(h.until) && ctx.Err() == nil {
 				m := msg.Copy()
 				m.Id = dns.Id()
-				if resp, _, err := l.client.ExchangeContext(ctx, m, h.addr); err == nil && resp.Rcode == dns.RcodeSuccess {
+				if resp, _, err := client.ExchangeContext(ctx, m, h.addr); err == nil && resp.Rcode == dns.RcodeSuccess {
 					return
 				}
 				// A refused port fails at once: do not spin.

@@ -13,8 +13,9 @@ import (
 	"github.com/miekg/dns"
 )
 
-// fakeRouter answers change notices on a UDP port of 127.0.0.1 (or not,
-// when silent) and counts them.
+// fakeRouter answers change notices on a UDP and TCP port of 127.0.0.1 (or
+// not, when silent) and counts them. Like CoreDNS's, its UDP server reads
+// at most 512 bytes of a request.
 type fakeRouter struct {
 	port    uint16
 	notices atomic.Int64
@@ -28,7 +29,7 @@ func startFakeRouter(t *testing.T, silent bool) *fakeRouter {
 		t.Fatal(err)
 	}
 	f := &fakeRouter{port: uint16(pc.LocalAddr().(*net.UDPAddr).Port)}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		n, _, ok := partition.NoticeOf(r)
 		if !ok {
 			return
@@ -41,9 +42,15 @@ func startFakeRouter(t *testing.T, silent bool) *fakeRouter {
 		m := new(dns.Msg)
 		m.SetReply(r)
 		w.WriteMsg(m)
-	})}
-	go srv.ActivateAndServe()
-	t.Cleanup(func() { srv.Shutdown() })
+	})
+	ln, err := net.Listen("tcp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: ln, Handler: handler}} {
+		go srv.ActivateAndServe()
+		t.Cleanup(func() { srv.Shutdown() })
+	}
 	return f
 }
 
@@ -74,10 +81,23 @@ func TestLeasesNotify(t *testing.T) {
 		t.Errorf("expected the notice to name www.example.org., got %v", names)
 	}
 
+	// A notice of many names (each shard's part of an UPDATE of 50 names,
+	// as external-dns sends them) is too large for a UDP request: it goes
+	// over TCP, at once.
+	var many []string
+	for i := 0; i < 30; i++ {
+		many = append(many, "a-host-"+strconv.Itoa(i)+".example.org.")
+	}
+	start := time.Now()
+	missed = l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records, Names: many})
+	if names, _ := f.names.Load().([]string); missed != nil || len(names) != 30 || time.Since(start) > time.Second {
+		t.Fatalf("a notice of 30 names: expected it answered at once, got %d names, missed %v, after %v", len(names), missed, time.Since(start))
+	}
+
 	// A router that does not answer holds the write until its lease expires.
 	s := startFakeRouter(t, true)
 	leaseFrom(t, l, s, 300*time.Millisecond)
-	start := time.Now()
+	start = time.Now()
 	missed = l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.ZoneDeleted})
 	if len(missed) != 1 || missed[0] != net.JoinHostPort("127.0.0.1", strconv.Itoa(int(s.port))) {
 		t.Fatalf("expected the silent router missed, got %v", missed)
