@@ -17,6 +17,7 @@
 #   make bench-updates  RFC 2136 updates/s: craftstore cluster vs dynupdate (bench/updates/run.sh)
 #   make bench-router   craftroute's CPU per forwarded query vs dnsdist and forward (bench/router.sh)
 #   make bench-txn      UPDATEs through a router: one shard vs two shards (transactions) (bench/txn.sh)
+#   make bench-axfr     AXFR of 1,000,000 records: through a router over two shards vs one member (bench/axfr.sh)
 #   make lint       gofmt and go vet
 
 GO      ?= go
@@ -27,7 +28,7 @@ TESTTIMEOUT ?= 20m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster run-sharded test test-race chaos dropin bench bench-updates bench-router bench-routers bench-txn lint clean
+.PHONY: build coredns generate run run-cluster run-sharded test test-race chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -117,6 +118,9 @@ bench-txn: coredns
 # BEFORE_BINARY (a baseline build) in one run.
 bench-routers: coredns
 	./bench/routers.sh
+
+bench-axfr: coredns
+	./bench/axfr.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

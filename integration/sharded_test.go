@@ -457,7 +457,8 @@ func TestShardedKill(t *testing.T) {
 // TestShardedExample starts Corefile.examples/sharded/ as `make
 // run-sharded` does: router 1 seeds example.org through its API, split over
 // both shards; both routers answer as one server would, also right after a
-// write through the other, and with a member of each shard dead.
+// write through the other, transfer the zone (the README's tour), and
+// answer with a member of each shard dead.
 func TestShardedExample(t *testing.T) {
 	wd := harness.Workdir(t)
 	var procs []*harness.Proc
@@ -496,6 +497,20 @@ func TestShardedExample(t *testing.T) {
 	}
 	if r, err := harness.Query(router2, "www.shop.test", dns.TypeA); err != nil || r.Rcode != dns.RcodeRefused {
 		t.Errorf("expected REFUSED for www.shop.test through router 2 after the DELETE, got %v %v", r, err)
+	}
+	// The tour's transfers: AXFR through router 1, then IXFR of a change
+	// through router 2.
+	axfr, err := axfrIn(router, "example.org.")
+	if err != nil || len(axfr) < 10 || soaOf(axfr[0]) == 0 || soaOf(axfr[0]) != soaOf(axfr[len(axfr)-1]) {
+		t.Fatalf("AXFR of example.org through router 1: %v, %d records", err, len(axfr))
+	}
+	serial := soaOf(axfr[0])
+	if code, err := api1.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"ixfr.example.org. 60 IN A 192.0.2.5"}}, nil); err != nil || code != 200 {
+		t.Fatalf("POST through router 1: %d %v", code, err)
+	}
+	ixfr := digXFR(t, 1054, "example.org.", fmt.Sprintf("IXFR=%d", serial))
+	if len(ixfr) != 5 || soaOf(ixfr[1]) != serial || soaOf(ixfr[0]) == serial || ixfr[3].Header().Name != "ixfr.example.org." {
+		t.Errorf("IXFR from %d through router 2: expected the one change, got %v", serial, ixfr)
 	}
 	// The seed goes to one shard after the other.
 	for _, sh := range []int{8161, 8171} {
