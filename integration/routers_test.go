@@ -22,7 +22,7 @@ import (
 // mode key, both serving ".", and one unsharded member as the reference.
 func twoRouters(t *testing.T, key string) (s *sharded, ref string, refAPI harness.API) {
 	wd := harness.Workdir(t)
-	spec := routerSpec{zones: []string{"."}, key: key}
+	spec := routerSpec{zones: []string{"."}, key: key, transfer: true}
 	s = startSharded(t, wd, 2, 3, []string{"."}, spec, spec)
 	ref, refAPI = startSingle(t, wd, []string{"."})
 	return s, ref, refAPI

@@ -72,7 +72,9 @@ func (a *apiServer) xfr(w http.ResponseWriter, r *http.Request) {
 	}
 	var out *xfrstream.Writer
 	net := r.URL.Query().Get("net") == "1"
-	err = a.rep.TransferFenced(origin, serial, net, id, func(st replica.XfrStart) error {
+	wait, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	err = a.rep.TransferFenced(wait, origin, serial, net, id, func(st replica.XfrStart) error {
 		h := w.Header()
 		h.Set("Content-Type", xfrstream.ContentType)
 		h.Set(xfrstream.HeaderSerial, strconv.FormatUint(uint64(st.Serial), 10))

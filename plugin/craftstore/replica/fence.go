@@ -14,19 +14,22 @@ import (
 )
 
 // Transfer fences give a router one consistent snapshot of a zone that
-// spans shards (internal/txn, "Snapshots"). A fence is replicated state in
-// the generation bucket:
+// spans shards (craftroute's xfr.go). A fence is replicated state in the
+// generation bucket:
 //
 //	data.<n>/txfences/<zone> 0 <id> -> until (8 bytes, Unix ns, big-endian)
 //
-// A fence is set only while no prepared part of a transaction holds a name
-// of the zone (else the fence is refused with ErrBusy), and while one holds
-// (until its time, by the proposer's clock of the entry being applied) a
-// prepare in the zone is refused with ErrBusy. So between a fence and its
-// removal no transaction commits or aborts in the zone on this shard: the
-// shard's state is the same for every transaction over that stretch of its
-// log, and a router that holds fences on every shard at once reads states
-// that are cut at one point of every transaction's history.
+// While a fence holds (until its time, by the proposer's clock of the entry
+// being applied) a prepare in the zone is refused with ErrBusy, and another
+// fence of the zone too. A transfer under a fence is read from a state that
+// holds the fence and in which no prepared part holds a name of the zone
+// (TransferFenced waits for the parts prepared before the fence to
+// finish). A router that holds fences on every shard at once, and reads
+// each shard so, reads states cut at one point of every transaction's
+// history: a transaction committed in one shard's state was prepared on
+// every participant before its fence (a prepare after it would have been
+// refused, and the decision comes after every prepare), so its parts had
+// finished, as commits, in every state read.
 var bucketTxFences = []byte("txfences")
 
 // FenceTTL bounds a fence whose router never removed it (it died): the
@@ -91,9 +94,6 @@ func applyTxFence(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		// every shard, and a zone serial stands for one of them.
 		return Result{}, nil, Errorf(ErrBusy, "zone %q is being transferred", c.Zone)
 	}
-	if zoneLocked(g, c.Zone) {
-		return Result{}, nil, Errorf(ErrBusy, "a transaction in progress holds names of zone %q", c.Zone)
-	}
 	b, err := g.CreateBucketIfNotExists(bucketTxFences)
 	if err != nil {
 		return Result{}, nil, err
@@ -149,19 +149,16 @@ func hasFence(g *bolt.Bucket, zone string, id [16]byte) bool {
 const fenceRetry = 20 * time.Millisecond
 
 // Fence sets fence id on zone: until Unfence (or FenceTTL), no transaction
-// prepares in the zone on this shard. While a prepared part holds a name of
-// the zone, or another transfer's fence holds it, it waits, until ctx ends
-// (then ErrBusy).
+// prepares in the zone on this shard. While another transfer's fence holds
+// the zone it waits, until ctx ends (then ErrBusy).
 func (r *Replica) Fence(ctx context.Context, zone string, id txn.ID) error {
 	for {
-		changed := r.locks.wait()
 		_, err := r.propose(ctx, &command{Op: opTxFence, Zone: zone, Tx: id, Time: txTime()})
 		if !errors.Is(err, ErrBusy) {
 			return err
 		}
 		select {
-		case <-changed:
-		case <-time.After(fenceRetry): // another transfer's fence goes
+		case <-time.After(fenceRetry): // the other transfer's fence goes
 		case <-ctx.Done():
 			return err
 		}
@@ -186,17 +183,40 @@ type XfrStart struct {
 	Base   uint32 // its serial base (serialbase.go); Serial when none is kept
 }
 
+// errPrepared says that a prepared part holds a name of the zone.
+var errPrepared = errors.New("a prepared part holds a name of the zone")
+
 // TransferFenced is Transfer from a state that holds fence id of origin
-// (an ErrBusy *Error when this member's state does not, or no longer,
-// holds it). start is called with the state's serial and base before the
-// first records; with a zero id, no fence is needed. With net, an
-// incremental transfer is one difference (cuts.go).
-func (r *Replica) TransferFenced(origin string, serial uint32, net bool, id txn.ID, start func(XfrStart) error, fn func([]dns.RR) error) error {
-	return r.db.View(func(tx *bolt.Tx) error {
-		g := generation(tx)
-		if id != (txn.ID{}) && !hasFence(g, origin, id) {
-			return Errorf(ErrBusy, "fence %s of zone %q is not held on this member", id, origin)
+// and in which no prepared part holds a name of origin: it waits for the
+// parts prepared before the fence to finish, until ctx ends. It is an
+// ErrBusy *Error when this member's state does not, or no longer, holds the
+// fence, or ctx ended first. start is called with the state's serial and
+// base before the first records; with a zero id, no fence is needed. With
+// net, an incremental transfer is one difference (cuts.go).
+func (r *Replica) TransferFenced(ctx context.Context, origin string, serial uint32, net bool, id txn.ID, start func(XfrStart) error, fn func([]dns.RR) error) error {
+	for {
+		changed := r.locks.wait()
+		err := r.db.View(func(tx *bolt.Tx) error {
+			g := generation(tx)
+			if id == (txn.ID{}) {
+				return transfer(g, origin, serial, net, start, fn)
+			}
+			if !hasFence(g, origin, id) {
+				return Errorf(ErrBusy, "fence %s of zone %q is not held on this member", id, origin)
+			}
+			if zoneLocked(g, origin) {
+				return errPrepared
+			}
+			return transfer(g, origin, serial, net, start, fn)
+		})
+		if !errors.Is(err, errPrepared) {
+			return err
 		}
-		return transfer(g, origin, serial, net, start, fn)
-	})
+		select {
+		case <-changed:
+		case <-time.After(fenceRetry):
+		case <-ctx.Done():
+			return Errorf(ErrBusy, "transactions in progress held names of zone %q", origin)
+		}
+	}
 }
