@@ -34,12 +34,13 @@ import (
 // (internal/xfrstream), each from a member's state that holds a transfer
 // fence (craftstore's replica/fence.go): a fence is one entry in the shard's
 // log, so the member's state holds every write committed before it was
-// asked for, and while fences hold on every shard no transaction commits on
-// any of them. The router sets one fence ID on every shard, has each
-// member's stream begin (its headers carry the state's serial and base),
-// and only then removes the fences: the states the streams are read from
-// are one cut through every transaction, the zone as one server would have
-// held it at one moment. Fences are held for those round trips only, not
+// asked for; while it holds no transaction prepares in the zone on that
+// shard, and the member reads once the parts prepared before it finished.
+// The router sets one fence ID on every shard, has each member's stream
+// begin (its headers carry the state's serial and base), and only then
+// removes the fences: the states the streams are read from are one cut
+// through every transaction, the zone as one server would have held it at
+// one moment. Fences are held for those round trips only, not
 // for the transfer; the members stream from their read snapshots.
 //
 // Key mode "zone": the zone's shard streams the transfer as a member would

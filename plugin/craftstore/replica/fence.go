@@ -80,7 +80,7 @@ func zoneLocked(g *bolt.Bucket, zone string) bool {
 }
 
 // applyTxFence sets fence c.Tx on zone c.Zone until c.Time + FenceTTL,
-// unless a prepared part holds a name of the zone (ErrBusy).
+// unless another fence holds the zone (ErrBusy).
 func applyTxFence(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	if g.Bucket(bucketZones).Bucket([]byte(c.Zone)) == nil {
 		return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
