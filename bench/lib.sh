@@ -200,6 +200,18 @@ EOC
 	done
 }
 
+# shard_lines prints the shard and shard_api lines of a craftroute block
+# for the members shard_members started.
+shard_lines() {
+	local sh
+	for sh in a b; do
+		echo "        shard $sh 127.0.0.1:${mdns[${sh}1]} 127.0.0.1:${mdns[${sh}2]} 127.0.0.1:${mdns[${sh}3]}"
+	done
+	for sh in a b; do
+		echo "        shard_api $sh http://127.0.0.1:${mapi[${sh}1]} http://127.0.0.1:${mapi[${sh}2]} http://127.0.0.1:${mapi[${sh}3]}"
+	done
+}
+
 # put_zone LABEL API: import $WORK/zone as example.org through the router
 # API at 127.0.0.1:API, retrying for a minute while the shards come up.
 put_zone() {

@@ -54,10 +54,7 @@ setup() {
 .:$dns {
     bind 127.0.0.1
     craftroute {
-        shard a 127.0.0.1:${mdns[a1]} 127.0.0.1:${mdns[a2]} 127.0.0.1:${mdns[a3]}
-        shard b 127.0.0.1:${mdns[b1]} 127.0.0.1:${mdns[b2]} 127.0.0.1:${mdns[b3]}
-        shard_api a http://127.0.0.1:${mapi[a1]} http://127.0.0.1:${mapi[a2]} http://127.0.0.1:${mapi[a3]}
-        shard_api b http://127.0.0.1:${mapi[b1]} http://127.0.0.1:${mapi[b2]} http://127.0.0.1:${mapi[b3]}
+$(shard_lines)
         key name
         api 127.0.0.1:$api
     }

@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/miekg/dns"
 )
@@ -59,32 +56,13 @@ zone:
 `, port, dir, origin, host, pport)
 }
 
-// knotBinary finds knotd, in $PATH or in /usr/sbin.
-func knotBinary() string {
-	if p, err := exec.LookPath("knotd"); err == nil {
-		return p
-	}
-	for _, p := range []string{"/usr/sbin/knotd", "/usr/local/sbin/knotd"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // StartKnotSecondary starts Knot DNS on 127.0.0.1:port as a secondary for
 // origin of primary (host:port) and waits until it serves the zone: it has
 // transferred it. Knot stops on t.Cleanup. It is missing: the test fails
 // in CI (CI=true) and is skipped elsewhere.
 func StartKnotSecondary(t testing.TB, origin, primary string, port int) *Secondary {
 	t.Helper()
-	bin := knotBinary()
-	if bin == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("knotd is not installed")
-		}
-		t.Skip("knotd is not installed")
-	}
+	bin := requireServer(t, "knotd")
 	host, pport, err := net.SplitHostPort(primary)
 	if err != nil {
 		t.Fatal(err)
@@ -96,33 +74,11 @@ func StartKnotSecondary(t testing.TB, origin, primary string, port int) *Seconda
 		t.Fatal(err)
 	}
 	out := &syncBuffer{}
-	cmd := exec.Command(bin, "-c", conf)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	exited, stop, err := startServer(out, bin, "-c", conf) // knotd runs in the foreground
+	if err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	})
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		select {
-		case <-exited:
-			t.Fatalf("knotd exited:\n%s\n%s", out.String(), s.Log())
-		default:
-		}
-		if r := querySOA(s.Addr, dns.Fqdn(origin)); r != nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0 {
-			return s
-		}
-	}
-	t.Fatalf("knotd did not transfer %s from %s:\n%s\n%s", origin, primary, out.String(), s.Log())
-	return nil
+	t.Cleanup(stop)
+	s.waitTransferred(t, "knotd", origin, primary, exited, out)
+	return s
 }

@@ -51,27 +51,43 @@ zone:
 // (CI=true) and skips it elsewhere.
 func requireNSD(t testing.TB) string {
 	t.Helper()
-	bin := nsdBinary()
+	return requireServer(t, "nsd")
+}
+
+// requireServer returns the path of the server binary name (sbinary); it
+// fails the test in CI (CI=true) when it is missing, and skips it elsewhere.
+func requireServer(t testing.TB, name string) string {
+	t.Helper()
+	bin := sbinary(name)
 	if bin == "" {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("nsd is not installed")
+			t.Fatalf("%s is not installed", name)
 		}
-		t.Skip("nsd is not installed")
+		t.Skipf("%s is not installed", name)
 	}
 	return bin
 }
 
 // nsdBinary finds nsd, in $PATH or in /usr/sbin (not in every user's $PATH).
-func nsdBinary() string {
-	if p, err := exec.LookPath("nsd"); err == nil {
+func nsdBinary() string { return sbinary("nsd") }
+
+// sbinary finds the server binary name in $PATH, /usr/sbin or
+// /usr/local/sbin; "" when it is in none.
+func sbinary(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
-	for _, p := range []string{"/usr/sbin/nsd", "/usr/local/sbin/nsd"} {
-		if _, err := os.Stat(p); err == nil {
+	for _, dir := range []string{"/usr/sbin", "/usr/local/sbin"} {
+		if p := filepath.Join(dir, name); fileExists(p) {
 			return p
 		}
 	}
 	return ""
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // StartNSD starts NSD serving zoneText as origin on 127.0.0.1 and returns
@@ -117,12 +133,19 @@ func StartNSD(t testing.TB, origin, zoneText string, options ...string) (addr st
 
 var errExited = errors.New("nsd exited")
 
-// startNSD starts nsd -d -c conf, its output to out, in a process group of
-// its own: NSD forks a server and an xfrd process, and if the main process
-// dies uncleanly they must not outlive the test. exited closes when it
-// ends; stop asks it to end (SIGTERM) and kills the group after 5s.
+// startNSD starts nsd -d -c conf (in the foreground), its output to out:
+// startServer.
 func startNSD(bin, conf string, out io.Writer) (exited <-chan struct{}, stop func(), err error) {
-	cmd := exec.Command(bin, "-d", "-c", conf)
+	return startServer(out, bin, "-d", "-c", conf)
+}
+
+// startServer starts bin with args, its output to out, in a process group
+// of its own: a server may fork (NSD forks a server and an xfrd process),
+// and if the main process dies uncleanly its children must not outlive the
+// test. exited closes when it ends; stop asks it to end (SIGTERM) and kills
+// the group after 5s.
+func startServer(out io.Writer, bin string, args ...string) (exited <-chan struct{}, stop func(), err error) {
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

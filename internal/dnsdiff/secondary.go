@@ -66,16 +66,30 @@ func StartNSDSecondary(t testing.TB, origin, primary string, port int) *Secondar
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
+	s.waitTransferred(t, "nsd", origin, primary, exited, nil)
+	return s
+}
+
+// waitTransferred waits up to 30s until the secondary serves origin (it
+// has transferred it from primary), and fails t if it does not or its
+// process (exited) ends; out, when not nil, is the process's output.
+func (s *Secondary) waitTransferred(t testing.TB, name, origin, primary string, exited <-chan struct{}, out *syncBuffer) {
+	t.Helper()
+	output := func() string {
+		if out == nil {
+			return s.Log()
+		}
+		return out.String() + "\n" + s.Log()
+	}
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		select {
 		case <-exited:
-			t.Fatalf("nsd exited:\n%s", s.Log())
+			t.Fatalf("%s exited:\n%s", name, output())
 		default:
 		}
 		if r := querySOA(s.Addr, dns.Fqdn(origin)); r != nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0 {
-			return s
+			return
 		}
 	}
-	t.Fatalf("nsd did not transfer %s from %s:\n%s", origin, primary, s.Log())
-	return nil
+	t.Fatalf("%s did not transfer %s from %s:\n%s", name, origin, primary, output())
 }

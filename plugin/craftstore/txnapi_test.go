@@ -12,6 +12,22 @@ import (
 	"github.com/miekg/dns"
 )
 
+// preparePart prepares transaction id's part on member a (the coordinator
+// itself, of shards a and b): name gets an A record in example.org. It
+// returns the vote.
+func preparePart(t *testing.T, a *apiServer, token string, id txn.ID, name string) txn.Vote {
+	t.Helper()
+	self := txn.Coordinator{Shard: "a", APIs: []string{"http://" + a.addr()}}
+	body, _ := json.Marshal(txn.Prepare{Zone: "example.org.", Coordinator: self, Participants: []string{"a", "b"},
+		Change: &zoneapi.Change{Add: []string{name + " 60 IN A 192.0.2.9"}}})
+	code, _, raw := call(t, a, token, "POST", txn.PreparePath(id), string(body))
+	var v txn.Vote
+	if code != http.StatusOK || json.Unmarshal([]byte(raw), &v) != nil {
+		t.Fatalf("prepare: %d %s", code, raw)
+	}
+	return v
+}
+
 // TestTxnAPI: a member's side of a transaction through its API: prepare,
 // decide, commit and abort, and the recovery of parts a router left
 // prepared (resolvePrepared asks the coordinator, here the member itself).
@@ -24,14 +40,7 @@ func TestTxnAPI(t *testing.T) {
 	self := txn.Coordinator{Shard: "a", APIs: []string{"http://" + a.addr()}}
 	prepare := func(id txn.ID, name string) txn.Vote {
 		t.Helper()
-		body, _ := json.Marshal(txn.Prepare{Zone: "example.org.", Coordinator: self, Participants: []string{"a", "b"},
-			Change: &zoneapi.Change{Add: []string{name + " 60 IN A 192.0.2.9"}}})
-		code, _, raw := call(t, a, token, "POST", txn.PreparePath(id), string(body))
-		var v txn.Vote
-		if code != http.StatusOK || json.Unmarshal([]byte(raw), &v) != nil {
-			t.Fatalf("prepare: %d %s", code, raw)
-		}
-		return v
+		return preparePart(t, a, token, id, name)
 	}
 	has := func(name string) bool {
 		return len(rep.Zone("example.org.").RRs(name, dns.TypeA)) > 0

@@ -1,7 +1,6 @@
 package craftstore
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/xfrstream"
-	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -88,17 +86,9 @@ func TestXfrAPI(t *testing.T) {
 		t.Errorf("a bad fence id: expected 400, got %d", code)
 	}
 
-	self := txn.Coordinator{Shard: "a", APIs: []string{"http://" + a.addr()}}
 	prepare := func(id txn.ID, name string) txn.Vote {
 		t.Helper()
-		body, _ := json.Marshal(txn.Prepare{Zone: "example.org.", Coordinator: self, Participants: []string{"a", "b"},
-			Change: &zoneapi.Change{Add: []string{name + " 60 IN A 192.0.2.9"}}})
-		code, _, raw := call(t, a, token, "POST", txn.PreparePath(id), string(body))
-		var v txn.Vote
-		if code != http.StatusOK || json.Unmarshal([]byte(raw), &v) != nil {
-			t.Fatalf("prepare: %d %s", code, raw)
-		}
-		return v
+		return preparePart(t, a, token, id, name)
 	}
 
 	// A fence waits for the prepared part to finish, and its snapshot
