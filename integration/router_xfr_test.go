@@ -231,6 +231,10 @@ func TestRouterTransfers(t *testing.T) {
 			// Knot answers minimally (no NS in the authority section of
 			// positive answers): its copy of the zone is compared instead.
 			sameZone(t, knot.Addr, r.addr(), origin)
+			// From a serial no transfer presented: the whole zone.
+			if full := digXFR(t, r.dns, origin, fmt.Sprintf("IXFR=%d", first-1)); len(full) < 300 || soaOf(full[1]) != 0 {
+				t.Errorf("IXFR from %d, a serial the router never presented: expected the whole zone, got %d records", first-1, len(full))
+			}
 			var sizes []int
 			for _, m := range regexp.MustCompile(`Outgoing transfer of (\d+) records of zone "`+regexp.QuoteMeta(origin)+`"`).FindAllStringSubmatch(r.p.Logs(), -1) {
 				n, _ := strconv.Atoi(m[1])

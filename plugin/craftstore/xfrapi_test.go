@@ -162,6 +162,11 @@ func TestXfrAPI(t *testing.T) {
 		}
 	}
 
+	// A serial the journal does not reach: the whole zone.
+	if _, _, rrs, err := readXfr(t, a, token, "GET", path+"?serial=4294967000&net=1"); err != nil || len(rrs) < 7 || rrs[1].Header().Rrtype == dns.TypeSOA {
+		t.Errorf("from a serial the journal does not reach: expected the whole zone, got %v %v", rrs, err)
+	}
+
 	// A fence nobody removes runs out.
 	if code, _, _, err := readXfr(t, a, token, "POST", path+"?fence="+txn.NewID().String()); code != http.StatusOK || err != nil {
 		t.Fatalf("second fence: %d %v", code, err)
