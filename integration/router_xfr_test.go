@@ -142,8 +142,8 @@ func TestRouterTransfers(t *testing.T) {
 		byZone = "xzone.example."
 	)
 	wd := harness.Workdir(t)
-	nsdName, nsdZone := dnsdiff.FreePort(t), dnsdiff.FreePort(t)
-	knotName, knotZone := dnsdiff.FreePort(t), dnsdiff.FreePort(t)
+	nsdName, nsdZone := harness.ListenPort(t), harness.ListenPort(t)
+	knotName, knotZone := harness.ListenPort(t), harness.ListenPort(t)
 	s := startSharded(t, wd, 2, 3, []string{byName, byZone},
 		routerSpec{zones: []string{byName}, key: "name", notify: []int{nsdName, knotName}},
 		routerSpec{zones: []string{byZone}, key: "zone", notify: []int{nsdZone, knotZone}})

@@ -88,7 +88,7 @@ func soaSerial(addr, origin string) uint32 {
 func TestTransferToNSD(t *testing.T) {
 	const origin = "xfr.example."
 	text, queries := dnsdiff.GenerateZone(origin, 11, 100)
-	nsdPort := dnsdiff.FreePort(t)
+	nsdPort := harness.ListenPort(t) // below the ephemeral ports: no outgoing socket takes it meanwhile
 	ms := startXFRGroup(t, origin, nsdPort)
 
 	var put struct {

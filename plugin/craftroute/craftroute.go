@@ -105,6 +105,12 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if _, _, ok := partition.NoticeOf(r); ok {
 		return c.serveNotice(w, r)
 	}
+	if r.Opcode == dns.OpcodeNotify && len(r.Question) == 1 && plugin.Zones(c.Zones).Matches(r.Question[0].Name) != "" {
+		// A NOTIFY from a primary (RFC 1996): the router serves its zones
+		// from the shards and is nobody's secondary. A secondary plugin in
+		// the block, which runs before the router, takes its own zones'.
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "this server is not a secondary of the zone: it takes no NOTIFY")
+	}
 	if r.Opcode != dns.OpcodeQuery || len(r.Question) == 0 {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}

@@ -107,6 +107,15 @@ func TestServeDNS(t *testing.T) {
 		t.Fatalf("AXFR: %v", m)
 	}
 
+	// A NOTIFY from a primary: refused with a reason, as NSD refuses one
+	// it is not configured to take (RFC 1996), never SERVFAIL.
+	r = new(dns.Msg)
+	r.SetNotify("example.org.")
+	r.SetEdns0(1232, false)
+	if m = serve(t, c, r); m.Rcode != dns.RcodeRefused || ede.Of(m) == nil || m.Opcode != dns.OpcodeNotify {
+		t.Fatalf("NOTIFY: expected REFUSED with an Extended DNS Error, got %v", m)
+	}
+
 	// A member's notice of a write at the name voids its negative answer
 	// (a write through any router comes with one), with this router's
 	// lease token only.
