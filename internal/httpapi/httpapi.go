@@ -5,10 +5,27 @@ package httpapi
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
+	"path"
 	"strings"
 )
+
+// CleanPaths answers 400 with a JSON error for a request whose path is not
+// clean ("." or ".." elements, doubled or trailing slashes, "%2e%2e" too:
+// the path is decoded) instead of the redirect net/http's ServeMux sends
+// for it: an API client should learn that its path is wrong, not be sent
+// to another one.
+func CleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p == "" || p[0] != '/' || path.Clean(p) != p {
+			WriteError(w, http.StatusBadRequest, fmt.Sprintf("path %q is not clean: no \".\" or \"..\" elements, doubled or trailing slashes", p))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 // Auth requires "Authorization: Bearer token" on every request when token
 // is not empty, and answers 401 with a JSON error otherwise.

@@ -40,3 +40,36 @@ func TestLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestCleanPaths: paths that net/http's ServeMux would redirect get a JSON
+// 400 instead; clean ones, zone names with their trailing dot included,
+// reach the handler.
+func TestCleanPaths(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/zones/{zone}", func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, 200, r.PathValue("zone")) })
+	mux.HandleFunc("GET /v1/cluster", func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, 200, "cluster") })
+	srv := httptest.NewServer(CleanPaths(mux))
+	defer srv.Close()
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		path string
+		want int
+	}{
+		{"/v1/zones/example.org.", 200},
+		{"/v1/cluster", 200},
+		{"/v1/zones/../cluster", 400},
+		{"/v1/zones/%2e%2e/cluster", 400},
+		{"/v1//cluster", 400},
+		{"/v1/cluster/", 400},
+		{"/v1/./cluster", 400},
+	} {
+		resp, err := client.Get(srv.URL + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || (tc.want == 400 && resp.Header.Get("Content-Type") != "application/json") {
+			t.Errorf("%s: expected %d (JSON), got %d %s", tc.path, tc.want, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+}

@@ -62,7 +62,7 @@ func (c *Craftroute) startAPI() error {
 	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
 	mux.HandleFunc("GET /v1/shards", a.shards)
-	a.handler = httpapi.Auth("craftroute", a.token, mux)
+	a.handler = httpapi.Auth("craftroute", a.token, httpapi.CleanPaths(mux))
 
 	apiMu.Lock()
 	defer apiMu.Unlock()

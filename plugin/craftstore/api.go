@@ -55,7 +55,7 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, l
 	mux.HandleFunc("POST /v1/txn/{id}/decide", a.txDecide)
 	mux.HandleFunc("POST /v1/txn/{id}/commit", a.txFinish)
 	mux.HandleFunc("POST /v1/txn/{id}/abort", a.txFinish)
-	a.srv = &http.Server{Handler: httpapi.Auth("craftstore", a.token, mux), ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: httpapi.Auth("craftstore", a.token, httpapi.CleanPaths(mux)), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Errorf("api on %s: %v", ln.Addr(), err)
