@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -252,6 +253,35 @@ func TestRouterTransfers(t *testing.T) {
 			}
 		})
 	}
+
+	// Concurrent transfers through the router each take their fences, one
+	// after the other: none waits for a fence to run out (5s), which two
+	// transfers holding a shard each would make it do.
+	t.Run("concurrent", func(t *testing.T) {
+		r := s.routers[0]
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for range 3 {
+			wg.Go(func() {
+				for range 10 {
+					tr := &dns.Transfer{DialTimeout: 2 * time.Second, ReadTimeout: 4 * time.Second}
+					m := new(dns.Msg)
+					m.SetAxfr(byName)
+					ch, err := tr.In(m, r.addr())
+					for env := range ch {
+						if env.Error != nil {
+							err = env.Error
+						}
+					}
+					if err != nil {
+						failed.Add(1)
+						t.Errorf("concurrent AXFR: %v", err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
 
 	// AXFRs while transactions change two names on different shards
 	// together: every transfer has both at the same version.

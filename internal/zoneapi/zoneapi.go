@@ -189,8 +189,28 @@ func ReadChange(body io.Reader) (Change, error) {
 	return c, nil
 }
 
-// ParseRecord parses one record in zone file syntax, relative to origin,
-// and checks that the zone can hold it (CheckRecord).
+// SignedType reports the DNSSEC types (RFC 4034, 5155, 7344, 8976; SIG,
+// KEY and NXT of RFC 2535) that a change to a zone may not touch: without
+// online signing, a record changed one at a time would leave signatures and
+// denial records that no longer match. A signed zone is imported whole.
+// RFC 2136 UPDATE and the API's record changes refuse them alike.
+func SignedType(t uint16) bool {
+	switch t {
+	case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3, dns.TypeNSEC3PARAM, dns.TypeDNSKEY,
+		dns.TypeDS, dns.TypeCDS, dns.TypeCDNSKEY, dns.TypeSIG, dns.TypeKEY, dns.TypeNXT, dns.TypeZONEMD:
+		return true
+	}
+	return false
+}
+
+// errSigned refuses a change of DNSSEC type t.
+func errSigned(t uint16) error {
+	return fmt.Errorf("%s records cannot be changed one at a time (no online signing): import the signed zone whole", dns.TypeToString[t])
+}
+
+// ParseRecord parses one record of a record change in zone file syntax,
+// relative to origin, and checks that the zone can hold it (CheckRecord)
+// and that a change may touch it (SignedType).
 func ParseRecord(origin, text string) (dns.RR, error) {
 	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
 	zp.SetIncludeAllowed(false)
@@ -204,6 +224,9 @@ func ParseRecord(origin, text string) (dns.RR, error) {
 	}
 	if _, more := zp.Next(); more {
 		return nil, fmt.Errorf("%q holds more than one record", text)
+	}
+	if SignedType(rr.Header().Rrtype) {
+		return nil, errSigned(rr.Header().Rrtype)
 	}
 	return rr, CheckRecord(origin, rr)
 }
@@ -256,6 +279,9 @@ func ParseDeletion(origin string, raw json.RawMessage) (Deletion, error) {
 		t, ok := dns.StringToType[strings.ToUpper(sel.Type)]
 		if !ok {
 			return Deletion{}, fmt.Errorf("unknown type %q", sel.Type)
+		}
+		if SignedType(t) {
+			return Deletion{}, errSigned(t)
 		}
 		d.Type = t
 	}

@@ -162,3 +162,29 @@ func TestRecordsQuery(t *testing.T) {
 		}
 	}
 }
+
+// TestSignedTypes: a record change may not touch DNSSEC records, as an
+// UPDATE may not; a zone import holds them.
+func TestSignedTypes(t *testing.T) {
+	for _, text := range []string{
+		"www 300 IN RRSIG A 13 3 300 20300101000000 20200101000000 12345 example.org. AAAA",
+		"sub 300 IN DS 12345 13 2 49FD46E6C4B45C55D4AC69CBD3CD34AC1AFE51DE0A0CE9D9F2DC4AB5B4C5C4E3",
+		"@ 300 IN DNSKEY 257 3 13 AAAA",
+		"www 300 IN NSEC zzz.example.org. A RRSIG NSEC",
+	} {
+		if _, err := ParseRecord("example.org.", text); err == nil || !strings.Contains(err.Error(), "signed zone") {
+			t.Errorf("%s: expected a refusal that says to import the signed zone, got %v", text, err)
+		}
+	}
+	if _, err := ParseDeletion("example.org.", json.RawMessage(`{"name":"www","type":"rrsig"}`)); err == nil {
+		t.Error("deleting a name's RRSIGs: expected a refusal")
+	}
+	if _, err := ParseDeletion("example.org.", json.RawMessage(`{"name":"www","type":"A"}`)); err != nil {
+		t.Errorf("deleting a name's A records: %v", err)
+	}
+	signed := "$ORIGIN example.org.\n@ 300 IN SOA ns1 h 1 7200 3600 1209600 300\n@ 300 IN NS ns1\nns1 300 IN A 192.0.2.1\n" +
+		"ns1 300 IN RRSIG A 13 3 300 20300101000000 20200101000000 12345 example.org. AAAA\n"
+	if _, err := ParseZone("example.org.", signed); err != nil {
+		t.Errorf("a signed zone's import: %v", err)
+	}
+}

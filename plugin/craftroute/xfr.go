@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -240,46 +241,26 @@ func (sc *shardClient) tryOpenXfrs(ctx context.Context, shards []*Shard, origin 
 	xs = make([]*shardXfr, len(shards))
 	errs := make([]error, len(shards))
 	busies := make([]bool, len(shards))
-	var wg sync.WaitGroup
-	for i, s := range shards {
+	// One shard after the other, in the order of their names: two routers'
+	// transfers of a zone then never hold a fence each that the other
+	// waits for.
+	order := make([]int, len(shards))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(i, j int) bool { return shards[order[i]].Name < shards[order[j]].Name })
+	for _, i := range order {
+		s := shards[i]
 		serial, net := from(s)
 		query := "fence=" + id.String() + "&serial=" + strconv.FormatUint(uint64(serial), 10)
 		if net {
 			query += "&net=1"
 		}
-		wg.Go(func() {
-			resp, err := sc.open(ctx, s, http.MethodPost, xfrstream.Path(origin), query, nil, "")
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			if resp.StatusCode != http.StatusOK {
-				b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-				resp.Body.Close()
-				rep := &shardReply{status: resp.StatusCode, body: b}
-				errs[i] = rep.err(s)
-				switch resp.StatusCode {
-				case http.StatusNotFound:
-					errs[i] = fmt.Errorf("%w: %v", errZoneAbsent, errs[i])
-				case http.StatusServiceUnavailable:
-					busies[i] = true
-				}
-				return
-			}
-			x := &shardXfr{shard: s, body: resp.Body, rd: xfrstream.NewReader(resp.Body)}
-			x.serial, err = xfrstream.ParseUint32(resp.Header.Get(xfrstream.HeaderSerial))
-			if err == nil {
-				x.base, err = xfrstream.ParseUint32(resp.Header.Get(xfrstream.HeaderBase))
-			}
-			if err != nil {
-				resp.Body.Close()
-				errs[i] = fmt.Errorf("shard %s: transfer without its serial and base: %v", s.Name, err)
-				return
-			}
-			xs[i] = x
-		})
+		xs[i], busies[i], errs[i] = sc.openXfr(ctx, s, origin, query)
+		if errs[i] != nil {
+			break
+		}
 	}
-	wg.Wait()
 	// Every stream began (or failed): the fences have served. The cut is
 	// recorded with them when every stream began.
 	var cut *xfrstream.Cut
@@ -321,6 +302,39 @@ func (sc *shardClient) tryOpenXfrs(ctx context.Context, shards []*Shard, origin 
 		x.idle = time.AfterFunc(xfrIdle, func() { x.body.Close() })
 	}
 	return xs, false, nil
+}
+
+// openXfr sets a fence on shard s and opens its transfer stream of origin
+// (query: the fence and the secondary's serial); busy says the shard
+// answered 503 (another transfer's fence, or transactions, held the zone
+// too long; or no quorum).
+func (sc *shardClient) openXfr(ctx context.Context, s *Shard, origin, query string) (x *shardXfr, busy bool, err error) {
+	resp, err := sc.open(ctx, s, http.MethodPost, xfrstream.Path(origin), query, nil, "")
+	if err != nil {
+		return nil, false, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		err := (&shardReply{status: resp.StatusCode, body: b}).err(s)
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			return nil, false, fmt.Errorf("%w: %v", errZoneAbsent, err)
+		case http.StatusServiceUnavailable:
+			return nil, true, err
+		}
+		return nil, false, err
+	}
+	x = &shardXfr{shard: s, body: resp.Body, rd: xfrstream.NewReader(resp.Body)}
+	x.serial, err = xfrstream.ParseUint32(resp.Header.Get(xfrstream.HeaderSerial))
+	if err == nil {
+		x.base, err = xfrstream.ParseUint32(resp.Header.Get(xfrstream.HeaderBase))
+	}
+	if err != nil {
+		resp.Body.Close()
+		return nil, false, fmt.Errorf("shard %s: transfer without its serial and base: %v", s.Name, err)
+	}
+	return x, false, nil
 }
 
 // unfence removes fence id of origin from every shard of shards, which

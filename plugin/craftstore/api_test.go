@@ -2,12 +2,15 @@ package craftstore
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/craftdns/craftdns/internal/httpapi/apitest"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+
+	"github.com/miekg/dns"
 )
 
 const apiZone = `$ORIGIN example.org.
@@ -158,5 +161,30 @@ func TestAPIToken(t *testing.T) {
 	}
 	if code, _, raw := call(t, a, "s3cret", "GET", "/v1/zones", ""); code != 200 {
 		t.Errorf("expected 200 with the token, got %d %s", code, raw)
+	}
+}
+
+// TestAPISignedTypes: a record change that adds or deletes DNSSEC records
+// is refused (400) and writes nothing, as an RFC 2136 UPDATE of them is
+// (NOTIMP); a signed zone is imported whole.
+func TestAPISignedTypes(t *testing.T) {
+	a, rep := newAPI(t, "")
+	signed := apiZone + "www IN RRSIG A 13 3 300 20300101000000 20200101000000 12345 example.org. AAAA\n"
+	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.org", signed); code != http.StatusOK {
+		t.Fatalf("PUT of a signed zone: %d %s", code, raw)
+	}
+	serial := rep.Zone("example.org.").SOA().Serial
+	for _, body := range []string{
+		`{"add":["www 300 IN RRSIG A 13 3 300 20300101000000 20200101000000 54321 example.org. BBBB"]}`,
+		`{"add":["new 300 IN A 192.0.2.1", "sub 300 IN DS 12345 13 2 49FD46E6C4B45C55D4AC69CBD3CD34AC1AFE51DE0A0CE9D9F2DC4AB5B4C5C4E3"]}`,
+		`{"delete":[{"name":"www","type":"RRSIG"}]}`,
+	} {
+		code, out, raw := call(t, a, "", "POST", "/v1/zones/example.org/records", body)
+		if msg, _ := out["error"].(string); code != http.StatusBadRequest || !strings.Contains(msg, "signed zone") {
+			t.Errorf("%s: expected 400 saying to import the signed zone, got %d %s", body, code, raw)
+		}
+	}
+	if got := rep.Zone("example.org.").SOA().Serial; got != serial || len(rep.Zone("example.org.").RRs("new.example.org.", dns.TypeA)) != 0 {
+		t.Errorf("refused changes wrote something: serial %d (was %d)", got, serial)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/txn"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
@@ -95,15 +96,9 @@ func metaType(t uint16) bool {
 	return false
 }
 
-// dnssecType reports types an UPDATE may not touch without online signing.
-func dnssecType(t uint16) bool {
-	switch t {
-	case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3, dns.TypeNSEC3PARAM, dns.TypeDNSKEY,
-		dns.TypeDS, dns.TypeCDS, dns.TypeCDNSKEY, dns.TypeSIG, dns.TypeKEY, dns.TypeNXT, dns.TypeZONEMD:
-		return true
-	}
-	return false
-}
+// dnssecType reports types an UPDATE may not touch without online signing
+// (zoneapi.SignedType: the API's record changes refuse the same).
+func dnssecType(t uint16) bool { return zoneapi.SignedType(t) }
 
 // workset holds the RRs of the names one entry touches, read once from the
 // zone's bucket and written back at the end.
