@@ -21,6 +21,9 @@ import (
 const (
 	MaxZoneBody    = 256 << 20 // a zone file (PUT /v1/zones/{zone})
 	MaxRecordsBody = 4 << 20   // a record change, or another JSON body
+	// DefaultMaxZoneRecords bounds the records of a zone an import makes
+	// (max_zone_records), $GENERATE expansions counted.
+	DefaultMaxZoneRecords = 10_000_000
 	// DefaultTTL is the TTL of records written without one (RFC 1035 master
 	// files take it from $TTL; the API's record texts may omit it).
 	DefaultTTL = 3600
@@ -289,12 +292,21 @@ func ParseDeletion(origin string, raw json.RawMessage) (Deletion, error) {
 }
 
 // ParseZone parses zone file text for origin and checks it (CheckZone).
-func ParseZone(origin, text string) ([]dns.RR, error) {
+func ParseZone(origin, text string) ([]dns.RR, error) { return ParseZoneMax(origin, text, 0) }
+
+// ParseZoneMax is ParseZone for a zone of at most max records (0: no
+// limit), counted as they are parsed, $GENERATE expansions included: a few
+// bytes of $GENERATE lines make no more records than max before the import
+// is refused (413, TooManyRecords).
+func ParseZoneMax(origin, text string, max int) ([]dns.RR, error) {
 	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
 	zp.SetIncludeAllowed(false)
 	zp.SetDefaultTTL(DefaultTTL)
 	var rrs []dns.RR
 	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+		if max > 0 && len(rrs) >= max {
+			return nil, TooManyRecords(origin, max)
+		}
 		rrs = append(rrs, rr)
 	}
 	if err := zp.Err(); err != nil {
@@ -304,6 +316,12 @@ func ParseZone(origin, text string) ([]dns.RR, error) {
 		return nil, err
 	}
 	return rrs, nil
+}
+
+// TooManyRecords refuses an import of zone origin that holds more than max
+// records (413).
+func TooManyRecords(origin string, max int) *Error {
+	return Errorf(http.StatusRequestEntityTooLarge, "zone %q holds more than %d records ($GENERATE expansions counted; max_zone_records): nothing was written", origin, max)
 }
 
 // CheckZone checks what a zone needs: every record as CheckRecord says,

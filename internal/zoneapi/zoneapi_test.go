@@ -188,3 +188,21 @@ func TestSignedTypes(t *testing.T) {
 		t.Errorf("a signed zone's import: %v", err)
 	}
 }
+
+// TestParseZoneMax: the limit counts $GENERATE expansions: a few bytes of
+// $GENERATE lines are refused (413) once they make more records than it.
+func TestParseZoneMax(t *testing.T) {
+	text := "$ORIGIN example.org.\n@ 300 IN SOA ns1 h 1 7200 3600 1209600 300\n@ 300 IN NS ns1\nns1 300 IN A 192.0.2.1\n" +
+		"$GENERATE 1-5000 host-$ 300 IN A 192.0.2.2\n"
+	if _, err := ParseZoneMax("example.org.", text, 1000); err == nil {
+		t.Fatal("expected 5,003 records over a limit of 1,000 refused")
+	} else if status, _, ok := Status(err); !ok || status != http.StatusRequestEntityTooLarge || !strings.Contains(err.Error(), "$GENERATE") {
+		t.Errorf("expected 413 naming $GENERATE, got %v", err)
+	}
+	if rrs, err := ParseZoneMax("example.org.", text, 5003); err != nil || len(rrs) != 5003 {
+		t.Errorf("at the limit: expected 5,003 records, got %d %v", len(rrs), err)
+	}
+	if rrs, err := ParseZone("example.org.", text); err != nil || len(rrs) != 5003 {
+		t.Errorf("without a limit: expected 5,003 records, got %d %v", len(rrs), err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 )
@@ -68,6 +69,7 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 		partitions: defaultPartitions,
 		load:       defaultLoad,
 		negCache:   defaultNegCache,
+		maxZone:    zoneapi.DefaultMaxZoneRecords,
 		keys:       map[string]string{},
 		keyAlgs:    map[string]string{},
 		seeds:      map[string]string{},
@@ -195,6 +197,8 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 		}
 	case "negative_cache":
 		cfg.negCache, err = a.Int(0)
+	case "max_zone_records":
+		cfg.maxZone, err = a.Int(0)
 	case "tsig":
 		var v string
 		if v, err = one(); err == nil {

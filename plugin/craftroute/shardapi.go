@@ -217,9 +217,13 @@ func (sc *shardClient) importZone(ctx context.Context, origin string, text []byt
 		return res.status, json.RawMessage(res.body)
 	}
 
-	rrs, err := zoneapi.ParseZone(origin, string(text))
+	rrs, err := zoneapi.ParseZoneMax(origin, string(text), c.cfg.maxZone)
 	if err != nil {
-		return http.StatusBadRequest, map[string]string{"error": err.Error()}
+		status := http.StatusBadRequest
+		if st, _, ok := zoneapi.Status(err); ok {
+			status = st
+		}
+		return status, map[string]string{"error": err.Error()}
 	}
 	if cur, ok := c.currentSerial(ctx, origin); ok {
 		// Replaced: every shard takes one serial, after the zone's.

@@ -26,6 +26,7 @@ type apiServer struct {
 	leases  *leases
 	token   string
 	timeout time.Duration
+	maxZone int // records of a zone an import makes (max_zone_records); 0: no limit
 	// checkUpdate makes the state-independent checks of an UPDATE
 	// (Craftstore.checkUpdate) for the transaction parts routers send;
 	// nil: such parts are refused.
@@ -145,9 +146,12 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	rrs, err := zoneapi.ParseZone(origin, string(body))
+	rrs, err := zoneapi.ParseZoneMax(origin, string(body), a.maxZone)
+	if _, _, ok := zoneapi.Status(err); err != nil && !ok {
+		err = badRequest("%v", err)
+	}
 	if err != nil {
-		fail(w, badRequest("%v", err))
+		fail(w, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))

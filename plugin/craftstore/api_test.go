@@ -188,3 +188,21 @@ func TestAPISignedTypes(t *testing.T) {
 		t.Errorf("refused changes wrote something: serial %d (was %d)", got, serial)
 	}
 }
+
+// TestAPIMaxZoneRecords: an import over max_zone_records ($GENERATE
+// expansions counted) is refused with 413 and writes nothing.
+func TestAPIMaxZoneRecords(t *testing.T) {
+	a, rep := newAPI(t, "")
+	a.maxZone = 100
+	generated := apiZone + "$GENERATE 1-1000 host-$ 300 IN A 192.0.2.2\n"
+	code, out, raw := call(t, a, "", "PUT", "/v1/zones/example.org", generated)
+	if msg, _ := out["error"].(string); code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "max_zone_records") {
+		t.Errorf("expected 413 naming max_zone_records, got %d %s", code, raw)
+	}
+	if rep.Zone("example.org.") != nil {
+		t.Error("a refused import created the zone")
+	}
+	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.org", apiZone); code != http.StatusOK {
+		t.Errorf("a zone under the limit: %d %s", code, raw)
+	}
+}

@@ -114,6 +114,9 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rrs, err := axfrIn(r.Context(), origin, primary, key)
+	if err == nil && a.maxZone > 0 && len(rrs) > a.maxZone {
+		err = zoneapi.TooManyRecords(origin, a.maxZone)
+	}
 	if err != nil {
 		fail(w, err)
 		return
@@ -212,16 +215,19 @@ func (s seedSource) String() string {
 }
 
 // load reads the zone. Failing to reach a primary is worth a retry (retry).
-func (s seedSource) load(ctx context.Context, origin string) (rrs []dns.RR, retry bool, err error) {
+func (s seedSource) load(ctx context.Context, origin string, max int) (rrs []dns.RR, retry bool, err error) {
 	if s.primary != "" {
 		rrs, err = axfrIn(ctx, origin, s.primary, nil)
 		retry = errors.Is(err, replica.ErrUpstream)
+		if err == nil && max > 0 && len(rrs) > max {
+			err = zoneapi.TooManyRecords(origin, max)
+		}
 		return rrs, retry, err
 	}
 	text, err := os.ReadFile(s.file)
 	if err != nil {
 		return nil, false, err
 	}
-	rrs, err = zoneapi.ParseZone(origin, string(text))
+	rrs, err = zoneapi.ParseZoneMax(origin, string(text), max)
 	return rrs, false, err
 }

@@ -77,6 +77,9 @@ func (c *Craftstore) start() error {
 		leases: newLeases(time.Now(), rep.Created())}
 	if c.cfg.api != "" {
 		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep, m.leases, c.checkUpdate)
+		if m.api != nil {
+			m.api.maxZone = c.cfg.maxZone
+		}
 		if err != nil {
 			rep.Close()
 			return fmt.Errorf("craftstore: api: %w", err)
@@ -164,7 +167,7 @@ func (m *member) seed(cfg config) bool {
 			continue
 		}
 		lctx, lcancel := context.WithTimeout(context.Background(), axfrSeedTimeout)
-		rrs, retry, err := src.load(lctx, origin)
+		rrs, retry, err := src.load(lctx, origin, cfg.maxZone)
 		lcancel()
 		if err != nil && retry {
 			log.Warningf("seed %s from %s: %v (will retry)", origin, src, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -37,6 +38,7 @@ type config struct {
 	timeout   time.Duration
 	allow     []allowRule // who may UPDATE what; none: updates refused
 	maxUpdate int         // records in one UPDATE
+	maxZone   int         // records in one zone an import makes; 0: no limit
 	stale     string      // plain queries while not ready: "serve" (default) or "refuse"
 	dnsListen string      // this server block's address, advertised to the group
 }
@@ -70,7 +72,7 @@ func firstHost(hosts []string) string {
 
 func parse(c *caddy.Controller) (*Craftstore, error) {
 	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]seedSource{},
-		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords, stale: "serve"}}
+		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords, maxZone: zoneapi.DefaultMaxZoneRecords, stale: "serve"}}
 	i := 0
 	for c.Next() {
 		if i > 0 {
@@ -161,6 +163,8 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		}
 	case "max_update_records":
 		cfg.maxUpdate, err = a.Int(1)
+	case "max_zone_records":
+		cfg.maxZone, err = a.Int(0)
 	case "stale":
 		if cfg.stale, err = one(); err == nil && cfg.stale != "serve" && cfg.stale != "refuse" {
 			err = c.Errf("stale must be serve or refuse, not %q", cfg.stale)

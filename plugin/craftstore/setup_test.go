@@ -42,6 +42,25 @@ func TestParse(t *testing.T) {
 			data /tmp/x
 			stale maybe
 		}`, wantErr: "stale must be serve or refuse"},
+		{input: `craftstore {
+			data /tmp/x
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.maxZone != 10_000_000 {
+				t.Errorf("expected max_zone_records 10000000 by default, got %d", c.cfg.maxZone)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			max_zone_records 0
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.maxZone != 0 {
+				t.Errorf("expected max_zone_records 0 (no limit), got %d", c.cfg.maxZone)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			max_zone_records -5
+		}`, wantErr: "negative"},
 		{input: `craftstore example.org {
 			id 2
 			data /tmp/x
