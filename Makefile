@@ -18,6 +18,8 @@
 #   make bench-router   craftroute's CPU per forwarded query vs dnsdist and forward (bench/router.sh)
 #   make bench-txn      UPDATEs through a router: one shard vs two shards (transactions) (bench/txn.sh)
 #   make bench-axfr     AXFR of 1,000,000 records: through a router over two shards vs one member (bench/axfr.sh)
+#   make fuzz       every Go fuzz target of the plugins and internal/ for FUZZTIME (10m) each
+#                   (CI: 30s each); what a target finds lands in its testdata/fuzz
 #   make lint       gofmt and go vet
 
 GO      ?= go
@@ -25,10 +27,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -s -w -X main.Version=$(VERSION) -X github.com/coredns/coredns/coremain.GitCommit=$(COMMIT)
 TESTTIMEOUT ?= 20m
+FUZZTIME ?= 10m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster run-sharded test test-race chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr lint clean
+.PHONY: build coredns generate run run-cluster run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -80,6 +83,17 @@ test: coredns
 # compiler; .ci/run installs gcc when it is missing).
 test-race:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TESTTIMEOUT) ./plugin/... ./internal/...
+
+# Every fuzz target (go test -list '^Fuzz') of the plugins and internal/,
+# one after the other, each for FUZZTIME; the seed corpora are the f.Add
+# calls and testdata/fuzz.
+fuzz:
+	@for pkg in $$($(GO) list ./plugin/... ./internal/...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "fuzz: $$pkg $$f for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
 
 dropin:
 	./integration/dropin/dropin.sh

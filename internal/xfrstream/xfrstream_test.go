@@ -53,3 +53,43 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// FuzzReader: any bytes a member's transfer stream holds read as frames of
+// records that write and read again alike, or end in an error; never a
+// panic.
+func FuzzReader(f *testing.F) {
+	var b bytes.Buffer
+	w := NewWriter(&b)
+	a, _ := dns.NewRR("www.example.org. 60 IN A 192.0.2.1")
+	soa, _ := dns.NewRR("example.org. 60 IN SOA ns1.example.org. h.example.org. 1 2 3 4 5")
+	w.Write([]dns.RR{soa, a})
+	w.Write([]dns.RR{soa})
+	w.End()
+	f.Add(b.Bytes())
+	f.Add([]byte{0, 0, 0, 0})
+	f.Add([]byte{0, 0, 0, 5, 1, 2})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := NewReader(bytes.NewReader(data))
+		for {
+			rrs, err := r.Next()
+			if err != nil {
+				return
+			}
+			var again bytes.Buffer
+			w := NewWriter(&again)
+			if w.Write(rrs) != nil {
+				continue
+			}
+			w.End()
+			got, err := NewReader(&again).Next()
+			if err != nil || len(got) != len(rrs) {
+				t.Fatalf("%d records written again read as %d, %v", len(rrs), len(got), err)
+			}
+			for i := range got {
+				if !dns.IsDuplicate(got[i], rrs[i]) {
+					t.Fatalf("record %d: %v read again as %v", i, rrs[i], got[i])
+				}
+			}
+		}
+	})
+}

@@ -130,6 +130,9 @@ func unmarshalCommand(data []byte) (*command, error) {
 		return nil, fmt.Errorf("unknown command format %d", v)
 	}
 	c := &command{Op: op(d.byte())}
+	if c.Op < opChange || c.Op > opTxUnfence {
+		return nil, fmt.Errorf("unknown command op %d", c.Op)
+	}
 	c.ID = d.uvarint()
 	c.Zone = d.string()
 	c.Import = d.uvarint()
@@ -270,9 +273,15 @@ func (d *decoder) rr() dns.RR {
 	}
 	buf := d.b[4 : 4+n]
 	d.b = d.b[4+n:]
-	rr, _, err := dns.UnpackRR(buf, 0)
-	if err != nil {
+	rr, off, err := dns.UnpackRR(buf, 0)
+	switch {
+	case err != nil:
 		d.fail(fmt.Errorf("unpacking record: %w", err))
+		return nil
+	case rr == nil || off != len(buf) || rr.Header().Rrtype == dns.TypeNone:
+		// miekg unpacks an empty buffer as an empty record; a record is
+		// exactly its bytes.
+		d.fail(errors.New("malformed record"))
 		return nil
 	}
 	return rr
