@@ -122,6 +122,11 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// As CoreDNS's own server does before any plugin runs (RFC 9619).
 		return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, "a query must hold exactly one question")
 	}
+	if r.Question[0].Qclass != dns.ClassINET {
+		// The shards serve class IN: refused here, as a member refuses it,
+		// and never sent on (a member's refusal is no failure of it).
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeNotSupported, "only class IN is served")
+	}
 	resp, err := c.resolve(ctx, r)
 	if err != nil {
 		log.Warningf("%s/%s: %v", r.Question[0].Name, dns.TypeToString[r.Question[0].Qtype], err)

@@ -107,6 +107,15 @@ func TestServeDNS(t *testing.T) {
 		t.Fatalf("AXFR: %v", m)
 	}
 
+	// Another class than IN: refused here, not sent to a member.
+	r = new(dns.Msg)
+	r.SetQuestion("www.example.org.", dns.TypeA)
+	r.Question[0].Qclass = dns.ClassCHAOS
+	r.SetEdns0(1232, false)
+	if m = serve(t, c, r); m.Rcode != dns.RcodeRefused || ede.Of(m) == nil {
+		t.Fatalf("class CH: expected REFUSED with an Extended DNS Error, got %v", m)
+	}
+
 	// A NOTIFY from a primary: refused with a reason, as NSD refuses one
 	// it is not configured to take (RFC 1996), never SERVFAIL.
 	r = new(dns.Msg)

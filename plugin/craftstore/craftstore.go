@@ -49,13 +49,18 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if r.Opcode == dns.OpcodeUpdate {
 		return c.serveUpdate(ctx, w, r)
 	}
-	if len(r.Question) != 1 || r.Question[0].Qclass != dns.ClassINET {
+	if len(r.Question) != 1 {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	q := r.Question[0]
 	qname := dnsname.Lower(q.Name)
 	if plugin.Zones(c.Zones).Matches(qname) == "" {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+	}
+	if q.Qclass != dns.ClassINET {
+		// The zones are class IN; one server refuses the names of its
+		// zones in another class (chaos, before us, takes its own).
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeNotSupported, "only class IN is served")
 	}
 	rep := c.rep.Load()
 	if rep == nil {

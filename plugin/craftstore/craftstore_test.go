@@ -8,6 +8,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 
+	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
@@ -91,6 +92,27 @@ func TestServePartition(t *testing.T) {
 		f, err := partition.Parse(m)
 		if !errors.Is(err, tc.err) || f != tc.facts {
 			t.Errorf("%s: expected facts %+v (%v), got %+v (%v)", name, tc.facts, tc.err, f, err)
+		}
+	}
+}
+
+// TestServeOtherClass: a query of another class than IN for a name of the
+// member's zones is refused with a reason, never SERVFAIL.
+func TestServeOtherClass(t *testing.T) {
+	rep, _ := newZoneMember(t)
+	cs := &Craftstore{Zones: []string{"org."}}
+	cs.rep.Store(rep)
+	for _, class := range []uint16{dns.ClassCHAOS, dns.ClassHESIOD, dns.ClassANY} {
+		r := new(dns.Msg)
+		r.SetQuestion("www.example.org.", dns.TypeA)
+		r.Question[0].Qclass = class
+		r.SetEdns0(1232, false)
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		if _, err := cs.ServeDNS(context.Background(), rec, r); err != nil || rec.Msg == nil {
+			t.Fatalf("class %s: nothing written, %v", dns.ClassToString[class], err)
+		}
+		if rec.Msg.Rcode != dns.RcodeRefused || ede.Of(rec.Msg) == nil {
+			t.Errorf("class %s: expected REFUSED with an Extended DNS Error, got %v", dns.ClassToString[class], rec.Msg)
 		}
 	}
 }
