@@ -55,6 +55,13 @@ type Cut struct {
 	Shards map[string]State `json:"shards"`
 }
 
+// Released is a member's answer to the removal of a fence: Held is false
+// when the fence had run out (a transaction may have prepared in the zone
+// since), so the router's cut is not one.
+type Released struct {
+	Held bool `json:"held"`
+}
+
 // State is one shard's state in a cut.
 type State struct {
 	Serial uint32 `json:"serial"`

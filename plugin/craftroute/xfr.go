@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coredns/coredns/core/dnsserver"
@@ -41,7 +42,10 @@ import (
 // begin (its headers carry the state's serial and base), and only then
 // removes the fences: the states the streams are read from are one cut
 // through every transaction, the zone as one server would have held it at
-// one moment. Fences are held for those round trips only, not
+// one moment. That needs every fence to hold until the last one is set: in
+// key mode name the router removes the fences before it sends anything,
+// and when a shard says its fence had run out (a shard electing a leader
+// held up the others for longer than replica.FenceTTL) it starts again. Fences are held for those round trips only, not
 // for the transfer; the members stream from their read snapshots.
 //
 // Key mode "zone": the zone's shard streams the transfer as a member would
@@ -276,25 +280,27 @@ func (sc *shardClient) tryOpenXfrs(ctx context.Context, shards []*Shard, origin 
 			x.zoneSerial = cut.Serial
 		}
 	}
-	released := make(chan struct{})
-	go func() {
-		defer close(released)
-		sc.unfence(shards, origin, id, cut)
-	}()
-	if cut != nil {
+	closeAll := func() {
 		for _, x := range xs {
 			if x != nil {
-				x.recorded = released
+				x.body.Close()
 			}
 		}
 	}
+	if cut == nil {
+		// Key mode zone (one shard, no transactions), or a failed open:
+		// the fences go in the background.
+		go sc.unfence(shards, origin, id, nil)
+	} else if !sc.unfence(shards, origin, id, cut) {
+		// A fence ran out (or its removal failed) before every shard held
+		// one: a transaction may have prepared on a shard read before and
+		// committed on one read after. Try again with new fences.
+		closeAll()
+		return nil, true, fmt.Errorf("a transfer fence of %s ran out before every shard held one", origin)
+	}
 	for i := range shards {
 		if errs[i] != nil {
-			for _, x := range xs {
-				if x != nil {
-					x.body.Close()
-				}
-			}
+			closeAll()
 			return nil, busies[i], errs[i]
 		}
 	}
@@ -339,8 +345,9 @@ func (sc *shardClient) openXfr(ctx context.Context, s *Shard, origin, query stri
 
 // unfence removes fence id of origin from every shard of shards, which
 // record cut (when not nil); a fence not removed runs out on its own
-// (replica.FenceTTL).
-func (sc *shardClient) unfence(shards []*Shard, origin string, id txn.ID, cut *xfrstream.Cut) {
+// (replica.FenceTTL). It reports whether every shard removed its fence and
+// said it still held.
+func (sc *shardClient) unfence(shards []*Shard, origin string, id txn.ID, cut *xfrstream.Cut) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var body []byte
@@ -350,6 +357,7 @@ func (sc *shardClient) unfence(shards []*Shard, origin string, id txn.ID, cut *x
 		ctype = "application/json"
 	}
 	var wg sync.WaitGroup
+	var lost atomic.Bool
 	for _, s := range shards {
 		wg.Go(func() {
 			rep, err := sc.do(ctx, s, http.MethodDelete, xfrstream.Path(origin)+"/"+id.String(), "", body, ctype)
@@ -357,11 +365,18 @@ func (sc *shardClient) unfence(shards []*Shard, origin string, id txn.ID, cut *x
 				err = rep.err(s)
 			}
 			if err != nil {
+				lost.Store(true)
 				log.Warningf("removing transfer fence %s of %s on shard %s: %v (it runs out on its own)", id, origin, s.Name, err)
+				return
+			}
+			var rel xfrstream.Released
+			if json.Unmarshal(rep.body, &rel) != nil || !rel.Held {
+				lost.Store(true)
 			}
 		})
 	}
 	wg.Wait()
+	return !lost.Load()
 }
 
 // startNotify finds the transfer plugin of the server block, if any: the

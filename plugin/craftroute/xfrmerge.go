@@ -21,11 +21,7 @@ type shardXfr struct {
 	rd           *xfrstream.Reader
 	idle         *time.Timer // ends the stream when the shard stalls
 	serial, base uint32      // of the state the stream is read from
-	zoneSerial   uint32      // key mode "name": of the cut
-	// recorded closes once the shards recorded the cut (or failed to):
-	// the transfer waits for it, so that a secondary's IXFR from the
-	// serial it got finds the cut.
-	recorded <-chan struct{}
+	zoneSerial   uint32      // key mode "name": of the cut (recorded on the shards before the transfer goes out)
 
 	raw []dns.RR // records read from frames, not taken yet
 	end bool     // the end frame was read
@@ -202,11 +198,8 @@ func equalNames(a, b string) bool {
 }
 
 // zoneSOA is the SOA a merged transfer presents: the first shard's, with
-// the zone serial of the cut, once the shards recorded the cut.
+// the zone serial of the cut.
 func zoneSOA(xs []*shardXfr) *dns.SOA {
-	if xs[0].recorded != nil {
-		<-xs[0].recorded
-	}
 	soa := dns.Copy(xs[0].opened).(*dns.SOA)
 	soa.Serial = xs[0].zoneSerial
 	return soa

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/xfrstream"
 	"github.com/craftdns/craftdns/internal/zoneapi"
@@ -18,7 +19,7 @@ import (
 //
 //	GET    /v1/zones/{zone}/xfr?serial=N[&net=1]   the transfer from this member's state
 //	POST   /v1/zones/{zone}/xfr?fence=ID&serial=N[&net=1]  set fence ID, then the transfer from a state that holds it
-//	DELETE /v1/zones/{zone}/xfr/{id}               remove fence ID; a body (xfrstream.Cut) records the cut
+//	DELETE /v1/zones/{zone}/xfr/{id}               remove fence ID ({"held"}: it still held); a body (xfrstream.Cut) records the cut
 //	GET    /v1/zones/{zone}/xfr/cuts/{serial}      the cut recorded for a zone serial
 //
 // serial is the secondary's (0 or absent: a full transfer); with net, an
@@ -127,11 +128,12 @@ func (a *apiServer) unfence(w http.ResponseWriter, r *http.Request) {
 	if cut != nil {
 		serial = cut.Serial
 	}
-	if err := a.rep.Unfence(ctx, origin, id, serial, raw); err != nil {
+	held, err := a.rep.Unfence(ctx, origin, id, serial, raw)
+	if err != nil {
 		fail(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	httpapi.WriteJSON(w, http.StatusOK, xfrstream.Released{Held: held})
 }
 
 // xfrCut answers the cut recorded for a zone serial.

@@ -126,8 +126,8 @@ func TestXfrAPI(t *testing.T) {
 	}
 	// Removing the fence records the router's cut.
 	cut := `{"serial":77,"shards":{"a":{"serial":3,"base":1},"b":{"serial":9,"base":4}}}`
-	if code, _, raw := call(t, a, token, "DELETE", path+"/"+fence.String(), cut); code != http.StatusNoContent {
-		t.Fatalf("unfence: %d %s", code, raw)
+	if code, out, raw := call(t, a, token, "DELETE", path+"/"+fence.String(), cut); code != http.StatusOK || out["held"] != true {
+		t.Fatalf("unfence: expected 200 with the fence held, got %d %s", code, raw)
 	}
 	if code, out, raw := call(t, a, token, "GET", xfrstream.CutPath("example.org.", 77), ""); code != http.StatusOK || out["serial"] != float64(77) || !strings.Contains(raw, `"b":{"serial":9,"base":4}`) {
 		t.Errorf("the cut of serial 77: %d %s", code, raw)
@@ -135,8 +135,8 @@ func TestXfrAPI(t *testing.T) {
 	if code, _, _ := call(t, a, token, "GET", xfrstream.CutPath("example.org.", 78), ""); code != http.StatusNotFound {
 		t.Errorf("an unknown cut: expected 404, got %d", code)
 	}
-	if code, _, raw := call(t, a, token, "DELETE", path+"/"+fence.String(), ""); code != http.StatusNoContent {
-		t.Errorf("unfence again: %d %s", code, raw)
+	if code, out, raw := call(t, a, token, "DELETE", path+"/"+fence.String(), ""); code != http.StatusOK || out["held"] != false {
+		t.Errorf("unfence again: expected 200, not held, got %d %s", code, raw)
 	}
 	id2 := txn.NewID()
 	if v := prepare(id2, "other.example.org."); !v.Yes {
@@ -167,8 +167,10 @@ func TestXfrAPI(t *testing.T) {
 		t.Errorf("from a serial the journal does not reach: expected the whole zone, got %v %v", rrs, err)
 	}
 
-	// A fence nobody removes runs out.
-	if code, _, _, err := readXfr(t, a, token, "POST", path+"?fence="+txn.NewID().String()); code != http.StatusOK || err != nil {
+	// A fence nobody removes runs out; a prepare that then gets in removes
+	// it, and its removal says it no longer held.
+	late := txn.NewID()
+	if code, _, _, err := readXfr(t, a, token, "POST", path+"?fence="+late.String()); code != http.StatusOK || err != nil {
 		t.Fatalf("second fence: %d %v", code, err)
 	}
 	if v := prepare(txn.NewID(), "late.example.org."); !v.Busy {
@@ -177,5 +179,8 @@ func TestXfrAPI(t *testing.T) {
 	time.Sleep(replica.FenceTTL + 100*time.Millisecond)
 	if v := prepare(txn.NewID(), "late.example.org."); !v.Yes {
 		t.Errorf("after the fence ran out: expected yes, got %+v", v)
+	}
+	if code, out, raw := call(t, a, token, "DELETE", path+"/"+late.String(), ""); code != http.StatusOK || out["held"] != false {
+		t.Errorf("removing a fence that ran out: expected held false, got %d %s", code, raw)
 	}
 }

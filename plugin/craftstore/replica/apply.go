@@ -17,6 +17,7 @@ type Result struct {
 	Records int    // records in the zone after an import
 	Skipped bool   // an import with Absent set found the zone present
 	Outcome byte   // opTxCommit, opTxAbort, opTxDecide: the transaction's outcome (txn.go)
+	Held    bool   // opTxUnfence: the fence still held (fence.go)
 }
 
 // effect is what the in-memory views must do once the transaction that

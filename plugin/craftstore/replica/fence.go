@@ -104,10 +104,15 @@ func applyTxFence(g *bolt.Bucket, c *command) (Result, *effect, error) {
 
 // applyTxUnfence removes fence c.Tx of zone c.Zone (and any that ran out)
 // and records the cut the router read under it: c.Meta, when set, is the
-// zone serial (4 bytes) and the cut (cuts.go).
+// zone serial (4 bytes) and the cut (cuts.go). Result.Held says whether the
+// fence still held: it is gone once a prepare or another fence found it
+// run out (fenced deletes it then), and then a prepare may have slipped in
+// while the router was still setting the other shards' fences, so the
+// router's cut is not one (and is not recorded).
 func applyTxUnfence(g *bolt.Bucket, c *command) (Result, *effect, error) {
+	held := false
 	if b := g.Bucket(bucketTxFences); b != nil {
-		held := b.Get(fenceKey(c.Zone, c.Tx)) != nil
+		held = b.Get(fenceKey(c.Zone, c.Tx)) != nil
 		if err := b.Delete(fenceKey(c.Zone, c.Tx)); err != nil {
 			return Result{}, nil, err
 		}
@@ -118,7 +123,7 @@ func applyTxUnfence(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		}
 	}
 	_, err := fenced(g, c.Zone, c.Time)
-	return Result{}, nil, err
+	return Result{Held: held}, nil, err
 }
 
 // checkFence refuses a prepare in zone with ErrBusy while a fence holds.
@@ -165,16 +170,17 @@ func (r *Replica) Fence(ctx context.Context, zone string, id txn.ID) error {
 	}
 }
 
-// Unfence removes fence id of zone. Removing a fence that is gone is
-// harmless. cut, when not nil, is recorded as the cut of zone serial (the
-// router's, JSON) if the fence was still held.
-func (r *Replica) Unfence(ctx context.Context, zone string, id txn.ID, serial uint32, cut []byte) error {
+// Unfence removes fence id of zone and reports whether it still held (see
+// applyTxUnfence). Removing a fence that is gone is harmless. cut, when not
+// nil, is recorded as the cut of zone serial (the router's, JSON) if the
+// fence still held.
+func (r *Replica) Unfence(ctx context.Context, zone string, id txn.ID, serial uint32, cut []byte) (bool, error) {
 	var meta []byte
 	if cut != nil {
 		meta = append(binary.BigEndian.AppendUint32(nil, serial), cut...)
 	}
-	_, err := r.propose(ctx, &command{Op: opTxUnfence, Zone: zone, Tx: id, Time: txTime(), Meta: meta})
-	return err
+	res, err := r.propose(ctx, &command{Op: opTxUnfence, Zone: zone, Tx: id, Time: txTime(), Meta: meta})
+	return res.Held, err
 }
 
 // XfrStart is the state a transfer stream was read from.
