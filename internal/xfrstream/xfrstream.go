@@ -149,17 +149,40 @@ func (r *Reader) Next() ([]dns.RR, error) {
 		return nil, fmt.Errorf("transfer frame of %d bytes", n)
 	}
 	if cap(r.buf) < int(n) {
-		r.buf = make([]byte, n)
-	}
-	b := r.buf[:n]
-	if _, err := io.ReadFull(r.r, b); err != nil {
+		// Grow as the bytes arrive, not as the length says.
+		var bb bytes.Buffer
+		bb.Grow(min(int(n), 64<<10))
+		if got, err := io.CopyN(&bb, r.r, int64(n)); err != nil || got != int64(n) {
+			return nil, fmt.Errorf("%w: %v", ErrShort, err)
+		}
+		r.buf = bb.Bytes()
+	} else if _, err := io.ReadFull(r.r, r.buf[:n]); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrShort, err)
 	}
+	b := r.buf[:n]
 	m := new(dns.Msg)
 	if err := m.Unpack(b); err != nil {
 		return nil, fmt.Errorf("transfer frame: %w", err)
 	}
+	for _, rr := range m.Answer {
+		// No meta types, no other class, and RDATA: a header alone (as an
+		// UPDATE deletes with) is no record of a zone.
+		if h := rr.Header(); h.Class != dns.ClassINET || !zoneType(h.Rrtype) || h.Rdlength == 0 {
+			return nil, fmt.Errorf("transfer frame: %s record of class %s and %d bytes of RDATA is no zone data", dns.TypeToString[h.Rrtype], dns.ClassToString[h.Class], h.Rdlength)
+		}
+	}
 	return m.Answer, nil
+}
+
+// zoneType reports whether a zone may hold records of type t: not the
+// query and meta types (RFC 6895 section 3.1).
+func zoneType(t uint16) bool {
+	switch t {
+	case dns.TypeNone, dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeIXFR, dns.TypeAXFR,
+		dns.TypeMAILA, dns.TypeMAILB, dns.TypeANY:
+		return false
+	}
+	return true
 }
 
 // ParseUint32 reads a serial header.

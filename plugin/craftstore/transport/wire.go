@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -157,11 +158,8 @@ func (f *frameReader) next() (*raftpb.Message, error) {
 	if n == 0 {
 		return nil, nil // keepalive
 	}
-	if cap(f.buf) < n {
-		f.buf = make([]byte, n)
-	}
-	b := f.buf[:n]
-	if _, err := io.ReadFull(f.r, b); err != nil {
+	b, err := readFrame(f.r, n, &f.buf)
+	if err != nil {
 		return nil, fmt.Errorf("reading frame: %w", noEOF(err))
 	}
 	if cap(f.buf) > 1<<20 {
@@ -172,6 +170,28 @@ func (f *frameReader) next() (*raftpb.Message, error) {
 		return nil, fmt.Errorf("decoding frame: %w", err)
 	}
 	return m, nil
+}
+
+// readFrame reads n bytes from r into *buf, or into a buffer that grows as
+// the bytes arrive when *buf is smaller: a peer that announces a large
+// frame and sends little makes the member allocate little.
+func readFrame(r io.Reader, n int, buf *[]byte) ([]byte, error) {
+	if n <= cap(*buf) {
+		b := (*buf)[:n]
+		_, err := io.ReadFull(r, b)
+		return b, err
+	}
+	var bb bytes.Buffer
+	bb.Grow(min(n, 64<<10))
+	got, err := io.CopyN(&bb, r, int64(n))
+	if err == io.EOF && got < int64(n) {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return nil, err
+	}
+	*buf = bb.Bytes()
+	return *buf, nil
 }
 
 // noEOF turns io.EOF inside a structure into io.ErrUnexpectedEOF.
