@@ -130,11 +130,11 @@ func (s *serials) serialLocked(zone string) (uint32, bool) {
 	if z == nil || len(z.shards) == 0 {
 		return 0, false
 	}
-	states := make([]shardSerial, 0, len(z.shards))
+	var sum serialSum
 	for _, sh := range z.shards {
-		states = append(states, sh)
+		sum.add(sh)
 	}
-	serial := sumSerials(states)
+	serial := sum.value()
 	if z.showed && !zoneapi.SerialAfter(serial, z.shown) {
 		return z.shown, true
 	}
@@ -142,19 +142,22 @@ func (s *serials) serialLocked(zone string) (uint32, bool) {
 	return serial, true
 }
 
-// sumSerials is the zone serial of the shards' states: the highest base
-// plus every shard's changes since its base, in RFC 1982 arithmetic.
-func sumSerials(states []shardSerial) uint32 {
-	first := true
-	var base, changes uint32
-	for _, sh := range states {
-		if first || zoneapi.SerialAfter(sh.base, base) {
-			base, first = sh.base, false
-		}
-		changes += sh.serial - sh.base // modulo 2^32
-	}
-	return base + changes
+// serialSum adds up the zone serial of shards' states: the highest base
+// plus every shard's changes since its base, in RFC 1982 arithmetic. The
+// zero value holds no state; it allocates nothing (the query path uses it).
+type serialSum struct {
+	base, changes uint32
+	any           bool
 }
+
+func (s *serialSum) add(sh shardSerial) {
+	if !s.any || zoneapi.SerialAfter(sh.base, s.base) {
+		s.base, s.any = sh.base, true
+	}
+	s.changes += sh.serial - sh.base // modulo 2^32
+}
+
+func (s serialSum) value() uint32 { return s.base + s.changes }
 
 // zoneSerial returns the serial to present for zone (canonical), asking
 // the shards whose serial the router does not know first, and, without

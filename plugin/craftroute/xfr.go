@@ -8,8 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -242,66 +240,53 @@ func (sc *shardClient) openXfrs(ctx context.Context, shards []*Shard, origin str
 
 func (sc *shardClient) tryOpenXfrs(ctx context.Context, shards []*Shard, origin string, from func(*Shard) (uint32, bool), record bool) (xs []*shardXfr, busy bool, err error) {
 	id := txn.NewID()
-	xs = make([]*shardXfr, len(shards))
-	errs := make([]error, len(shards))
-	busies := make([]bool, len(shards))
-	// One shard after the other, in the order of their names: two routers'
+	closeAll := func() {
+		for _, x := range xs {
+			x.body.Close()
+		}
+	}
+	// One shard after the other, in the order of their names: two
 	// transfers of a zone then never hold a fence each that the other
 	// waits for.
-	order := make([]int, len(shards))
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(i, j int) bool { return shards[order[i]].Name < shards[order[j]].Name })
-	for _, i := range order {
-		s := shards[i]
+	for _, s := range byName(shards) {
 		serial, net := from(s)
 		query := "fence=" + id.String() + "&serial=" + strconv.FormatUint(uint64(serial), 10)
 		if net {
 			query += "&net=1"
 		}
-		xs[i], busies[i], errs[i] = sc.openXfr(ctx, s, origin, query)
-		if errs[i] != nil {
-			break
+		x, busy, err := sc.openXfr(ctx, s, origin, query)
+		if err != nil {
+			closeAll()
+			go sc.unfence(shards, origin, id, nil)
+			return nil, busy, err
 		}
+		xs = append(xs, x)
 	}
-	// Every stream began (or failed): the fences have served. The cut is
-	// recorded with them when every stream began.
-	var cut *xfrstream.Cut
-	if record && !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
-		cut = &xfrstream.Cut{Shards: map[string]xfrstream.State{}}
-		states := make([]shardSerial, len(xs))
-		for i, x := range xs {
-			states[i] = shardSerial{serial: x.serial, base: x.base}
+	// Every stream began: the fences have served.
+	if !record {
+		// Key mode zone (one shard, no transactions): they go in the
+		// background.
+		go sc.unfence(shards, origin, id, nil)
+	} else {
+		// The cut is recorded as the fences go, before anything is sent,
+		// so that an IXFR from its serial finds it.
+		cut := &xfrstream.Cut{Shards: map[string]xfrstream.State{}}
+		var sum serialSum
+		for _, x := range xs {
+			sum.add(shardSerial{serial: x.serial, base: x.base})
 			cut.Shards[x.shard.Name] = xfrstream.State{Serial: x.serial, Base: x.base}
 		}
-		cut.Serial = sumSerials(states)
+		cut.Serial = sum.value()
+		if !sc.unfence(shards, origin, id, cut) {
+			// A fence ran out (or its removal failed) before every shard
+			// held one: a transaction may have prepared on a shard read
+			// before and committed on one read after. Try again with new
+			// fences.
+			closeAll()
+			return nil, true, fmt.Errorf("a transfer fence of %s ran out before every shard held one", origin)
+		}
 		for _, x := range xs {
 			x.zoneSerial = cut.Serial
-		}
-	}
-	closeAll := func() {
-		for _, x := range xs {
-			if x != nil {
-				x.body.Close()
-			}
-		}
-	}
-	if cut == nil {
-		// Key mode zone (one shard, no transactions), or a failed open:
-		// the fences go in the background.
-		go sc.unfence(shards, origin, id, nil)
-	} else if !sc.unfence(shards, origin, id, cut) {
-		// A fence ran out (or its removal failed) before every shard held
-		// one: a transaction may have prepared on a shard read before and
-		// committed on one read after. Try again with new fences.
-		closeAll()
-		return nil, true, fmt.Errorf("a transfer fence of %s ran out before every shard held one", origin)
-	}
-	for i := range shards {
-		if errs[i] != nil {
-			closeAll()
-			return nil, busies[i], errs[i]
 		}
 	}
 	for _, x := range xs {

@@ -27,16 +27,16 @@ import (
 // fences every shard before it removes any fence, and so reads one
 // consistent snapshot of a zone that spans them (replica/fence.go).
 
-func xfrSerial(r *http.Request) (uint32, error) {
-	s := r.URL.Query().Get("serial")
+// parseSerial reads a serial of a query or path ("" is 0, none).
+func parseSerial(s string) (uint32, error) {
 	if s == "" {
 		return 0, nil
 	}
-	v, err := strconv.ParseUint(s, 10, 32)
+	v, err := xfrstream.ParseUint32(s)
 	if err != nil {
 		return 0, zoneapi.BadRequest("serial %q: not a serial number", s)
 	}
-	return uint32(v), nil
+	return v, nil
 }
 
 // xfr streams a transfer of the zone, after setting a fence when the
@@ -52,7 +52,7 @@ func (a *apiServer) xfr(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	serial, err := xfrSerial(r)
+	serial, err := parseSerial(r.URL.Query().Get("serial"))
 	if err != nil {
 		fail(w, err)
 		return
@@ -143,12 +143,12 @@ func (a *apiServer) xfrCut(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	serial, err := strconv.ParseUint(r.PathValue("serial"), 10, 32)
+	serial, err := parseSerial(r.PathValue("serial"))
 	if err != nil {
-		fail(w, zoneapi.BadRequest("serial %q: not a serial number", r.PathValue("serial")))
+		fail(w, err)
 		return
 	}
-	raw := a.rep.Cut(origin, uint32(serial))
+	raw := a.rep.Cut(origin, serial)
 	if raw == nil {
 		fail(w, replica.Errorf(replica.ErrNotFound, "no cut of zone %q at serial %d is kept", origin, serial))
 		return

@@ -122,7 +122,7 @@ func netChanges(g *bolt.Bucket, origin string, serial uint32, soa *dns.SOA) (old
 				}
 				continue
 			}
-			k := rrText(rr)
+			k := xfrstream.Text(rr)
 			if _, ok := fresh[k]; ok {
 				delete(fresh, k)
 			} else {
@@ -133,7 +133,7 @@ func netChanges(g *bolt.Bucket, origin string, serial uint32, soa *dns.SOA) (old
 			if _, isSOA := rr.(*dns.SOA); isSOA {
 				continue
 			}
-			k := rrText(rr)
+			k := xfrstream.Text(rr)
 			if _, ok := gone[k]; ok {
 				delete(gone, k)
 			} else {
@@ -147,9 +147,6 @@ func netChanges(g *bolt.Bucket, origin string, serial uint32, soa *dns.SOA) (old
 	}
 	return old, sortedRRs(gone), sortedRRs(fresh), true, nil
 }
-
-// rrText is xfrstream.Text.
-func rrText(rr dns.RR) string { return xfrstream.Text(rr) }
 
 // sortedRRs returns the RRs of m in the order of xfrstream.Less, which a
 // router merges the shards' differences in.
