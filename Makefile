@@ -86,14 +86,9 @@ test-race:
 
 # Every fuzz target (go test -list '^Fuzz') of the plugins and internal/,
 # one after the other, each for FUZZTIME; the seed corpora are the f.Add
-# calls and testdata/fuzz.
+# calls and testdata/fuzz. .ci/fuzz prints executions per target at the end.
 fuzz:
-	@for pkg in $$($(GO) list ./plugin/... ./internal/...); do \
-		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-			echo "fuzz: $$pkg $$f for $(FUZZTIME)"; \
-			$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
-		done; \
-	done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) ./.ci/fuzz
 
 dropin:
 	./integration/dropin/dropin.sh
