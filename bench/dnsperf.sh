@@ -70,7 +70,7 @@ start whoami "$SERVER_CPU"
 who_pid=$LAST_PID
 
 wait_http "$cs_pid" craftstore "http://127.0.0.1:$cs_ready/ready"
-put=$(curl -sS --max-time 300 -X PUT --data-binary @"$WORK/zone" \
+put=$(curl -sS --max-time 300 -X PUT -H 'Content-Type: text/dns' --data-binary @"$WORK/zone" \
 	-w ' %{http_code} %{time_total}' "http://127.0.0.1:$cs_api/v1/zones/example.org") ||
 	die "PUT of the zone failed: $put"
 case "$put" in *' 200 '*) ;; *) die "PUT of the zone failed: $put" ;; esac

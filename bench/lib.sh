@@ -217,7 +217,7 @@ shard_lines() {
 put_zone() {
 	local label=$1 api=$2 out end=$((SECONDS + 60))
 	while :; do
-		out=$(curl -sS --max-time 300 -X PUT --data-binary @"$WORK/zone" -w ' %{http_code}' \
+		out=$(curl -sS --max-time 300 -X PUT -H 'Content-Type: text/dns' --data-binary @"$WORK/zone" -w ' %{http_code}' \
 			"http://127.0.0.1:$api/v1/zones/example.org" 2>&1) && [ "${out##* }" = 200 ] && break
 		[ $SECONDS -lt $end ] || die "$label: PUT of the zone failed: $out"
 		sleep 1

@@ -67,7 +67,7 @@ EOF
 # put NAME URL: PUT the zone to an API (a member's or a router's).
 put() {
 	local out
-	out=$(curl -sS --max-time 300 -X PUT --data-binary @"$WORK/zone" \
+	out=$(curl -sS --max-time 300 -X PUT -H 'Content-Type: text/dns' --data-binary @"$WORK/zone" \
 		-w ' %{http_code} %{time_total}' "$2/v1/zones/example.org") || die "$1: PUT of the zone failed: $out"
 	case "$out" in *' 200 '*) ;; *) die "$1: PUT of the zone failed: $out" ;; esac
 	echo "# $1: PUT /v1/zones/example.org in ${out##* }s" >&2
@@ -227,7 +227,7 @@ done
 writer() {
 	local i=0 end=$((SECONDS + DURATION))
 	while [ "$i" -lt $((DURATION * 20)) ] && [ "$SECONDS" -lt "$end" ]; do
-		curl -fsS -o /dev/null --max-time 5 -X POST "http://127.0.0.1:$split_api/v1/zones/example.org/records" \
+		curl -fsS -o /dev/null --max-time 5 -H "Content-Type: application/json" -X POST "http://127.0.0.1:$split_api/v1/zones/example.org/records" \
 			-d "{\"add\": [\"bench-w$i.example.org. 60 IN A 192.0.2.1\"]}" || true
 		i=$((i + 1))
 		sleep 0.05

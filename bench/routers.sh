@@ -91,7 +91,7 @@ perf() {
 writer() {
 	local i
 	for i in $(seq "$1"); do
-		curl -fsS -o /dev/null --max-time 5 -X POST "http://127.0.0.1:$r2_api/v1/zones/example.org/records" \
+		curl -fsS -o /dev/null --max-time 5 -H "Content-Type: application/json" -X POST "http://127.0.0.1:$r2_api/v1/zones/example.org/records" \
 			-d "{\"add\": [\"bench-w$i.example.org. 60 IN A 192.0.2.1\"]}" || true
 		sleep 0.05
 	done
@@ -109,7 +109,7 @@ for label in before after; do
 	# leases, each waits for its notices to both routers).
 	t0=$(date +%s%N)
 	for i in $(seq 200); do
-		curl -fsS -o /dev/null --max-time 5 -X POST "http://127.0.0.1:$r1_api/v1/zones/example.org/records" \
+		curl -fsS -o /dev/null --max-time 5 -H "Content-Type: application/json" -X POST "http://127.0.0.1:$r1_api/v1/zones/example.org/records" \
 			-d "{\"add\": [\"lat-w$i.example.org. 60 IN A 192.0.2.3\"]}" || die "$label: write $i failed"
 	done
 	eval "${label}_wlat=$(calc %.2f "($(date +%s%N) - $t0) / 200 / 1e6")"
@@ -129,7 +129,7 @@ for label in before after; do
 	if [ "$label" = after ]; then
 		stale=0
 		for i in $(seq 100); do
-			curl -fsS -o /dev/null --max-time 5 -X POST "http://127.0.0.1:$r2_api/v1/zones/example.org/records" \
+			curl -fsS -o /dev/null --max-time 5 -H "Content-Type: application/json" -X POST "http://127.0.0.1:$r2_api/v1/zones/example.org/records" \
 				-d "{\"add\": [\"check-$i.example.org. 60 IN A 192.0.2.2\"]}" || die "write through router 2 failed"
 			dig +time=2 +tries=1 +norec -p "$r1_dns" @127.0.0.1 "check-$i.example.org" A | grep -q 'status: NOERROR' ||
 				stale=$((stale + 1))

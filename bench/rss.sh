@@ -67,7 +67,7 @@ row "craftstore empty" "$cs_pid"
 
 echo "# PUT /v1/zones/example.org ($RECORDS records) ..." >&2
 t0=$(date +%s.%N)
-code=$(curl -sS --max-time "$PUT_TIMEOUT" -X PUT --data-binary @"$WORK/zone" -o "$WORK/put.out" \
+code=$(curl -sS --max-time "$PUT_TIMEOUT" -X PUT -H 'Content-Type: text/dns' --data-binary @"$WORK/zone" -o "$WORK/put.out" \
 	-w '%{http_code}' "http://127.0.0.1:$cs_api/v1/zones/example.org") || code="curl failed ($?)"
 put_s=$(calc %.1f "$(date +%s.%N) - $t0")
 if [ "$code" != 200 ]; then

@@ -185,13 +185,18 @@ type API struct {
 }
 
 // Do sends body (nil, a string sent as is, or a value sent as JSON) and
-// decodes the reply into out (a *string takes it as text).
+// decodes the reply into out (a *string takes it as text). A string body
+// of a PUT goes as a zone file (text/dns), any other body as JSON.
 func (a API) Do(method, path string, body any, out any) (int, error) {
 	var rd io.Reader
+	ctype := "application/json"
 	switch b := body.(type) {
 	case nil:
 	case string:
 		rd = strings.NewReader(b)
+		if method == http.MethodPut {
+			ctype = "text/dns"
+		}
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {
@@ -207,6 +212,9 @@ func (a API) Do(method, path string, body any, out any) (int, error) {
 	}
 	if a.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.Token)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", ctype)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"net"
 	"net/http"
 	"path"
@@ -25,6 +26,35 @@ func CleanPaths(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// Media types of request bodies.
+const (
+	JSON = "application/json"
+	Zone = "text/dns" // RFC 4027: a zone file
+)
+
+// Body answers 415 with a JSON error for a request that has a body whose
+// Content-Type is not ctype (parameters such as charset aside), and passes
+// the others, those without a body too, to h: a client that sends a body
+// says what it is, and nothing is read of one that is something else.
+func Body(ctype string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			got := r.Header.Get("Content-Type")
+			if mt, _, err := mime.ParseMediaType(got); err != nil || mt != ctype {
+				if r.Method == http.MethodPatch {
+					w.Header().Set("Accept-Patch", ctype)
+				}
+				if got == "" {
+					got = "none"
+				}
+				WriteError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %s: this body must be %s", got, ctype))
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // Auth requires "Authorization: Bearer token" on every request when token

@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/miekg/dns"
+
+	"github.com/craftdns/craftdns/internal/httpapi"
 )
 
 // Limits and defaults.
@@ -24,6 +26,9 @@ const (
 	// DefaultMaxZoneRecords bounds the records of a zone an import makes
 	// (max_zone_records), $GENERATE expansions counted.
 	DefaultMaxZoneRecords = 10_000_000
+	// DefaultMaxChangeRecords bounds the records one API change adds and
+	// deletes together (max_change_records).
+	DefaultMaxChangeRecords = 10_000
 	// DefaultTTL is the TTL of records written without one (RFC 1035 master
 	// files take it from $TTL; the API's record texts may omit it).
 	DefaultTTL = 3600
@@ -58,10 +63,10 @@ type Handlers struct {
 // Register adds the zone and record paths to mux.
 func (h Handlers) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/zones", h.ListZones)
-	mux.HandleFunc("PUT /v1/zones/{zone}", h.PutZone)
+	mux.HandleFunc("PUT /v1/zones/{zone}", httpapi.Body(httpapi.Zone, h.PutZone))
 	mux.HandleFunc("GET /v1/zones/{zone}", h.GetZone)
 	mux.HandleFunc("DELETE /v1/zones/{zone}", h.DeleteZone)
-	mux.HandleFunc("POST /v1/zones/{zone}/records", h.ChangeRecords)
+	mux.HandleFunc("POST /v1/zones/{zone}/records", httpapi.Body(httpapi.JSON, h.ChangeRecords))
 	mux.HandleFunc("GET /v1/zones/{zone}/records", h.GetRecords)
 }
 
@@ -190,6 +195,26 @@ func ReadChange(body io.Reader) (Change, error) {
 		return Change{}, BadRequest("nothing to add or delete")
 	}
 	return c, nil
+}
+
+// CheckChangeSize refuses, with 413, a change whose additions and
+// deletions number more than max (max_change_records); 0: no limit.
+func CheckChangeSize(c Change, max int) error {
+	if n := len(c.Add) + len(c.Delete); max > 0 && n > max {
+		return Errorf(http.StatusRequestEntityTooLarge, "%d records in one change, at most %d (max_change_records): nothing was written", n, max)
+	}
+	return nil
+}
+
+// CheckGrowth refuses, with 413, a change that adds adds records to a zone
+// of records records when that makes more than max (max_zone_records; 0:
+// no limit). Additions are counted as new records, so a zone at its limit
+// takes a change that deletes first and adds in a second one.
+func CheckGrowth(origin string, records, adds, max int) error {
+	if max > 0 && adds > 0 && records+adds > max {
+		return Errorf(http.StatusRequestEntityTooLarge, "zone %q holds %d records and the change adds %d: more than %d (max_zone_records): nothing was written", origin, records, adds, max)
+	}
+	return nil
 }
 
 // SignedType reports the DNSSEC types (RFC 4034, 5155, 7344, 8976; SIG,

@@ -52,7 +52,7 @@ func newFakeAPI(t *testing.T, name string) *fakeAPI {
 	mux := http.NewServeMux()
 	zoneapi.Handlers{ListZones: f.list, PutZone: f.put, GetZone: f.get, DeleteZone: f.del,
 		ChangeRecords: f.change, GetRecords: f.records}.Register(mux)
-	mux.HandleFunc("POST /v1/txn/{id}/{step}", f.txStep)
+	mux.HandleFunc("POST /v1/txn/{id}/{step}", httpapi.Body(httpapi.JSON, f.txStep))
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
@@ -557,6 +557,57 @@ func TestAPIChangeBadRequests(t *testing.T) {
 	}
 	if status, out := call(t, "POST", base+"/v1/zones/example.net./records", "", `{"add":["www.example.net. 300 IN A 192.0.2.1"]}`); status != http.StatusNotFound {
 		t.Errorf("change of an unknown zone: expected 404, got %d %s", status, out)
+	}
+}
+
+// TestAPIContentType: the router refuses a body of the wrong type with 415
+// before any shard sees it, and sends the shards the types they ask for
+// (the fake shards refuse others as members do).
+func TestAPIContentType(t *testing.T) {
+	_, ff, base := apiRouter(t, keyName, 2, "")
+	change := `{"add":["www 300 IN A 192.0.2.1"]}`
+	for _, tc := range []struct{ method, path, ctype, body string }{
+		{"PUT", "/v1/zones/example.org.", "", splitZone()},
+		{"PUT", "/v1/zones/example.org.", "application/json", splitZone()},
+		{"POST", "/v1/zones/example.org./records", "", change},
+		{"POST", "/v1/zones/example.org./records", "text/dns", change},
+	} {
+		status, body := apitest.CallType(t, tc.method, base+tc.path, "", tc.ctype, tc.body)
+		if status != http.StatusUnsupportedMediaType || !strings.Contains(string(body), "Content-Type") {
+			t.Errorf("%s %s as %q: expected 415 with a JSON error, got %d %s", tc.method, tc.path, tc.ctype, status, body)
+		}
+	}
+	for name, f := range ff {
+		if got := f.requests(""); len(got) != 0 {
+			t.Errorf("expected no request on shard %s, got %v", name, got)
+		}
+	}
+	if status, body := apitest.CallType(t, "PUT", base+"/v1/zones/example.org.", "", "text/dns", splitZone()); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, body)
+	}
+	if status, body := apitest.CallType(t, "POST", base+"/v1/zones/example.org./records", "", "application/json", `{"add":["www 300 IN A 192.0.2.1","mail 300 IN A 192.0.2.2","ftp 300 IN A 192.0.2.3"]}`); status != http.StatusOK {
+		t.Errorf("POST over the shards: %d %s", status, body)
+	}
+}
+
+// TestAPIMaxChangeRecords: in key mode name the router refuses a change
+// over max_change_records with 413 before any shard sees it.
+func TestAPIMaxChangeRecords(t *testing.T) {
+	c, ff, base := apiRouter(t, keyName, 2, "")
+	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, body)
+	}
+	c.cfg.maxChange = 2
+	before := len(ff["s0"].requests("")) + len(ff["s1"].requests(""))
+	status, body := call(t, "POST", base+"/v1/zones/example.org./records", "", `{"add":["a 300 IN A 192.0.2.1","b 300 IN A 192.0.2.1"],"delete":[{"name":"www"}]}`)
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "max_change_records") {
+		t.Errorf("expected 413 naming max_change_records, got %d %s", status, body)
+	}
+	if after := len(ff["s0"].requests("")) + len(ff["s1"].requests("")); after != before {
+		t.Errorf("expected no shard request for a refused change, got %d more", after-before)
+	}
+	if status, body := call(t, "POST", base+"/v1/zones/example.org./records", "", `{"add":["a 300 IN A 192.0.2.1","b 300 IN A 192.0.2.1"]}`); status != http.StatusOK {
+		t.Errorf("a change at the limit: %d %s", status, body)
 	}
 }
 

@@ -22,6 +22,9 @@ import (
 // a bad body, errZoneAbsent, or failures to reach the shards.
 func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte) (map[*Shard]*zoneapi.Change, error) {
 	req, err := zoneapi.ReadChange(bytes.NewReader(body))
+	if err == nil {
+		err = zoneapi.CheckChangeSize(req, c.cfg.maxChange)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -70,6 +70,7 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 		load:       defaultLoad,
 		negCache:   defaultNegCache,
 		maxZone:    zoneapi.DefaultMaxZoneRecords,
+		maxChange:  zoneapi.DefaultMaxChangeRecords,
 		keys:       map[string]string{},
 		keyAlgs:    map[string]string{},
 		seeds:      map[string]string{},
@@ -199,6 +200,8 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 		cfg.negCache, err = a.Int(0)
 	case "max_zone_records":
 		cfg.maxZone, err = a.Int(0)
+	case "max_change_records":
+		cfg.maxChange, err = a.Int(0)
 	case "tsig":
 		var v string
 		if v, err = one(); err == nil {

@@ -34,6 +34,7 @@ func TestSetup(t *testing.T) {
 		load 1.5
 		negative_cache 0
 		max_zone_records 500
+		max_change_records 20
 		tsig `+key+`
 		api 127.0.0.1:0
 		shard_token s3cret
@@ -51,7 +52,7 @@ func TestSetup(t *testing.T) {
 		t.Errorf("expected the shard API without a trailing slash, got %v", got)
 	}
 	if cfg.key != keyZone || cfg.timeout != 300*time.Millisecond || cfg.downFor != 2*time.Second || cfg.probe != 0 ||
-		cfg.partitions != 1021 || cfg.load != 1.5 || cfg.negCache != 0 || cfg.maxZone != 500 || cfg.shardToken != "s3cret" || cfg.seeds["example.org."] != "zone.txt" {
+		cfg.partitions != 1021 || cfg.load != 1.5 || cfg.negCache != 0 || cfg.maxZone != 500 || cfg.maxChange != 20 || cfg.shardToken != "s3cret" || cfg.seeds["example.org."] != "zone.txt" {
 		t.Errorf("config: %+v", cfg)
 	}
 	for _, s := range cfg.shards { // timeout comes after the shards: every member has it
@@ -93,6 +94,7 @@ func TestSetupErrors(t *testing.T) {
 		{"craftroute {\nshard a 127.0.0.1\nload 1\n}", "above 1"},
 		{"craftroute {\nshard a 127.0.0.1\nnegative_cache -1\n}", "negative"},
 		{"craftroute {\nshard a 127.0.0.1\nmax_zone_records -1\n}", "negative"},
+		{"craftroute {\nshard a 127.0.0.1\nmax_change_records -1\n}", "negative"},
 		{"craftroute {\nshard a 127.0.0.1\ntsig /nonexistent\n}", "no such file"},
 		{"craftroute {\nshard a 127.0.0.1\napi 192.0.2.1:8053\n}", "needs a token"},
 		{"craftroute {\nshard a 127.0.0.1\nbogus\n}", "unknown property"},

@@ -20,13 +20,14 @@ import (
 // apiServer is the HTTP JSON API of one member (README.md, "HTTP API";
 // docs/design.md has the contract craftroute serves too).
 type apiServer struct {
-	srv     *http.Server
-	ln      net.Listener
-	rep     *replica.Replica
-	leases  *leases
-	token   string
-	timeout time.Duration
-	maxZone int // records of a zone an import makes (max_zone_records); 0: no limit
+	srv       *http.Server
+	ln        net.Listener
+	rep       *replica.Replica
+	leases    *leases
+	token     string
+	timeout   time.Duration
+	maxZone   int // records of a zone (max_zone_records): imports, and what changes add; 0: no limit
+	maxChange int // records one change adds and deletes (max_change_records); 0: no limit
 	// checkUpdate makes the state-independent checks of an UPDATE
 	// (Craftstore.checkUpdate) for the transaction parts routers send;
 	// nil: such parts are refused.
@@ -43,19 +44,19 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, l
 	mux := http.NewServeMux()
 	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
-	mux.HandleFunc("POST /v1/zones/{zone}/axfr", a.axfrZone)
+	mux.HandleFunc("POST /v1/zones/{zone}/axfr", httpapi.Body(httpapi.JSON, a.axfrZone))
 	mux.HandleFunc("GET /v1/zones/{zone}/xfr", a.xfr)
-	mux.HandleFunc("POST /v1/zones/{zone}/xfr", a.xfr)
-	mux.HandleFunc("DELETE /v1/zones/{zone}/xfr/{id}", a.unfence)
+	mux.HandleFunc("POST /v1/zones/{zone}/xfr", httpapi.Body(httpapi.JSON, a.xfr))
+	mux.HandleFunc("DELETE /v1/zones/{zone}/xfr/{id}", httpapi.Body(httpapi.JSON, a.unfence))
 	mux.HandleFunc("GET /v1/zones/{zone}/xfr/cuts/{serial}", a.xfrCut)
 	mux.HandleFunc("GET /v1/cluster", a.cluster)
 	mux.HandleFunc("GET /v1/health", a.health)
-	mux.HandleFunc("POST /v1/cluster/members", a.addMember)
+	mux.HandleFunc("POST /v1/cluster/members", httpapi.Body(httpapi.JSON, a.addMember))
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", a.removeMember)
-	mux.HandleFunc("POST /v1/txn/{id}/prepare", a.txPrepare)
-	mux.HandleFunc("POST /v1/txn/{id}/decide", a.txDecide)
-	mux.HandleFunc("POST /v1/txn/{id}/commit", a.txFinish)
-	mux.HandleFunc("POST /v1/txn/{id}/abort", a.txFinish)
+	mux.HandleFunc("POST /v1/txn/{id}/prepare", httpapi.Body(httpapi.JSON, a.txPrepare))
+	mux.HandleFunc("POST /v1/txn/{id}/decide", httpapi.Body(httpapi.JSON, a.txDecide))
+	mux.HandleFunc("POST /v1/txn/{id}/commit", httpapi.Body(httpapi.JSON, a.txFinish))
+	mux.HandleFunc("POST /v1/txn/{id}/abort", httpapi.Body(httpapi.JSON, a.txFinish))
 	a.srv = &http.Server{Handler: httpapi.Auth("craftstore", a.token, httpapi.CleanPaths(mux)), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -91,6 +92,9 @@ func fail(w http.ResponseWriter, err error) {
 
 // httpStatus is the HTTP status that answers an error of err's kind.
 func httpStatus(err error) int {
+	if status, _, ok := zoneapi.Status(err); ok {
+		return status
+	}
 	switch {
 	case errors.Is(err, replica.ErrInvalid):
 		return http.StatusBadRequest
@@ -236,7 +240,7 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	add, del, names, err := parseChange(origin, req)
+	add, del, names, err := a.parseChange(origin, req)
 	if err != nil {
 		fail(w, err)
 		return
@@ -253,8 +257,18 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseChange reads a record change of zone origin: its additions, its
-// deletions and the names they touch.
-func parseChange(origin string, req zoneapi.Change) (add []dns.RR, del []replica.Deletion, names []string, err error) {
+// deletions and the names they touch. It refuses a change over
+// max_change_records, and one whose additions would take the zone, as this
+// member holds it, over max_zone_records.
+func (a *apiServer) parseChange(origin string, req zoneapi.Change) (add []dns.RR, del []replica.Deletion, names []string, err error) {
+	if err := zoneapi.CheckChangeSize(req, a.maxChange); err != nil {
+		return nil, nil, nil, err
+	}
+	if z := a.rep.Zone(origin); z != nil {
+		if err := zoneapi.CheckGrowth(origin, z.Records(), len(req.Add), a.maxZone); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	add = make([]dns.RR, 0, len(req.Add))
 	for i, text := range req.Add {
 		rr, err := zoneapi.ParseRecord(origin, text)

@@ -152,6 +152,48 @@ func TestAPIRefusals(t *testing.T) {
 	}
 }
 
+// TestAPIContentType: a body says what it is, or it is refused with 415
+// and not read; the media type's parameters do not matter.
+func TestAPIContentType(t *testing.T) {
+	a, rep := newAPI(t, "")
+	url := "http://" + a.addr()
+	if code, raw := apitest.CallType(t, "PUT", url+"/v1/zones/example.org", "", "text/dns; charset=utf-8", apiZone); code != 200 {
+		t.Fatalf("expected 200 for a text/dns zone, got %d %s", code, raw)
+	}
+	change := `{"add":["new 60 IN A 192.0.2.77"]}`
+	tests := []struct{ method, path, ctype, body string }{
+		{"PUT", "/v1/zones/example.net", "", apiZone},
+		{"PUT", "/v1/zones/example.net", "application/json", apiZone},
+		{"PUT", "/v1/zones/example.net", "text/plain", apiZone},
+		{"PUT", "/v1/zones/example.net", "application/x-www-form-urlencoded", apiZone},
+		{"PUT", "/v1/zones/example.net", "text/dns;;", apiZone},
+		{"POST", "/v1/zones/example.org/records", "", change},
+		{"POST", "/v1/zones/example.org/records", "text/dns", change},
+		{"POST", "/v1/zones/example.org/records", "application/x-www-form-urlencoded", change},
+		{"POST", "/v1/zones/example.org/axfr", "text/plain", `{"primary":"127.0.0.1:1"}`},
+		{"POST", "/v1/cluster/members", "", `{"id":2,"raft":"127.0.0.1:7"}`},
+		{"POST", "/v1/txn/00000000000000000000000000000001/prepare", "text/plain", `{}`},
+		{"DELETE", "/v1/zones/example.org/xfr/00000000000000000000000000000001", "text/plain", `{"serial":1}`},
+	}
+	for _, tc := range tests {
+		code, raw := apitest.CallType(t, tc.method, url+tc.path, "", tc.ctype, tc.body)
+		var out map[string]string
+		json.Unmarshal(raw, &out)
+		if code != http.StatusUnsupportedMediaType || !strings.Contains(out["error"], "Content-Type") {
+			t.Errorf("%s %s as %q: expected 415 with a JSON error, got %d %s", tc.method, tc.path, tc.ctype, code, raw)
+		}
+	}
+	if soa := rep.Zone("example.org.").SOA(); soa.Serial != 1 || rep.Zone("example.net.") != nil {
+		t.Errorf("expected nothing written by refused bodies, got serial %d, example.net %v", soa.Serial, rep.Zone("example.net.") != nil)
+	}
+	if st, err := rep.Status(); err != nil || len(st.Members) != 1 {
+		t.Errorf("expected no member added, got %+v %v", st.Members, err)
+	}
+	if code, raw := apitest.CallType(t, "POST", url+"/v1/zones/example.org/records", "", "Application/JSON; charset=UTF-8", change); code != 200 {
+		t.Errorf("expected 200 for JSON with a charset, got %d %s", code, raw)
+	}
+}
+
 func TestAPIToken(t *testing.T) {
 	a, _ := newAPI(t, "s3cret")
 	for _, tok := range []string{"", "wrong"} {
@@ -204,5 +246,37 @@ func TestAPIMaxZoneRecords(t *testing.T) {
 	}
 	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.org", apiZone); code != http.StatusOK {
 		t.Errorf("a zone under the limit: %d %s", code, raw)
+	}
+}
+
+// TestAPIMaxChangeRecords: a change over max_change_records, or one whose
+// additions take the zone over max_zone_records, is refused with 413 and
+// writes nothing; deleting first makes room.
+func TestAPIMaxChangeRecords(t *testing.T) {
+	a, rep := newAPI(t, "")
+	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.org", apiZone); code != 200 {
+		t.Fatalf("expected 200, got %d %s", code, raw)
+	}
+	a.maxChange, a.maxZone = 3, 6 // the zone holds 4 records
+	for _, tc := range []struct{ body, knob string }{
+		{`{"add":["a 60 IN A 192.0.2.1","b 60 IN A 192.0.2.1"],"delete":[{"name":"x"},{"name":"y"}]}`, "max_change_records"},
+		{`{"add":["a 60 IN A 192.0.2.1","b 60 IN A 192.0.2.1","c 60 IN A 192.0.2.1"]}`, "max_zone_records"},
+	} {
+		code, out, raw := call(t, a, "", "POST", "/v1/zones/example.org/records", tc.body)
+		if msg, _ := out["error"].(string); code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, tc.knob) {
+			t.Errorf("%s: expected 413 naming %s, got %d %s", tc.body, tc.knob, code, raw)
+		}
+	}
+	if soa := rep.Zone("example.org.").SOA(); soa.Serial != 1 {
+		t.Errorf("expected nothing written (serial 1), got %d", soa.Serial)
+	}
+	if code, _, raw := call(t, a, "", "POST", "/v1/zones/example.org/records", `{"add":["a 60 IN A 192.0.2.1","b 60 IN A 192.0.2.1"]}`); code != 200 {
+		t.Errorf("a change up to the limits: %d %s", code, raw)
+	}
+	if code, _, raw := call(t, a, "", "POST", "/v1/zones/example.org/records", `{"delete":[{"name":"a"}]}`); code != 200 {
+		t.Errorf("a deletion at the zone limit: %d %s", code, raw)
+	}
+	if got := rep.Zone("example.org.").Records(); got != 5 {
+		t.Errorf("expected 5 records, got %d", got)
 	}
 }

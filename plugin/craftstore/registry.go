@@ -78,7 +78,7 @@ func (c *Craftstore) start() error {
 	if c.cfg.api != "" {
 		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep, m.leases, c.checkUpdate)
 		if m.api != nil {
-			m.api.maxZone = c.cfg.maxZone
+			m.api.maxZone, m.api.maxChange = c.cfg.maxZone, c.cfg.maxChange
 		}
 		if err != nil {
 			rep.Close()

@@ -38,7 +38,8 @@ type config struct {
 	timeout   time.Duration
 	allow     []allowRule // who may UPDATE what; none: updates refused
 	maxUpdate int         // records in one UPDATE
-	maxZone   int         // records in one zone an import makes; 0: no limit
+	maxZone   int         // records in one zone (imports, and what changes add); 0: no limit
+	maxChange int         // records one API change adds and deletes; 0: no limit
 	stale     string      // plain queries while not ready: "serve" (default) or "refuse"
 	dnsListen string      // this server block's address, advertised to the group
 }
@@ -72,7 +73,8 @@ func firstHost(hosts []string) string {
 
 func parse(c *caddy.Controller) (*Craftstore, error) {
 	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]seedSource{},
-		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords, maxZone: zoneapi.DefaultMaxZoneRecords, stale: "serve"}}
+		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords, maxZone: zoneapi.DefaultMaxZoneRecords,
+		maxChange: zoneapi.DefaultMaxChangeRecords, stale: "serve"}}
 	i := 0
 	for c.Next() {
 		if i > 0 {
@@ -165,6 +167,8 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		cfg.maxUpdate, err = a.Int(1)
 	case "max_zone_records":
 		cfg.maxZone, err = a.Int(0)
+	case "max_change_records":
+		cfg.maxChange, err = a.Int(0)
 	case "stale":
 		if cfg.stale, err = one(); err == nil && cfg.stale != "serve" && cfg.stale != "refuse" {
 			err = c.Errf("stale must be serve or refuse, not %q", cfg.stale)

@@ -45,18 +45,23 @@ func TestParse(t *testing.T) {
 		{input: `craftstore {
 			data /tmp/x
 		}`, check: func(t *testing.T, c *Craftstore) {
-			if c.cfg.maxZone != 10_000_000 {
-				t.Errorf("expected max_zone_records 10000000 by default, got %d", c.cfg.maxZone)
+			if c.cfg.maxZone != 10_000_000 || c.cfg.maxChange != 10_000 {
+				t.Errorf("expected max_zone_records 10000000 and max_change_records 10000 by default, got %d %d", c.cfg.maxZone, c.cfg.maxChange)
 			}
 		}},
 		{input: `craftstore {
 			data /tmp/x
 			max_zone_records 0
+			max_change_records 50
 		}`, check: func(t *testing.T, c *Craftstore) {
-			if c.cfg.maxZone != 0 {
-				t.Errorf("expected max_zone_records 0 (no limit), got %d", c.cfg.maxZone)
+			if c.cfg.maxZone != 0 || c.cfg.maxChange != 50 {
+				t.Errorf("expected max_zone_records 0 (no limit) and max_change_records 50, got %d %d", c.cfg.maxZone, c.cfg.maxChange)
 			}
 		}},
+		{input: `craftstore {
+			data /tmp/x
+			max_change_records x
+		}`, wantErr: "not an integer"},
 		{input: `craftstore {
 			data /tmp/x
 			max_zone_records -5

@@ -55,7 +55,7 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	switch {
 	case p.Change != nil && p.Update == nil:
-		add, del, names, err := parseChange(origin, *p.Change)
+		add, del, names, err := a.parseChange(origin, *p.Change)
 		if err == nil {
 			err = a.rep.TxPrepareChange(ctx, id, origin, add, del, meta)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -133,8 +134,9 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 }
 
 // checkUpdate makes the checks of an UPDATE of zone origin signed with key
-// that do not depend on the zone's state: updates enabled, size, form
-// (RFC 2136 §3.4.1) and the allow rules. The UPDATE path and the
+// that come before its prerequisites: updates enabled, size, form (RFC 2136
+// §3.4.1), the allow rules, and that its additions do not take the zone, as
+// this member holds it, over max_zone_records. The UPDATE path and the
 // transaction parts the routers send (txnapi.go) both make them. It returns
 // NOERROR, or the rcode, Extended DNS Error code and text that refuse it.
 func (c *Craftstore) checkUpdate(origin, key string, prereq, updates []dns.RR) (int, uint16, string) {
@@ -152,6 +154,19 @@ func (c *Craftstore) checkUpdate(origin, key string, prereq, updates []dns.RR) (
 		if !c.permits(origin, key, h.Name, h.Rrtype) {
 			return dns.RcodeRefused, dns.ExtendedErrorCodeProhibited,
 				fmt.Sprintf("key %s may not update %s %s", key, h.Name, dns.TypeToString[h.Rrtype])
+		}
+	}
+	adds := 0
+	for _, rr := range updates {
+		if rr.Header().Class == dns.ClassINET {
+			adds++
+		}
+	}
+	if rep := c.rep.Load(); rep != nil {
+		if z := rep.Zone(origin); z != nil {
+			if err := zoneapi.CheckGrowth(origin, z.Records(), adds, c.cfg.maxZone); err != nil {
+				return dns.RcodeRefused, dns.ExtendedErrorCodeOther, err.Error()
+			}
 		}
 	}
 	return dns.RcodeSuccess, 0, ""

@@ -1,6 +1,7 @@
 package craftstore
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -40,6 +41,45 @@ func TestAllowRules(t *testing.T) {
 	for _, args := range [][]string{{"k."}, {"k.", "@"}, {"k.", "@", "BOGUS"}, {"k.", "@", "*", "A"}, {"k.", "bad..name", "A"}} {
 		if _, err := parseAllow(args); err == nil {
 			t.Errorf("expected an error for allow %v", args)
+		}
+	}
+}
+
+// TestCheckUpdateLimits: an UPDATE over max_update_records, or whose
+// additions take the zone over max_zone_records, is refused before it is
+// proposed; deletions (class NONE and ANY) do not count as additions.
+func TestCheckUpdateLimits(t *testing.T) {
+	rep, _ := newZoneMember(t)
+	cs := &Craftstore{Zones: []string{"org."}}
+	cs.rep.Store(rep)
+	rule, err := parseAllow([]string{"update.", "*", "*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := rep.Zone("example.org.").Records()
+	cs.cfg.allow, cs.cfg.maxUpdate, cs.cfg.maxZone = []allowRule{rule}, 4, n+2
+	rr := func(s string) dns.RR {
+		r, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	add := func(name string) dns.RR { return rr(name + ".example.org. 60 IN A 192.0.2.1") }
+	del := rr("www.example.org. 0 NONE A 192.0.2.1")
+	for _, tc := range []struct {
+		updates []dns.RR
+		rcode   int
+		why     string
+	}{
+		{[]dns.RR{add("a"), add("b")}, dns.RcodeSuccess, ""},
+		{[]dns.RR{add("a"), add("b"), add("c")}, dns.RcodeRefused, "max_zone_records"},
+		{[]dns.RR{add("a"), add("b"), del, del}, dns.RcodeSuccess, ""},
+		{[]dns.RR{add("a"), del, del, del, del}, dns.RcodeRefused, "at most 4"},
+	} {
+		rcode, _, why := cs.checkUpdate("example.org.", "update.", nil, tc.updates)
+		if rcode != tc.rcode || !strings.Contains(why, tc.why) {
+			t.Errorf("%d updates: expected %s %q, got %s %q", len(tc.updates), dns.RcodeToString[tc.rcode], tc.why, dns.RcodeToString[rcode], why)
 		}
 	}
 }
