@@ -343,7 +343,10 @@ func TestUpdateRace(t *testing.T) {
 
 // TestUpdateLimits checks the refusals that do not depend on the zone's
 // state: too many records (max_update_records, default 1024), a record
-// outside the zone (NOTZONE), a DNSSEC type (NOTIMP); nothing is written.
+// outside the zone (NOTZONE), a DNSSEC type (NOTIMP), RDATA the store
+// cannot write (FORMERR; found by FuzzUpdate: every member failed to apply
+// such an entry, and the group stopped); nothing is written, and the group
+// takes the next update.
 func TestUpdateLimits(t *testing.T) {
 	c := harness.StartUpdateCluster(t)
 	before := c.Serial(t, 2)
@@ -376,10 +379,24 @@ func TestUpdateLimits(t *testing.T) {
 		t.Errorf("expected NOTIMP for a DS record, got %v %v", r, err)
 	}
 
+	// A NINFO record with no RDATA: miekg/dns unpacks it and cannot pack it.
+	empty := newUpdate()
+	empty.Insert([]dns.RR{&dns.RFC3597{Hdr: dns.RR_Header{Name: "x.example.org.", Rrtype: dns.TypeNINFO, Class: dns.ClassINET, Ttl: 60}}})
+	if r, err := exchangeUpdate(empty, "udp", c.Addr(2)); err != nil || r.Rcode != dns.RcodeFormatError {
+		t.Errorf("expected FORMERR for a record with RDATA that cannot be stored, got %v %v", r, err)
+	}
+
 	if got := c.Serial(t, 2); got != before {
 		t.Errorf("expected serial %d to stay, got %d", before, got)
 	}
 	c.Everywhere(t, "big0.example.org", dns.TypeA, "NXDOMAIN")
+	next := newUpdate()
+	next.Insert([]dns.RR{mustRR(t, "after.example.org. 60 A 198.51.100.7")})
+	if r, err := exchangeUpdate(next, "udp", c.Addr(1)); err != nil || r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("expected the next update to succeed, got %v %v", r, err)
+	}
+	c.Converged(t, before+1)
+	c.Everywhere(t, "after.example.org", dns.TypeA, "198.51.100.7")
 }
 
 func extendedError(r *dns.Msg) string {

@@ -351,10 +351,13 @@ func TooManyRecords(origin string, max int) *Error {
 
 // CheckZone checks what a zone needs: every record as CheckRecord says,
 // exactly one SOA at the apex, NS records at the apex, no CNAME beside
-// other data (RFC 1034 section 3.6.2) nor at the apex.
+// other data (RFC 1034 section 3.6.2) nor at the apex, and one CNAME at
+// most at a name (RFC 2181 section 10.1: an alias has one canonical name;
+// a change replaces it, as RFC 2136 does).
 func CheckZone(origin string, rrs []dns.RR) error {
 	soa, ns := 0, 0
 	kinds := map[string]uint8{} // name -> 1 CNAME, 2 other data, 3 both
+	cnames := map[string]dns.RR{}
 	for _, rr := range rrs {
 		if err := CheckRecord(origin, rr); err != nil {
 			return err
@@ -372,6 +375,10 @@ func CheckZone(origin string, rrs []dns.RR) error {
 			}
 		}
 		if rr.Header().Rrtype == dns.TypeCNAME {
+			if other, ok := cnames[name]; ok && !dns.IsDuplicate(other, rr) {
+				return fmt.Errorf("two CNAME records at %q (RFC 2181 section 10.1: an alias has one canonical name)", rr.Header().Name)
+			}
+			cnames[name] = rr
 			kinds[name] |= 1
 		} else if t := rr.Header().Rrtype; t != dns.TypeRRSIG && t != dns.TypeNSEC && t != dns.TypeNSEC3 {
 			kinds[name] |= 2

@@ -39,6 +39,7 @@ func TestParseZoneErrors(t *testing.T) {
 		{head + "www 300 IN SOA ns1 h 1 2 3 4 5\n", "not at the zone apex"},
 		{head + "www 300 IN A 192.0.2\n", "A"},
 		{head + "www 300 IN CNAME x\nwww 300 IN TXT t\n", "CNAME and other data"},
+		{head + "www 300 IN CNAME x\nWWW 300 IN CNAME y\n", "two CNAME records"},
 		{head + "@ 300 IN CNAME x\n", "CNAME"},
 		{head + "$INCLUDE /etc/passwd\n", "include"},
 	} {

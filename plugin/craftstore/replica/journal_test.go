@@ -17,7 +17,7 @@ import (
 )
 
 // openGeneration opens a bare bbolt file with one generation bucket.
-func openGeneration(t *testing.T) *bolt.DB {
+func openGeneration(t testing.TB) *bolt.DB {
 	t.Helper()
 	db, err := bolt.Open(filepath.Join(t.TempDir(), "j.db"), 0o600, nil)
 	if err != nil {

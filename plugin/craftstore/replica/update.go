@@ -82,8 +82,26 @@ func CheckUpdate(zone string, prereq, updates []dns.RR) (int, string) {
 		if dnssecType(h.Rrtype) {
 			return dns.RcodeNotImplemented, fmt.Sprintf("%s records cannot be updated (no online signing)", dns.TypeToString[h.Rrtype])
 		}
+		if !storable(rr) {
+			return dns.RcodeFormatError, fmt.Sprintf("%s %s record with RDATA that cannot be stored", h.Name, dns.TypeToString[h.Rrtype])
+		}
 	}
 	return dns.RcodeSuccess, ""
+}
+
+// storable reports whether an update RR that adds or names a record (class
+// IN or NONE) packs again as the store writes it (appendRR): miekg/dns
+// unpacks some RDATA it cannot pack, such as a NINFO with none, and such a
+// record must be refused before it reaches the log, where every member
+// would fail to apply it. Deletions of class ANY hold no record.
+func storable(rr dns.RR) bool {
+	if rr.Header().Class == dns.ClassANY {
+		return true
+	}
+	x := dns.Copy(rr)
+	x.Header().Class = dns.ClassINET
+	_, err := dns.PackRR(x, make([]byte, dns.Len(x)), 0, nil, false)
+	return err == nil
 }
 
 // metaType reports the query and meta types (RFC 6895 §3.1) that no zone holds.
@@ -132,6 +150,14 @@ func applyUpdate(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 	m := new(dns.Msg)
 	if err := m.Unpack(c.Update); err != nil {
 		return Result{Rcode: dns.RcodeFormatError}, nil, nil
+	}
+	// CheckUpdate refused these before they were proposed; an entry that
+	// holds one anyway is refused here, before anything is written,
+	// rather than failing every member's apply.
+	for _, rr := range m.Ns {
+		if !storable(rr) {
+			return Result{Rcode: dns.RcodeFormatError}, nil, nil
+		}
 	}
 	w := &workset{zb: zb, names: map[string][]dns.RR{}}
 	apex, err := w.get(c.Zone)
