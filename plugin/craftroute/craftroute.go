@@ -23,6 +23,7 @@ package craftroute
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -113,7 +114,13 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// the block, which runs before the router, takes its own zones'.
 		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "this server is not a secondary of the zone: it takes no NOTIFY")
 	}
-	if r.Opcode != dns.OpcodeQuery || len(r.Question) == 0 {
+	if len(r.Question) == 0 {
+		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+	}
+	if r.Opcode != dns.OpcodeQuery {
+		if plugin.Zones(c.Zones).Matches(r.Question[0].Name) != "" {
+			return ede.Write(w, r, dns.RcodeNotImplemented, dns.ExtendedErrorCodeNotSupported, fmt.Sprintf("opcode %d is not implemented", r.Opcode))
+		}
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	if plugin.Zones(c.Zones).Matches(r.Question[0].Name) == "" {

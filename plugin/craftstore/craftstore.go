@@ -5,6 +5,7 @@ package craftstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,15 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	qname := dnsname.Lower(q.Name)
 	if plugin.Zones(c.Zones).Matches(qname) == "" {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
+	}
+	switch r.Opcode {
+	case dns.OpcodeQuery:
+	case dns.OpcodeNotify:
+		// A member takes its zones from its group's log, not from a
+		// primary (RFC 1996): it refuses a NOTIFY, as the routers do.
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "this server is not a secondary of the zone: it takes no NOTIFY")
+	default:
+		return ede.Write(w, r, dns.RcodeNotImplemented, dns.ExtendedErrorCodeNotSupported, fmt.Sprintf("opcode %d is not implemented", r.Opcode))
 	}
 	if q.Qclass != dns.ClassINET {
 		// The zones are class IN; one server refuses the names of its

@@ -116,3 +116,25 @@ func TestServeOtherClass(t *testing.T) {
 		}
 	}
 }
+
+// TestServeOpcodes: a NOTIFY for a stored zone is refused (a member is no
+// secondary), an opcode that passes CoreDNS's server but is not QUERY gets
+// NOTIMP; both with an Extended DNS Error.
+func TestServeOpcodes(t *testing.T) {
+	rep, _ := newZoneMember(t)
+	cs := &Craftstore{Zones: []string{"org."}}
+	cs.rep.Store(rep)
+	for op, want := range map[int]int{dns.OpcodeNotify: dns.RcodeRefused, dns.OpcodeStatus: dns.RcodeNotImplemented, 15: dns.RcodeNotImplemented} {
+		r := new(dns.Msg)
+		r.SetQuestion("example.org.", dns.TypeSOA)
+		r.Opcode = op
+		r.SetEdns0(1232, false)
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		if _, err := cs.ServeDNS(context.Background(), rec, r); err != nil || rec.Msg == nil {
+			t.Fatalf("opcode %d: nothing written, %v", op, err)
+		}
+		if rec.Msg.Rcode != want || ede.Of(rec.Msg) == nil || len(rec.Msg.Answer) != 0 {
+			t.Errorf("opcode %d: expected %s with an Extended DNS Error, got %v", op, dns.RcodeToString[want], rec.Msg)
+		}
+	}
+}
