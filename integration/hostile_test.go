@@ -50,6 +50,7 @@ func TestHostileInput(t *testing.T) {
 		m, err := harness.Query(r.addr(), origin, dns.TypeSOA)
 		return err == nil && m.Rcode == dns.RcodeSuccess
 	})
+	s.shardRecords(origin) // every member holds its shard's part
 	serials := s.memberSerials(t, origin)
 
 	t.Run("one server", func(t *testing.T) {
@@ -134,6 +135,9 @@ func (s *sharded) memberSerials(t *testing.T, zone string) map[string]uint32 {
 				if z.Zone == zone {
 					out[m.name] = z.Serial
 				}
+			}
+			if _, ok := out[m.name]; !ok {
+				t.Fatalf("member %s does not hold %s: %+v", m.name, zone, zones)
 			}
 		}
 	}

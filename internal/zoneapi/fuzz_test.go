@@ -32,6 +32,9 @@ func FuzzParseZone(f *testing.F) {
 			if !dns.IsSubDomain("example.org.", strings.ToLower(rr.Header().Name)) {
 				t.Fatalf("%v is outside the zone", rr)
 			}
+			if !Storable(rr) {
+				t.Fatalf("%v cannot be stored", rr)
+			}
 		}
 	})
 }
@@ -54,7 +57,7 @@ func FuzzRecordChange(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			if SignedType(rr.Header().Rrtype) || CheckRecord("example.org.", rr) != nil {
+			if SignedType(rr.Header().Rrtype) || CheckRecord("example.org.", rr) != nil || !Storable(rr) {
 				t.Fatalf("%q parsed into %v, which a change may not add", text, rr)
 			}
 		}

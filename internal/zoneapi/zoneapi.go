@@ -273,7 +273,19 @@ func CheckRecord(origin string, rr dns.RR) error {
 	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeANY:
 		return fmt.Errorf("record %q: type %s cannot be stored", h.Name, dns.TypeToString[h.Rrtype])
 	}
+	if !Storable(rr) {
+		return fmt.Errorf("record %q: its %s RDATA cannot be stored", h.Name, dns.TypeToString[h.Rrtype])
+	}
 	return nil
+}
+
+// Storable reports whether rr packs in the wire format the store keeps:
+// miekg/dns reads some RDATA it cannot write back, such as a NINFO with
+// none ("TYPE56 \# 0" in a zone file, or from the wire). Such a record is
+// refused before it is proposed.
+func Storable(rr dns.RR) bool {
+	_, err := dns.PackRR(rr, make([]byte, dns.Len(rr)), 0, nil, false)
+	return err == nil
 }
 
 // Deletion is one entry of Change.Delete: a record (RR set), or a name

@@ -40,6 +40,7 @@ func TestParseZoneErrors(t *testing.T) {
 		{head + "www 300 IN A 192.0.2\n", "A"},
 		{head + "www 300 IN CNAME x\nwww 300 IN TXT t\n", "CNAME and other data"},
 		{head + "www 300 IN CNAME x\nWWW 300 IN CNAME y\n", "two CNAME records"},
+		{head + "www 300 IN TYPE56 \\# 0\n", "cannot be stored"},
 		{head + "@ 300 IN CNAME x\n", "CNAME"},
 		{head + "$INCLUDE /etc/passwd\n", "include"},
 	} {
@@ -59,7 +60,7 @@ func TestParseRecord(t *testing.T) {
 	if err != nil || rr.Header().Name != "www.example.org." || rr.Header().Ttl != DefaultTTL {
 		t.Fatalf("expected www.example.org. with TTL %d, got %v %v", DefaultTTL, rr, err)
 	}
-	for _, bad := range []string{"", "www A 192.0.2.1\nftp A 192.0.2.2", "www.example.net. A 192.0.2.1", "www ANY", "www CH A 192.0.2.1"} {
+	for _, bad := range []string{"", "www A 192.0.2.1\nftp A 192.0.2.2", "www.example.net. A 192.0.2.1", "www ANY", "www CH A 192.0.2.1", `www TYPE56 \# 0`} {
 		if _, err := ParseRecord("example.org.", bad); err == nil {
 			t.Errorf("ParseRecord(%q): expected an error", bad)
 		}

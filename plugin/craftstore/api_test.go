@@ -108,6 +108,7 @@ func TestAPIRefusals(t *testing.T) {
 		msg                string
 	}{
 		{"POST", "/v1/zones/example.org/records", `{"add":["www IN A not-an-ip"]}`, 400, "add[0]"},
+		{"POST", "/v1/zones/example.org/records", `{"add":["x 60 IN TYPE56 \\# 0"]}`, 400, "cannot be stored"},
 		{"POST", "/v1/zones/example.org/records", `{"add":["www.example.net. IN A 192.0.2.1"]}`, 400, "outside zone"},
 		{"POST", "/v1/zones/example.org/records", `{"add":["www IN CNAME ns1"]}`, 409, "CNAME and other data"},
 		{"POST", "/v1/zones/example.org/records", `{"add":["@ IN CNAME ns1"]}`, 409, "CNAME"},

@@ -100,8 +100,7 @@ func storable(rr dns.RR) bool {
 	}
 	x := dns.Copy(rr)
 	x.Header().Class = dns.ClassINET
-	_, err := dns.PackRR(x, make([]byte, dns.Len(x)), 0, nil, false)
-	return err == nil
+	return zoneapi.Storable(x)
 }
 
 // metaType reports the query and meta types (RFC 6895 §3.1) that no zone holds.
