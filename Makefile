@@ -52,18 +52,18 @@ run: coredns
 
 run-cluster: coredns
 	mkdir -p data/cluster
-	@trap 'kill 0' INT TERM; \
-	for i in 1 2 3; do ./coredns -conf Corefile.examples/cluster/member$$i.Corefile & done; \
+	@pids=; trap 'trap - INT TERM; kill $$pids 2>/dev/null; wait; exit 0' INT TERM; \
+	for i in 1 2 3; do ./coredns -conf Corefile.examples/cluster/member$$i.Corefile & pids="$$pids $$!"; done; \
 	wait
 
 # Six members (shards a and b) and the router; the router imports
 # example.org through its API, split over the shards, when they are new.
 run-sharded: coredns
 	mkdir -p data/sharded
-	@trap 'kill 0' INT TERM; \
-	for m in a1 a2 a3 b1 b2 b3; do ./coredns -conf Corefile.examples/sharded/$$m.Corefile >data/sharded/$$m.log 2>&1 & done; \
-	./coredns -conf Corefile.examples/sharded/router.Corefile >data/sharded/router.log 2>&1 & \
-	./coredns -conf Corefile.examples/sharded/router2.Corefile >data/sharded/router2.log 2>&1 & \
+	@pids=; trap 'trap - INT TERM; kill $$pids 2>/dev/null; wait; exit 0' INT TERM; \
+	for m in a1 a2 a3 b1 b2 b3; do ./coredns -conf Corefile.examples/sharded/$$m.Corefile >data/sharded/$$m.log 2>&1 & pids="$$pids $$!"; done; \
+	./coredns -conf Corefile.examples/sharded/router.Corefile >data/sharded/router.log 2>&1 & pids="$$pids $$!"; \
+	./coredns -conf Corefile.examples/sharded/router2.Corefile >data/sharded/router2.log 2>&1 & pids="$$pids $$!"; \
 	echo "shard a: DNS 127.0.0.1:1161-1163, API :8161-8163; shard b: DNS :1171-1173, API :8171-8173"; \
 	echo "logs in data/sharded/*.log, members' data in data/sharded/{a,b}{1,2,3}"; \
 	echo "router 1: DNS 127.0.0.1:1053, API 127.0.0.1:8053 (GET /v1/shards), ready :8250, metrics :9253"; \
