@@ -53,7 +53,7 @@ run: coredns
 run-cluster: coredns
 	mkdir -p data/cluster
 	@pids=; trap 'trap - INT TERM; kill $$pids 2>/dev/null; wait; exit 0' INT TERM; \
-	for i in 1 2 3; do ./coredns -conf Corefile.examples/cluster/member$$i.Corefile & pids="$$pids $$!"; done; \
+	for i in 1 2 3; do ./coredns -conf Corefile.examples/cluster/member$$i.Corefile -pidfile data/cluster/member$$i.pid & pids="$$pids $$!"; done; \
 	wait
 
 # Six members (shards a and b) and the router; the router imports
@@ -61,13 +61,11 @@ run-cluster: coredns
 run-sharded: coredns
 	mkdir -p data/sharded
 	@pids=; trap 'trap - INT TERM; kill $$pids 2>/dev/null; wait; exit 0' INT TERM; \
-	for m in a1 a2 a3 b1 b2 b3; do ./coredns -conf Corefile.examples/sharded/$$m.Corefile >data/sharded/$$m.log 2>&1 & pids="$$pids $$!"; done; \
-	./coredns -conf Corefile.examples/sharded/router.Corefile >data/sharded/router.log 2>&1 & pids="$$pids $$!"; \
-	./coredns -conf Corefile.examples/sharded/router2.Corefile >data/sharded/router2.log 2>&1 & pids="$$pids $$!"; \
+	for m in a1 a2 a3 b1 b2 b3 router router2; do ./coredns -conf Corefile.examples/sharded/$$m.Corefile -pidfile data/sharded/$$m.pid >data/sharded/$$m.log 2>&1 & pids="$$pids $$!"; done; \
 	echo "shard a: DNS 127.0.0.1:1161-1163, API :8161-8163; shard b: DNS :1171-1173, API :8171-8173"; \
-	echo "logs in data/sharded/*.log, members' data in data/sharded/{a,b}{1,2,3}"; \
-	echo "router 1: DNS 127.0.0.1:1053, API 127.0.0.1:8053 (GET /v1/shards), ready :8250, metrics :9253"; \
-	echo "router 2: DNS 127.0.0.1:1054, API 127.0.0.1:8054, ready :8251, metrics :9254; Ctrl-C stops all"; \
+	echo "logs in data/sharded/*.log, PIDs in data/sharded/*.pid, members' data in data/sharded/{a,b}{1,2,3}"; \
+	echo "router 1: DNS 127.0.0.1:1153, API 127.0.0.1:8153 (GET /v1/shards), ready :8250, metrics :9253"; \
+	echo "router 2: DNS 127.0.0.1:1154, API 127.0.0.1:8154, ready :8251, metrics :9254; Ctrl-C stops all"; \
 	wait
 
 # The chaos suite's short run goes through integration/chaos.sh, which gives

@@ -74,7 +74,7 @@ func TestClusterExample(t *testing.T) {
 		procs = append(procs, harness.Start(t, fmt.Sprintf("member%d", i), wd, fmt.Sprintf("Corefile.examples/cluster/member%d.Corefile", i)))
 	}
 	for i := 1; i <= 3; i++ {
-		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:818%d/ready", i), procs...)
+		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:819%d/ready", i), procs...)
 	}
 	dnsAddr := func(i int) string { return fmt.Sprintf("127.0.0.1:106%d", i) }
 	apiOf := func(i int) harness.API { return harness.API{Base: fmt.Sprintf("http://127.0.0.1:806%d", i)} }
@@ -141,7 +141,7 @@ func TestClusterExample(t *testing.T) {
 	}
 	revive := func(i int) {
 		procs[i-1].Restart()
-		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:818%d/ready", i), procs...)
+		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:819%d/ready", i), procs...)
 		mu.Lock()
 		down[i] = false
 		mu.Unlock()

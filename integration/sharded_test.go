@@ -474,14 +474,14 @@ func TestShardedExample(t *testing.T) {
 			t.Logf("router2 log:\n%s", tail(procs[7].Logs(), 4096))
 		}
 	})
-	const router, router2 = "127.0.0.1:1053", "127.0.0.1:1054"
+	const router, router2 = "127.0.0.1:1153", "127.0.0.1:1154"
 	harness.Eventually(t, "the seeded zone through the router", 30*time.Second, func() bool { return harness.HasA(router, "www.example.org", "192.0.2.10") })
 	// The tour of the README: a name and a zone written through one router
 	// are answered by the other at once.
 	if r, err := harness.Query(router2, "new.example.org", dns.TypeA); err != nil || r.Rcode != dns.RcodeNameError {
 		t.Fatalf("expected NXDOMAIN for new.example.org through router 2, got %v %v", r, err)
 	}
-	api1, api2 := harness.API{Base: "http://127.0.0.1:8053"}, harness.API{Base: "http://127.0.0.1:8054"}
+	api1, api2 := harness.API{Base: "http://127.0.0.1:8153"}, harness.API{Base: "http://127.0.0.1:8154"}
 	if code, err := api1.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"new.example.org. 300 IN A 192.0.2.99"}}, nil); err != nil || code != 200 {
 		t.Fatalf("POST through router 1: %d %v", code, err)
 	}
@@ -508,7 +508,7 @@ func TestShardedExample(t *testing.T) {
 	if code, err := api1.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"ixfr.example.org. 60 IN A 192.0.2.5"}}, nil); err != nil || code != 200 {
 		t.Fatalf("POST through router 1: %d %v", code, err)
 	}
-	ixfr := digXFR(t, 1054, "example.org.", fmt.Sprintf("IXFR=%d", serial))
+	ixfr := digXFR(t, 1154, "example.org.", fmt.Sprintf("IXFR=%d", serial))
 	if len(ixfr) != 5 || soaOf(ixfr[1]) != serial || soaOf(ixfr[0]) == serial || ixfr[3].Header().Name != "ixfr.example.org." {
 		t.Errorf("IXFR from %d through router 2: expected the one change, got %v", serial, ixfr)
 	}

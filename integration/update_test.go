@@ -44,10 +44,15 @@ func newUpdater(t *testing.T, tool, wd string) updater {
 	case "nsupdate":
 		u.keyfile = "Corefile.examples/keys/update.key" // BIND's format
 	case "knsupdate":
-		// knsupdate -k reads what -y takes, not BIND's key file.
-		u.keyfile = filepath.Join(wd, "update.knot")
-		if err := os.WriteFile(u.keyfile, []byte(knotKey(t, filepath.Join(harness.Repo, "Corefile.examples/keys/update.key"))+"\n"), 0o600); err != nil {
+		// knsupdate -k reads what -y takes, not BIND's key file: the
+		// example key in that form, which must be the same key.
+		u.keyfile = "Corefile.examples/keys/update.tsig"
+		b, err := os.ReadFile(filepath.Join(harness.Repo, u.keyfile))
+		if err != nil {
 			t.Fatal(err)
+		}
+		if want := knotKey(t, filepath.Join(harness.Repo, "Corefile.examples/keys/update.key")); strings.TrimSpace(string(b)) != want {
+			t.Fatalf("%s holds %q; update.key is %q", u.keyfile, strings.TrimSpace(string(b)), want)
 		}
 	}
 	return u

@@ -10,7 +10,7 @@ import (
 
 // ShardedExampleRouter is the DNS address of router 1 of the sharded
 // example.
-const ShardedExampleRouter = "127.0.0.1:1053"
+const ShardedExampleRouter = "127.0.0.1:1153"
 
 // StartShardedExample starts Corefile.examples/sharded/ as `make
 // run-sharded` does, on its fixed ports, with router 1 alone in key mode
