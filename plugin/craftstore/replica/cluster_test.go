@@ -1,12 +1,14 @@
 package replica
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -480,4 +482,50 @@ func TestReadyAfterCatchUp(t *testing.T) {
 			t.Fatalf("ready, but r%d, written while the member was down, is missing", i)
 		}
 	}
+}
+
+// TestOpenRefusesOtherOwner: a data directory made for one cluster and
+// member is refused to another cluster name or member id, with a clear
+// error, and the file is left as it was.
+func TestOpenRefusesOtherOwner(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{ID: 1, Cluster: "blue", Dir: dir, RaftAddr: "127.0.0.1:0",
+		Peers: []Member{{ID: 1, Raft: "127.0.0.1:0"}}, Tick: 10 * time.Millisecond}
+	r, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	before, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		edit func(c *Config)
+		want string
+	}{
+		{func(c *Config) { c.Cluster = "green" }, `belongs to cluster "blue", not "green"`},
+		{func(c *Config) { c.ID = 2 }, "belongs to member 1, not 2"},
+	} {
+		c := cfg
+		tc.edit(&c)
+		if r, err := Open(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if r != nil {
+				r.Close()
+			}
+			t.Errorf("expected an error with %q, got %v", tc.want, err)
+		}
+	}
+	after, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Error("a refused open changed the data file")
+	}
+	r, err = Open(cfg)
+	if err != nil {
+		t.Fatalf("the directory's own member: %v", err)
+	}
+	r.Close()
 }

@@ -29,6 +29,8 @@ import (
 var (
 	bucketMeta       = []byte("meta")
 	keyCurrent       = []byte("current")
+	keyCluster       = []byte("cluster") // meta: the cluster name the directory was made for
+	keyMember        = []byte("member")  // meta: the member id it was made for (8 bytes)
 	keyApplied       = []byte("applied")
 	bucketMembers    = []byte("members")
 	bucketZones      = []byte("zones")

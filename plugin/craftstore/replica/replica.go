@@ -11,6 +11,7 @@ package replica
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -184,6 +185,30 @@ func Open(cfg Config) (*Replica, error) {
 	return r, nil
 }
 
+// checkOwner refuses a data directory made for another cluster or another
+// member id: started there, the member would take another group's log and
+// zones for its own, or vote with another member's Raft state. A directory
+// that does not say (new, or from before it was recorded) is marked for
+// this cluster and member.
+func (r *Replica) checkOwner(meta *bolt.Bucket) error {
+	dir := r.cfg.Dir
+	if c := meta.Get(keyCluster); c != nil && string(c) != r.cfg.Cluster {
+		return fmt.Errorf("data directory %s belongs to cluster %q, not %q: start the member with its own directory, or with cluster %q", dir, c, r.cfg.Cluster, c)
+	}
+	if b := meta.Get(keyMember); len(b) == 8 && binary.BigEndian.Uint64(b) != r.cfg.ID {
+		return fmt.Errorf("data directory %s belongs to member %d, not %d: every member needs a directory of its own", dir, binary.BigEndian.Uint64(b), r.cfg.ID)
+	}
+	if meta.Get(keyCluster) == nil {
+		if err := meta.Put(keyCluster, []byte(r.cfg.Cluster)); err != nil {
+			return err
+		}
+	}
+	if meta.Get(keyMember) == nil {
+		return meta.Put(keyMember, binary.BigEndian.AppendUint64(nil, r.cfg.ID))
+	}
+	return nil
+}
+
 // open prepares buckets, views, transport and the Raft node.
 func (r *Replica) open() error {
 	var members []Member
@@ -192,6 +217,9 @@ func (r *Replica) open() error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
 			return err
+		}
+		if err := r.checkOwner(meta); err != nil {
+			return err // the transaction rolls back: nothing is written
 		}
 		if meta.Get(keyCurrent) == nil {
 			r.fresh = true
