@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/craftdns/craftdns/internal/zoneapi"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -56,7 +59,10 @@ func TestRoundTrip(t *testing.T) {
 
 // FuzzReader: any bytes a member's transfer stream holds read as frames of
 // records that write and read again alike, or end in an error; never a
-// panic.
+// panic. Alike is the same wire form. A stream holds what a member stores,
+// which is zoneapi.Storable: records miekg/dns spells differently after a
+// second read (a URI target with a backslash and digits in its octets,
+// 8118e3d75826dc0f, e955ff1aeb4e2dfe) never reach it and are skipped.
 func FuzzReader(f *testing.F) {
 	var b bytes.Buffer
 	w := NewWriter(&b)
@@ -75,6 +81,9 @@ func FuzzReader(f *testing.F) {
 			if err != nil {
 				return
 			}
+			if slices.ContainsFunc(rrs, func(rr dns.RR) bool { return !zoneapi.Storable(rr) }) {
+				continue
+			}
 			var again bytes.Buffer
 			w := NewWriter(&again)
 			if w.Write(rrs) != nil {
@@ -86,10 +95,20 @@ func FuzzReader(f *testing.F) {
 				t.Fatalf("%d records written again read as %d, %v", len(rrs), len(got), err)
 			}
 			for i := range got {
-				if !dns.IsDuplicate(got[i], rrs[i]) {
-					t.Fatalf("record %d: %v read again as %v", i, rrs[i], got[i])
+				if a, b := packed(t, rrs[i]), packed(t, got[i]); !bytes.Equal(a, b) {
+					t.Fatalf("record %d: %v read again as %v (wire %x, then %x)", i, rrs[i], got[i], a, b)
 				}
 			}
 		}
 	})
+}
+
+// packed is rr in uncompressed wire format.
+func packed(t *testing.T, rr dns.RR) []byte {
+	b := make([]byte, dns.Len(rr))
+	n, err := dns.PackRR(rr, b, 0, nil, false)
+	if err != nil {
+		t.Fatalf("packing %v: %v", rr, err)
+	}
+	return b[:n]
 }

@@ -7,6 +7,7 @@
 package zoneapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -279,13 +280,26 @@ func CheckRecord(origin string, rr dns.RR) error {
 	return nil
 }
 
-// Storable reports whether rr packs in the wire format the store keeps:
-// miekg/dns reads some RDATA it cannot write back, such as a NINFO with
-// none ("TYPE56 \# 0" in a zone file, or from the wire). Such a record is
-// refused before it is proposed.
+// Storable reports whether rr packs in the wire format the store keeps, and
+// reads back as the same wire: miekg/dns reads some RDATA it cannot write
+// back, such as a NINFO with none ("TYPE56 \# 0" in a zone file, or from
+// the wire), and spells some differently after a second read (a URI target
+// with a backslash and digits in its octets), so that a transfer would
+// carry another record than the store holds. Such a record is refused
+// before it is proposed.
 func Storable(rr dns.RR) bool {
-	_, err := dns.PackRR(rr, make([]byte, dns.Len(rr)), 0, nil, false)
-	return err == nil
+	b := make([]byte, dns.Len(rr))
+	n, err := dns.PackRR(rr, b, 0, nil, false)
+	if err != nil {
+		return false
+	}
+	back, _, err := dns.UnpackRR(b[:n], 0)
+	if err != nil {
+		return false
+	}
+	again := make([]byte, dns.Len(back))
+	m, err := dns.PackRR(back, again, 0, nil, false)
+	return err == nil && bytes.Equal(b[:n], again[:m])
 }
 
 // Deletion is one entry of Change.Delete: a record (RR set), or a name

@@ -208,3 +208,20 @@ func TestParseZoneMax(t *testing.T) {
 		t.Errorf("without a limit: expected 5,003 records, got %d %v", len(rrs), err)
 	}
 }
+
+// TestStorable: a record that packs and reads back as the same wire is
+// storable; one miekg/dns cannot pack is not (the URI spelled otherwise
+// after a second read is in xfrstream's FuzzReader corpus).
+func TestStorable(t *testing.T) {
+	ok, _ := dns.NewRR(`x.example.org. 60 IN URI 10 1 "https://example.org/"`)
+	if !Storable(ok) {
+		t.Errorf("expected %v storable", ok)
+	}
+	ninfo, _, err := dns.UnpackRR([]byte{1, 'x', 0, 0, 56, 0, 1, 0, 0, 0, 60, 0, 0}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Storable(ninfo) {
+		t.Errorf("expected %v, which does not pack, refused", ninfo)
+	}
+}
