@@ -35,6 +35,7 @@ import (
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 )
@@ -167,22 +168,11 @@ func (r *Reader) Next() ([]dns.RR, error) {
 	for _, rr := range m.Answer {
 		// No meta types, no other class, and RDATA: a header alone (as an
 		// UPDATE deletes with) is no record of a zone.
-		if h := rr.Header(); h.Class != dns.ClassINET || !zoneType(h.Rrtype) || h.Rdlength == 0 {
+		if h := rr.Header(); h.Class != dns.ClassINET || zoneapi.MetaType(h.Rrtype) || h.Rdlength == 0 {
 			return nil, fmt.Errorf("transfer frame: %s record of class %s and %d bytes of RDATA is no zone data", dns.TypeToString[h.Rrtype], dns.ClassToString[h.Class], h.Rdlength)
 		}
 	}
 	return m.Answer, nil
-}
-
-// zoneType reports whether a zone may hold records of type t: not the
-// query and meta types (RFC 6895 section 3.1).
-func zoneType(t uint16) bool {
-	switch t {
-	case dns.TypeNone, dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeIXFR, dns.TypeAXFR,
-		dns.TypeMAILA, dns.TypeMAILB, dns.TypeANY:
-		return false
-	}
-	return true
 }
 
 // ParseUint32 reads a serial header.

@@ -270,14 +270,24 @@ func CheckRecord(origin string, rr dns.RR) error {
 	if !dns.IsSubDomain(origin, strings.ToLower(h.Name)) {
 		return fmt.Errorf("record %q: name is outside zone %q", h.Name, origin)
 	}
-	switch h.Rrtype {
-	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeAXFR, dns.TypeIXFR, dns.TypeANY:
+	if MetaType(h.Rrtype) {
 		return fmt.Errorf("record %q: type %s cannot be stored", h.Name, dns.TypeToString[h.Rrtype])
 	}
 	if !Storable(rr) {
 		return fmt.Errorf("record %q: its %s RDATA cannot be stored", h.Name, dns.TypeToString[h.Rrtype])
 	}
 	return nil
+}
+
+// MetaType reports the query and meta types (RFC 6895 section 3.1) that no
+// zone holds: imports, changes, UPDATE and the transfer stream refuse them.
+func MetaType(t uint16) bool {
+	switch t {
+	case dns.TypeNone, dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeIXFR, dns.TypeAXFR,
+		dns.TypeMAILA, dns.TypeMAILB, dns.TypeANY:
+		return true
+	}
+	return false
 }
 
 // Storable reports whether rr packs in the wire format the store keeps, and

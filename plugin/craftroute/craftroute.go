@@ -23,7 +23,6 @@ package craftroute
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -114,13 +113,9 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// the block, which runs before the router, takes its own zones'.
 		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "this server is not a secondary of the zone: it takes no NOTIFY")
 	}
-	if len(r.Question) == 0 {
-		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
-	}
-	if r.Opcode != dns.OpcodeQuery {
-		if plugin.Zones(c.Zones).Matches(r.Question[0].Name) != "" {
-			return ede.Write(w, r, dns.RcodeNotImplemented, dns.ExtendedErrorCodeNotSupported, fmt.Sprintf("opcode %d is not implemented", r.Opcode))
-		}
+	if r.Opcode != dns.OpcodeQuery || len(r.Question) == 0 {
+		// CoreDNS's server answers opcodes other than QUERY, NOTIFY and
+		// UPDATE (NOTIMP) before any plugin runs.
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	if plugin.Zones(c.Zones).Matches(r.Question[0].Name) == "" {

@@ -103,15 +103,8 @@ func storable(rr dns.RR) bool {
 	return zoneapi.Storable(x)
 }
 
-// metaType reports the query and meta types (RFC 6895 §3.1) that no zone holds.
-func metaType(t uint16) bool {
-	switch t {
-	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeIXFR, dns.TypeAXFR,
-		dns.TypeMAILA, dns.TypeMAILB, dns.TypeANY, dns.TypeNone:
-		return true
-	}
-	return false
-}
+// metaType reports the query and meta types no zone holds (zoneapi.MetaType).
+func metaType(t uint16) bool { return zoneapi.MetaType(t) }
 
 // dnssecType reports types an UPDATE may not touch without online signing
 // (zoneapi.SignedType: the API's record changes refuse the same).
