@@ -110,10 +110,35 @@ func (c *Craftstore) shutdown() error {
 	}
 	delete(registry, m.dir)
 	close(m.stop)
+	m.handOff()
 	if m.api != nil {
 		m.api.close()
 	}
 	return m.rep.Close()
+}
+
+// handOffTimeout bounds the wait for another member to take over the
+// leadership when a leader stops; raft gives up a transfer after an
+// election timeout (1s) too.
+const handOffTimeout = time.Second
+
+// handOff passes the leadership on before the member stops (SIGTERM, or a
+// reload whose Corefile no longer runs it), so that writes stall for a
+// round trip or two instead of an election timeout. The API and DNS
+// servers still take writes meanwhile: raft drops proposals during the
+// transfer, and the member offers them again until the new leader takes
+// them. Writes already in flight are then finished by the API's shutdown.
+func (m *member) handOff() {
+	if !m.rep.IsLeader() {
+		return
+	}
+	start := time.Now()
+	next, err := m.rep.HandOff(handOffTimeout)
+	if err != nil {
+		log.Warningf("member %d stops while leading: %v; the group elects a new leader after its election timeout", m.rep.ID(), err)
+		return
+	}
+	log.Infof("member %d handed leadership to member %d in %v", m.rep.ID(), next, time.Since(start).Round(time.Millisecond))
 }
 
 // background does what a member does once it is up: seed zones into a new

@@ -178,6 +178,10 @@ type writeLoad struct {
 	wg   sync.WaitGroup
 	mu   sync.Mutex
 	ack  []string
+	// failed counts the writes not acknowledged; slowest is the longest
+	// an acknowledged or failed write took.
+	failed  []error
+	slowest time.Duration
 }
 
 func (c *testCluster) startWrites(ids ...uint64) *writeLoad {
@@ -202,11 +206,17 @@ func (c *testCluster) startWrites(ids ...uint64) *writeLoad {
 					rr, _ := dns.NewRR(name + " 60 IN A 192.0.2.1")
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 					defer cancel()
-					if _, err := r.Change(ctx, "example.org.", []dns.RR{rr}, nil); err == nil {
-						w.mu.Lock()
-						w.ack = append(w.ack, name)
-						w.mu.Unlock()
+					start := time.Now()
+					_, err := r.Change(ctx, "example.org.", []dns.RR{rr}, nil)
+					took := time.Since(start)
+					w.mu.Lock()
+					defer w.mu.Unlock()
+					w.slowest = max(w.slowest, took)
+					if err != nil {
+						w.failed = append(w.failed, fmt.Errorf("%s through member %d: %w", name, id, err))
+						return
 					}
+					w.ack = append(w.ack, name)
 				}()
 			}
 		}()

@@ -409,6 +409,9 @@ func (r *Replica) failWaiters(err error) {
 type raftAdapter Replica
 
 func (a *raftAdapter) Process(ctx context.Context, m *pb.Message) error {
+	if m.GetType() == pb.MessageType_MsgProp {
+		return (*Replica)(a).stepProposal(ctx, m)
+	}
 	return a.node.Step(ctx, m)
 }
 func (a *raftAdapter) ReportUnreachable(id uint64) { a.node.ReportUnreachable(id) }

@@ -65,7 +65,7 @@ func (r *Replica) proposeWait(ctx context.Context, id uint64, submit func(contex
 			return Result{}, ErrNoQuorum
 		}
 		select {
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(proposalRetry):
 		case <-ctx.Done():
 			return Result{}, ErrNoQuorum
 		case <-r.donec:
