@@ -148,6 +148,17 @@ func (p *Proc) Kill() {
 // Signal sends sig to the process (SIGUSR1 reloads the Corefile).
 func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
+// Wait waits up to d for the process to exit and returns its exit code
+// (-1 when a signal killed it), or an error when it is still running.
+func (p *Proc) Wait(d time.Duration) (int, error) {
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode(), nil
+	case <-time.After(d):
+		return 0, fmt.Errorf("%s still runs after %v", p.Name, d)
+	}
+}
+
 // Restart starts the process again with the same Corefile and directory.
 func (p *Proc) Restart() { p.run() }
 

@@ -79,11 +79,12 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if _, ok := partition.LeaseRequested(r); ok {
 		// A router asks to be told of changes (leases.go).
 		if l := c.leases.Load(); l != nil {
-			m := l.grant(w.RemoteAddr(), r)
-			// Covers every write acknowledged before the lease.
-			partition.AttachIndex(m, rep.Applied())
-			w.WriteMsg(m)
-			return dns.RcodeSuccess, nil
+			if m := l.grant(w.RemoteAddr(), r); m != nil {
+				// Covers every write acknowledged before the lease.
+				partition.AttachIndex(m, rep.Applied())
+				w.WriteMsg(m)
+				return dns.RcodeSuccess, nil
+			}
 		}
 	}
 	// staleOK: craftroute found no member of the group that could confirm

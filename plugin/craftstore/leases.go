@@ -2,7 +2,11 @@ package craftstore
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -30,6 +34,9 @@ type leases struct {
 	started time.Time         // leases granted before this (another run) may still hold
 	client  *dns.Client       // UDP
 	tcp     *dns.Client       // for notices over 512 bytes (many names)
+	// saved is set once the leases were saved for the next run (save):
+	// the member grants no more.
+	saved bool
 }
 
 // holder is one router's lease.
@@ -38,6 +45,18 @@ type holder struct {
 	until time.Time
 	qname string // the lease query's name: the notices' question
 	lease partition.Lease
+}
+
+// leasesFile is where a member that stops cleanly leaves the leases it
+// granted, in its data directory, for its next run (loadLeases).
+const leasesFile = "leases.json"
+
+// savedHolder is a holder in leasesFile.
+type savedHolder struct {
+	Addr  string          `json:"addr"`
+	Until time.Time       `json:"until"`
+	QName string          `json:"qname"`
+	Lease partition.Lease `json:"lease"`
 }
 
 // newLeases returns the leases of a member started at now; created says
@@ -51,9 +70,112 @@ func newLeases(now time.Time, created bool) *leases {
 		tcp:    &dns.Client{Net: "tcp", Timeout: noticeTry}}
 }
 
+// loadLeases returns the leases of a member started at now on data
+// directory dir (created: the directory is new). A member waits one
+// maximum lease duration after it starts before it acknowledges a write,
+// for the leases its previous run granted (notify), unless that run
+// stopped cleanly and left them in leasesFile: it then knows every lease
+// that may still hold, and a restart under load (a rolling restart) stalls
+// no write. The file is removed before the member grants a lease, so that
+// a run that crashes leaves none and the next one waits.
+func loadLeases(dir string, now time.Time, created bool) *leases {
+	l := newLeases(now, created)
+	path := filepath.Join(dir, leasesFile)
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return l
+	case err != nil:
+		log.Warningf("reading the leases of the previous run: %v; writes wait %v for them to expire", err, partition.MaxLease)
+		return l
+	}
+	if err := removeSynced(path); err != nil {
+		log.Warningf("removing %s: %v; writes wait %v for the leases of the previous run to expire", path, err, partition.MaxLease)
+		return l
+	}
+	var saved []savedHolder
+	if err := json.Unmarshal(data, &saved); err != nil {
+		log.Warningf("reading %s: %v; writes wait %v for the leases of the previous run to expire", path, err, partition.MaxLease)
+		return l
+	}
+	l.started = now.Add(-partition.MaxLease)
+	for _, h := range saved {
+		if h.Until.After(now) && h.Addr != "" {
+			l.holders[h.Addr] = holder{addr: h.Addr, until: h.Until, qname: dns.Fqdn(h.QName), lease: h.Lease}
+		}
+	}
+	return l
+}
+
+// save writes the unexpired leases to dir's leasesFile for the member's
+// next run; from then on the member grants no lease, so the file holds
+// every lease that may still hold when it exits.
+func (l *leases) save(dir string) error {
+	l.mu.Lock()
+	l.saved = true
+	now := time.Now()
+	saved := []savedHolder{}
+	for _, h := range l.holders {
+		if h.until.After(now) {
+			saved = append(saved, savedHolder{Addr: h.addr, Until: h.until, QName: h.qname, Lease: h.lease})
+		}
+	}
+	l.mu.Unlock()
+	data, err := json.Marshal(saved)
+	if err != nil {
+		return err
+	}
+	return writeSynced(filepath.Join(dir, leasesFile), data)
+}
+
+// writeSynced writes data to path through a temporary file, synced and
+// renamed, and syncs the directory: after a crash the file is whole or
+// absent.
+func writeSynced(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// removeSynced removes path and syncs its directory.
+func removeSynced(path string) error {
+	if err := os.Remove(path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
 // grant records lease request r from remote, and returns the reply: the
 // option in lease mode echoed, so that the router knows the lease was
-// granted (a member without leases answers the query as a plain one).
+// granted (a member without leases answers the query as a plain one). It
+// returns nil once the leases were saved: the member is stopping, and
+// answers the query as a plain one.
 func (l *leases) grant(remote net.Addr, r *dns.Msg) *dns.Msg {
 	lease, _ := partition.LeaseRequested(r)
 	host := remote.String()
@@ -63,6 +185,10 @@ func (l *leases) grant(remote net.Addr, r *dns.Msg) *dns.Msg {
 	addr := net.JoinHostPort(host, strconv.Itoa(int(lease.Port)))
 	until := time.Now().Add(lease.Duration)
 	l.mu.Lock()
+	if l.saved {
+		l.mu.Unlock()
+		return nil
+	}
 	if h, ok := l.holders[addr]; !ok || until.After(h.until) || h.lease.Token != lease.Token {
 		l.holders[addr] = holder{addr: addr, until: until, qname: r.Question[0].Name, lease: lease}
 	}

@@ -3,6 +3,8 @@ package craftstore
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -123,5 +125,47 @@ func TestLeasesAfterRestart(t *testing.T) {
 	l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records})
 	if time.Now().Before(started.Add(partition.MaxLease)) {
 		t.Errorf("a notice returned before MaxLease after the start")
+	}
+}
+
+// TestLeasesSavedOnStop: a member that stops cleanly saves its leases and
+// its next run takes them over: it notifies the routers that hold them and
+// acknowledges writes at once. The file is gone once read, so a run that
+// crashes (leaves none) makes the next one wait; a damaged file does too.
+func TestLeasesSavedOnStop(t *testing.T) {
+	dir := t.TempDir()
+	l := newLeases(time.Now(), true)
+	f := startFakeRouter(t, false)
+	leaseFrom(t, l, f, 2*time.Second)
+	if err := l.save(dir); err != nil {
+		t.Fatal(err)
+	}
+	// Stopping, the member grants no more leases.
+	req := new(dns.Msg)
+	req.SetQuestion(".", dns.TypeSOA)
+	partition.RequestLease(req, partition.Lease{Port: f.port, Duration: time.Second})
+	if m := l.grant(&net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}, req); m != nil {
+		t.Errorf("a member that saved its leases granted another: %v", m)
+	}
+
+	next := loadLeases(dir, time.Now(), false)
+	start := time.Now()
+	missed := next.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records, Names: []string{"www.example.org."}})
+	if took := time.Since(start); missed != nil || f.notices.Load() != 1 || took >= partition.MaxLease/2 {
+		t.Errorf("expected the saved lease notified at once, got %d notices, missed %v, after %v", f.notices.Load(), missed, took)
+	}
+	if _, err := os.Stat(filepath.Join(dir, leasesFile)); !os.IsNotExist(err) {
+		t.Errorf("the leases file is still there after the start: %v", err)
+	}
+
+	// The run after a crash finds no file and waits.
+	if after := loadLeases(dir, time.Now(), false); !after.started.After(time.Now().Add(-time.Second)) {
+		t.Errorf("a run after a crash does not wait for the leases of the one before")
+	}
+	if err := os.WriteFile(filepath.Join(dir, leasesFile), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if damaged := loadLeases(dir, time.Now(), false); !damaged.started.After(time.Now().Add(-time.Second)) || len(damaged.holders) != 0 {
+		t.Errorf("a damaged leases file was trusted")
 	}
 }

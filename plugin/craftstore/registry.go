@@ -74,7 +74,7 @@ func (c *Craftstore) start() error {
 		return fmt.Errorf("craftstore: %w", err)
 	}
 	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{}), notify: hub,
-		leases: newLeases(time.Now(), rep.Created())}
+		leases: loadLeases(c.cfg.dir, time.Now(), rep.Created())}
 	if c.cfg.api != "" {
 		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep, m.leases, c.checkUpdate)
 		if m.api != nil {
@@ -113,6 +113,9 @@ func (c *Craftstore) shutdown() error {
 	m.handOff()
 	if m.api != nil {
 		m.api.close()
+	}
+	if err := m.leases.save(m.dir); err != nil {
+		log.Warningf("saving the routers' leases for the next run: %v; it will wait %v before it acknowledges a write", err, partition.MaxLease)
 	}
 	return m.rep.Close()
 }

@@ -40,7 +40,7 @@ func (r *Replica) HandOff(timeout time.Duration) (uint64, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	r.log.Infof("member %d hands leadership of term %d to member %d", r.cfg.ID, st.Term, to)
+	r.log.Infof("member %d hands leadership of term %d to member %d", r.cfg.ID, st.GetTerm(), to)
 	r.node.TransferLeadership(ctx, r.cfg.ID, to)
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
