@@ -3,6 +3,7 @@
 #   make            build ./coredns (static, CGO_ENABLED=0) with the plugins of plugin.cfg
 #   make run        build and start one member from Corefile.examples/single.Corefile
 #   make run-cluster  three members on loopback from Corefile.examples/cluster/
+#   make run-tls    three members whose Raft transport is mutual TLS (Corefile.examples/tls/)
 #   make run-sharded  two shards of three members and a craftroute router (Corefile.examples/sharded/)
 #   make test       unit and integration tests (with the nested test module integration/acme)
 #   make test-race  the plugins' and internal/'s tests under the race detector
@@ -13,6 +14,7 @@
 #                   README says, build it and check it (fetches CoreDNS's whole module graph)
 #   make bench      Go benchmarks and the dnsperf comparison (bench/README.md)
 #   make bench-writes   committed API writes/s of a three-member group, reads meanwhile
+#   make bench-writes-tls  committed API writes/s with the Raft transport plain vs mutual TLS (raft_tls)
 #   make bench-rss      memory with 1,000,000 records: craftstore vs file
 #   make bench-updates  RFC 2136 updates/s: craftstore cluster vs dynupdate (bench/updates/run.sh)
 #   make bench-router   craftroute's CPU per forwarded query vs dnsdist and forward (bench/router.sh)
@@ -31,7 +33,7 @@ FUZZTIME ?= 10m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr lint clean
+.PHONY: build coredns generate run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -54,6 +56,12 @@ run-cluster: coredns
 	mkdir -p data/cluster
 	@pids=; trap 'trap - INT TERM; kill $$pids 2>/dev/null; wait; exit 0' INT TERM; \
 	for i in 1 2 3; do ./coredns -conf Corefile.examples/cluster/member$$i.Corefile -pidfile data/cluster/member$$i.pid & pids="$$pids $$!"; done; \
+	wait
+
+run-tls: coredns
+	mkdir -p data/tls
+	@pids=; trap 'trap - INT TERM; kill $$pids 2>/dev/null; wait; exit 0' INT TERM; \
+	for i in 1 2 3; do ./coredns -conf Corefile.examples/tls/member$$i.Corefile -pidfile data/tls/member$$i.pid & pids="$$pids $$!"; done; \
 	wait
 
 # Six members (shards a and b) and the router; the router imports
@@ -105,9 +113,12 @@ bench: coredns
 
 # Longer runs (bench/README.md): write throughput of three members, and
 # memory with a million records.
-.PHONY: bench-writes bench-rss
+.PHONY: bench-writes bench-writes-tls bench-rss
 bench-writes: coredns
 	./bench/writes.sh
+
+bench-writes-tls: coredns
+	./bench/writes-tls.sh
 
 bench-rss: coredns
 	./bench/rss.sh

@@ -19,7 +19,9 @@
 #
 # Knobs (environment): RECORDS (10000), CONC (1,16,64), BATCH (1,10), STEP
 # (5), WRITE_TO (leader), READ_ON (leader follower; empty: no reads), READ_DURATION (8),
-# READ_RATE (5000), READ_CLIENTS (16), READ_BATCH (10), KEEP=1.
+# READ_RATE (5000), READ_CLIENTS (16), READ_BATCH (10), RAFT_TLS (0; 1: the
+# members' Raft transport is mutual TLS, raft_tls, with certificates made
+# for the run), KEEP=1. bench/writes-tls.sh runs it without and with TLS.
 
 . "$(dirname "$0")/lib.sh"
 
@@ -33,16 +35,23 @@ READ_DURATION=${READ_DURATION:-8}
 READ_RATE=${READ_RATE:-5000}
 READ_CLIENTS=${READ_CLIENTS:-16}
 READ_BATCH=${READ_BATCH:-10}
+RAFT_TLS=${RAFT_TLS:-0}
 
 need dnsperf dig curl jq taskset ss
 
 "$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries" -nqueries 100000
 "$GO" build -o "$WORK/writeload" "$BENCH/writeload"
 
-declare -a dns api raft ready pid
+declare -a dns api raft ready pid tls
 for i in 1 2 3; do
 	dns[i]=$(free_port) api[i]=$(free_port) raft[i]=$(free_port) ready[i]=$(free_port)
 done
+if [ "$RAFT_TLS" = 1 ]; then
+	"$GO" run "$ROOT/internal/certs/gen" -dir "$WORK/certs" -members 3 -years 1
+	for i in 1 2 3; do
+		tls[i]="raft_tls $WORK/certs/member$i.pem $WORK/certs/member$i-key.pem $WORK/certs/ca.pem"
+	done
+fi
 for i in 1 2 3; do
 	cat >"$WORK/m$i.Corefile" <<EOF
 example.org:${dns[i]} {
@@ -53,6 +62,7 @@ example.org:${dns[i]} {
         peer 1 127.0.0.1:${raft[1]}
         peer 2 127.0.0.1:${raft[2]}
         peer 3 127.0.0.1:${raft[3]}
+        ${tls[i]:-}
         seed example.org $WORK/zone
         api 127.0.0.1:${api[i]}
     }
@@ -78,7 +88,7 @@ L=$(leader)
 [ "$L" -ge 1 ] 2>/dev/null || die "no leader"
 F=$((L % 3 + 1)) # a follower
 initial=$(records "$L")
-echo "# three members up, leader m$L, example.org holds $initial records; work dir $WORK" >&2
+echo "# three members up (Raft transport: $([ "$RAFT_TLS" = 1 ] && echo mutual TLS || echo plain TCP)), leader m$L, example.org holds $initial records; work dir $WORK" >&2
 
 targets="http://127.0.0.1:${api[L]}"
 if [ "$WRITE_TO" = all ]; then

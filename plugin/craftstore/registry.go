@@ -3,11 +3,13 @@ package craftstore
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 )
@@ -46,6 +48,13 @@ func (c *Craftstore) start() error {
 		if m.rep.ID() != c.cfg.id {
 			return fmt.Errorf("data directory %s already runs member %d, not %d", c.cfg.dir, m.rep.ID(), c.cfg.id)
 		}
+		changedTLS, err := m.rep.SetTLS(c.cfg.raftTLS)
+		if err != nil {
+			return fmt.Errorf("craftstore: raft_tls: %w", err)
+		}
+		if changedTLS {
+			log.Infof("member %d: raft_tls certificates changed; peer connections are made again with them", m.rep.ID())
+		}
 		if changed := m.cfg.differs(c.cfg); changed != "" {
 			log.Warningf("member %d keeps running with its %s; restart the process to change it", m.rep.ID(), changed)
 		}
@@ -69,6 +78,7 @@ func (c *Craftstore) start() error {
 		Logger:          log,
 		Observer:        observer{strconv.FormatUint(c.cfg.id, 10)},
 		OnChange:        hub.changed,
+		TLS:             c.cfg.raftTLS,
 	})
 	if err != nil {
 		return fmt.Errorf("craftstore: %w", err)
@@ -90,6 +100,9 @@ func (c *Craftstore) start() error {
 	c.leases.Store(m.leases)
 	c.rep.Store(rep)
 	log.Infof("member %d of %q: data %s, raft %s", c.cfg.id, c.cfg.cluster, c.cfg.dir, rep.RaftAddr())
+	if host, _, _ := net.SplitHostPort(c.cfg.raft); c.cfg.raftTLS == nil && !httpapi.Loopback(host) {
+		log.Warningf("member %d: the Raft transport on %s is plain TCP: whoever reaches it can write to the group; set raft_tls", c.cfg.id, c.cfg.raft)
+	}
 
 	go m.background(c.cfg)
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+	"github.com/craftdns/craftdns/plugin/craftstore/transport"
 
 	"github.com/miekg/dns"
 )
@@ -36,12 +37,13 @@ type config struct {
 	snapshot  uint64
 	journal   int // IXFR journal: changes per zone, 0 default, -1 off
 	timeout   time.Duration
-	allow     []allowRule // who may UPDATE what; none: updates refused
-	maxUpdate int         // records in one UPDATE
-	maxZone   int         // records in one zone (imports, and what changes add); 0: no limit
-	maxChange int         // records one API change adds and deletes; 0: no limit
-	stale     string      // plain queries while not ready: "serve" (default) or "refuse"
-	dnsListen string      // this server block's address, advertised to the group
+	allow     []allowRule    // who may UPDATE what; none: updates refused
+	maxUpdate int            // records in one UPDATE
+	maxZone   int            // records in one zone (imports, and what changes add); 0: no limit
+	maxChange int            // records one API change adds and deletes; 0: no limit
+	stale     string         // plain queries while not ready: "serve" (default) or "refuse"
+	dnsListen string         // this server block's address, advertised to the group
+	raftTLS   *transport.TLS // raft_tls: mutual TLS between members; nil: plain TCP
 }
 
 func setup(c *caddy.Controller) error {
@@ -110,6 +112,14 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		}
 	case "raft":
 		cfg.raft, err = one()
+	case "raft_tls":
+		if len(args) != 3 {
+			return c.Errf("raft_tls needs a certificate, its key and the CA: raft_tls CERT KEY CA")
+		}
+		cfg.raftTLS, err = transport.LoadTLS(corefile.Rooted(c, args[0]), corefile.Rooted(c, args[1]), corefile.Rooted(c, args[2]))
+		if err != nil {
+			return c.Errf("raft_tls: %v", err)
+		}
 	case "peer":
 		if len(args) != 2 {
 			return c.ArgErr()

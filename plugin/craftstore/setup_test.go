@@ -44,6 +44,14 @@ func TestParse(t *testing.T) {
 		}`, wantErr: "stale must be serve or refuse"},
 		{input: `craftstore {
 			data /tmp/x
+			raft_tls cert.pem key.pem
+		}`, wantErr: "raft_tls needs a certificate, its key and the CA"},
+		{input: `craftstore {
+			data /tmp/x
+			raft_tls /nonexistent/cert.pem /nonexistent/key.pem /nonexistent/ca.pem
+		}`, wantErr: "raft_tls: certificate: open /nonexistent/cert.pem"},
+		{input: `craftstore {
+			data /tmp/x
 		}`, check: func(t *testing.T, c *Craftstore) {
 			if c.cfg.maxZone != 10_000_000 || c.cfg.maxChange != 10_000 {
 				t.Errorf("expected max_zone_records 10000000 and max_change_records 10000 by default, got %d %d", c.cfg.maxZone, c.cfg.maxChange)

@@ -62,6 +62,9 @@ type Config struct {
 	// each zone whose data changed, once the views show the change (for
 	// NOTIFY). It must not block.
 	OnChange func(zone string)
+	// TLS, when set, is the mutual TLS of the Raft transport
+	// (transport.LoadTLS); nil: plain TCP.
+	TLS *transport.TLS
 }
 
 // Observer is told about proposals and applies, for metrics.
@@ -285,6 +288,7 @@ func (r *Replica) open() error {
 		Listen:      r.cfg.RaftAddr,
 		Raft:        (*raftAdapter)(r),
 		Snapshotter: (*snapshotter)(r),
+		TLS:         r.cfg.TLS,
 		Logger:      r.log,
 		// Two election timeouts: a stream silent for that long is dead.
 		StreamTimeout: 20 * r.cfg.Tick,
@@ -346,6 +350,11 @@ func (r *Replica) Close() error {
 	<-r.donec
 	return r.db.Close()
 }
+
+// SetTLS replaces the certificates of the Raft transport's mutual TLS
+// (transport.SetTLS): the member redials its peers with them. It reports
+// whether they changed; TLS is turned on or off only by a restart.
+func (r *Replica) SetTLS(t *transport.TLS) (bool, error) { return r.tr.SetTLS(t) }
 
 // RaftAddr returns the address the transport listens on.
 func (r *Replica) RaftAddr() string { return r.tr.Addr().String() }

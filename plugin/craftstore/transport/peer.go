@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -89,6 +90,22 @@ func (p *peer) setAddr(addr string) {
 	p.addr = addr
 	if p.conn != nil {
 		p.conn.Close()
+	}
+	select {
+	case p.redial <- struct{}{}:
+	default:
+	}
+}
+
+// reconnect closes the stream and snapshot connections; the writer
+// redials (SetTLS).
+func (p *peer) reconnect() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range []net.Conn{p.conn, p.snapConn} {
+		if c != nil {
+			c.Close()
+		}
 	}
 	select {
 	case p.redial <- struct{}{}:
@@ -266,6 +283,9 @@ func (p *peer) dial(kind byte, slot *net.Conn) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dialing %s: %w", addr, err)
 	}
+	if tl := p.t.tls.Load(); tl != nil {
+		conn = &tlsConn{Conn: tls.Client(conn, tl.client()), raw: conn}
+	}
 	p.mu.Lock()
 	if err := p.ctx.Err(); err != nil || p.addr != addr {
 		p.mu.Unlock()
@@ -288,6 +308,13 @@ func (p *peer) dial(kind byte, slot *net.Conn) (net.Conn, error) {
 // handshake introduces this member to the peer on conn.
 func (p *peer) handshake(conn net.Conn, kind byte, timeout time.Duration) error {
 	conn.SetDeadline(time.Now().Add(timeout))
+	if tc, ok := conn.(*tlsConn); ok {
+		// A peer that refuses this member's certificate says so when
+		// the reply below is read (TLS 1.3 ends the client's part first).
+		if err := tc.Handshake(); err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+	}
 	h := handshake{kind: kind, from: p.t.cfg.ID, to: p.id, cluster: p.t.cfg.Cluster}
 	if _, err := conn.Write(h.encode()); err != nil {
 		return err

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,9 @@ func (t *Transport) serve(ln net.Listener) {
 			continue
 		}
 		delay = 0
+		if tl := t.tls.Load(); tl != nil {
+			c = &tlsConn{Conn: tls.Server(c, tl.server()), raw: c}
+		}
 		if !t.track(c) {
 			continue
 		}
@@ -73,6 +77,11 @@ func (t *Transport) handle(c net.Conn) {
 // accept reads and answers the handshake on c.
 func (t *Transport) accept(c net.Conn) (handshake, *bufio.Reader, error) {
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	if tc, ok := c.(*tlsConn); ok {
+		if err := tc.Handshake(); err != nil {
+			return handshake{}, nil, fmt.Errorf("TLS: %w", err)
+		}
+	}
 	br := bufio.NewReaderSize(c, 64<<10)
 	h, err := readHandshake(br)
 	code := byte(replyOK)

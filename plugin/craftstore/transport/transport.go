@@ -82,6 +82,11 @@ type Config struct {
 	// OnRemoved, when set, is called (possibly repeatedly) when a peer
 	// refuses this member because it was removed from the group.
 	OnRemoved func()
+	// TLS, when set, makes every connection mutual TLS (LoadTLS): peers
+	// without a certificate from its CA can neither connect nor be
+	// connected to. A transport runs with TLS or without for its whole
+	// life; SetTLS changes the certificates.
+	TLS *TLS
 	// Logger logs connection changes; nil logs nothing.
 	Logger Logger
 }
@@ -95,6 +100,7 @@ type Transport struct {
 
 	stopped atomic.Bool
 	once    sync.Once
+	tls     atomic.Pointer[TLS] // nil: plain TCP
 
 	mu       sync.RWMutex
 	peers    map[uint64]*peer
@@ -139,8 +145,38 @@ func New(cfg Config) (*Transport, error) {
 	if t.log == nil {
 		t.log = nopLogger{}
 	}
+	t.tls.Store(cfg.TLS)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
+}
+
+// SetTLS replaces the certificates of a transport that runs with TLS (a
+// Corefile reload that read the files again). Connections made from then
+// on use them; the open ones are closed, and redialled, so that a peer
+// whose certificate the new CA no longer accepts is cut off at once. It
+// reports whether anything changed; turning TLS on or off needs a restart.
+func (t *Transport) SetTLS(n *TLS) (bool, error) {
+	old := t.tls.Load()
+	if (old == nil) != (n == nil) {
+		return false, errors.New("transport: TLS is turned on or off only by a restart")
+	}
+	if old.Equal(n) {
+		return false, nil
+	}
+	t.tls.Store(n)
+	t.mu.Lock()
+	for c := range t.incoming {
+		c.Close()
+	}
+	peers := make([]*peer, 0, len(t.peers))
+	for _, p := range t.peers {
+		peers = append(peers, p)
+	}
+	t.mu.Unlock()
+	for _, p := range peers {
+		p.reconnect()
+	}
+	return true, nil
 }
 
 // Start listens on cfg.Listen and serves incoming connections.
