@@ -3,7 +3,10 @@ package integration
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -172,4 +175,49 @@ func TestClusterExample(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged writes present on all three members", len(acked))
+}
+
+// TestExamplePorts: the examples listen on ports that no other example
+// uses, so that any two run side by side (make run, run-cluster, run-tls,
+// run-sharded), and every member file of an example names its own.
+func TestExamplePorts(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(harness.Repo, "Corefile.examples", "*.Corefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob(filepath.Join(harness.Repo, "Corefile.examples", "*", "*.Corefile"))
+	files = append(files, more...)
+	if len(files) < 4 {
+		t.Fatalf("expected the examples' Corefiles, found %v", files)
+	}
+	// A port a file listens on: a server block's key, or the address of
+	// bind-less listeners (api, ready, health, prometheus, raft). Peer
+	// lines and shard lists name other members' ports.
+	listen := regexp.MustCompile(`(?m)^(?:\S*:(\d+) \{|\s*(?:api|raft|health|prometheus|ready)\s+\S*:(\d+)|\s*peer (\d+) \S*:(\d+))`)
+	owner := map[string]string{}
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := ""
+		if m := regexp.MustCompile(`(?m)^\s*id (\d+)`).FindSubmatch(text); m != nil {
+			id = string(m[1])
+		}
+		rel, _ := filepath.Rel(harness.Repo, f)
+		for _, m := range listen.FindAllStringSubmatch(string(text), -1) {
+			port := m[1] + m[2]
+			if m[3] != "" {
+				if m[3] != id {
+					continue // another member's Raft port
+				}
+				port = m[4]
+			}
+			if prev, ok := owner[port]; ok && prev != rel {
+				t.Errorf("port %s is used by %s and %s", port, prev, rel)
+			}
+			owner[port] = rel
+		}
+	}
+	t.Logf("%d ports over %d files", len(owner), len(files))
 }

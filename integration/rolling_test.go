@@ -46,8 +46,8 @@ var seededA = map[string]string{
 
 // startRollingLoad runs queriers that each ask the router for a seeded or
 // already written name every 2ms (one attempt, 2s timeout: a client's
-// first try), and writers that each add a new name through the router's API
-// as soon as their last one was answered.
+// first try), and writers that each add a new name through the router's API,
+// and as many that do by UPDATE, as soon as their last one was answered.
 func startRollingLoad(router string, api harness.API, queriers, writers int) *rollingLoad {
 	l := &rollingLoad{router: router, api: api, stop: make(chan struct{})}
 	for q := range queriers {
@@ -58,13 +58,48 @@ func startRollingLoad(router string, api harness.API, queriers, writers int) *ro
 		}()
 	}
 	for w := range writers {
-		l.wg.Add(1)
+		l.wg.Add(2)
 		go func() {
 			defer l.wg.Done()
 			l.write(w)
 		}()
+		go func() {
+			defer l.wg.Done()
+			l.update(w)
+		}()
 	}
 	return l
+}
+
+// update adds a new name by RFC 2136 UPDATE (TCP, signed with the example
+// key) through the router as soon as the last one was answered.
+func (l *rollingLoad) update(w int) {
+	for i := 0; !l.stopped(5 * time.Millisecond); i++ {
+		name := fmt.Sprintf("upd%d-%d.example.org.", w, i)
+		m := newUpdate()
+		rr, _ := dns.NewRR(name + " 60 IN A 192.0.2.1")
+		m.Insert([]dns.RR{rr})
+		if w%2 == 1 {
+			m.SetEdns0(1232, false) // one writer as nsupdate (no EDNS), one with
+		}
+		start := time.Now()
+		r, err := exchangeUpdate(m, "tcp", l.router)
+		end := time.Now()
+		l.mu.Lock()
+		if took := end.Sub(start); took > l.slowest {
+			l.slowest, l.slowName = took, fmt.Sprintf("%s at %s", name, start.Format("15:04:05.000"))
+		}
+		switch {
+		case err != nil:
+			l.wfail = append(l.wfail, fmt.Sprintf("%s UPDATE %s: %v", start.Format("15:04:05.000"), name, err))
+		case r.Rcode != dns.RcodeSuccess:
+			l.wfail = append(l.wfail, fmt.Sprintf("%s UPDATE %s: %s %s\n%v", start.Format("15:04:05.000"), name, dns.RcodeToString[r.Rcode], extendedError(r), r))
+		default:
+			l.acked = append(l.acked, name)
+			l.writes = append(l.writes, span{start, end})
+		}
+		l.mu.Unlock()
+	}
 }
 
 func (l *rollingLoad) stopped(pause time.Duration) bool {

@@ -262,15 +262,21 @@ type updateError struct {
 func (e *updateError) Error() string { return e.msg }
 
 // forwardUpdate sends r, signed with key, over TCP to the members of s in
-// order of liveness. Only a connection that could not be made moves on to
-// the next member: once the update is sent, no answer is an error, since
+// order of liveness. A connection that could not be made moves on to the
+// next member, and so does SERVFAIL with the Extended DNS Error Not Ready:
+// the member took no writes (it is stopping, cut off or failing) and wrote
+// nothing. Otherwise, once the update is sent, no answer is an error, since
 // it may or may not have been applied.
 func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, key, alg, secret string) (*dns.Msg, *updateError) {
 	m := r.Copy()
 	if t := m.IsTsig(); t != nil {
 		m.Extra = m.Extra[:len(m.Extra)-1]
 	}
-	m.SetTsig(key, alg, tsigFudge, time.Now().Unix())
+	if m.IsEdns0() == nil {
+		// EDNS whatever the client sent: a member's Extended DNS Error
+		// (Not Ready: nothing written, try another) needs an OPT record.
+		m.SetEdns0(dns.DefaultMsgSize, false)
+	}
 	cl := &dns.Client{
 		Net:          "tcp",
 		DialTimeout:  c.cfg.timeout,
@@ -279,6 +285,7 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 		TsigSecret:   map[string]string{key: secret},
 	}
 	var lastErr error
+	var last *dns.Msg // the last not-ready answer
 	for _, mem := range s.Order(time.Now(), nil) {
 		if ctx.Err() != nil {
 			break
@@ -289,8 +296,12 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 			lastErr = fmt.Errorf("member %s: %w", mem.Addr, err)
 			continue
 		}
+		// Signed per member: signing on send takes the TSIG record off
+		// the message.
+		signed := m.Copy()
+		signed.SetTsig(key, alg, tsigFudge, time.Now().Unix())
 		fctx, cancel := context.WithTimeout(ctx, updateTimeout)
-		resp, _, err := cl.ExchangeWithConnContext(fctx, m, conn)
+		resp, _, err := cl.ExchangeWithConnContext(fctx, signed, conn)
 		cancel()
 		conn.Close()
 		if err != nil {
@@ -298,8 +309,17 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 			return nil, &updateError{ede: dns.ExtendedErrorCodeOther, sent: true,
 				msg: fmt.Sprintf("shard %s member %s: %v: the update may or may not have been applied", s.Name, mem.Addr, err)}
 		}
+		if resp.Rcode == dns.RcodeServerFailure && notCurrent(resp) {
+			mem.Failed(time.Now(), c.cfg.downFor)
+			lastErr = fmt.Errorf("member %s: not ready: %s", mem.Addr, ede.Of(resp).ExtraText)
+			last = resp
+			continue
+		}
 		mem.Succeeded(time.Now())
 		return resp, nil
+	}
+	if last != nil {
+		return last, nil // every member said not ready: its answer says why
 	}
 	if lastErr == nil {
 		lastErr = fmt.Errorf("no members")

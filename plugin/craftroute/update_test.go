@@ -28,8 +28,9 @@ const (
 // fakeMember is a craftstore member as UPDATE sees it: a TCP DNS server that
 // verifies the TSIG, records what it got and answers signed.
 type fakeMember struct {
-	addr  string
-	close bool // close the connection instead of answering
+	addr     string
+	close    bool // close the connection instead of answering
+	notReady bool // answer SERVFAIL, Not Ready, as a stopping member does
 
 	mu   sync.Mutex
 	got  []*dns.Msg
@@ -64,7 +65,16 @@ func (fm *fakeMember) serve(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	m := new(dns.Msg)
 	m.SetReply(r)
-	if len(r.Ns) > 0 && strings.HasPrefix(r.Ns[0].Header().Name, "forbidden.") {
+	if fm.notReady {
+		// As ede.Write does: the Extended DNS Error only to a request
+		// with EDNS.
+		m.Rcode = dns.RcodeServerFailure
+		if r.IsEdns0() != nil {
+			m.SetEdns0(dns.DefaultMsgSize, false)
+			m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: dns.ExtendedErrorCodeNotReady,
+				ExtraText: "member is shutting down: nothing was written; write to another member"})
+		}
+	} else if len(r.Ns) > 0 && strings.HasPrefix(r.Ns[0].Header().Name, "forbidden.") {
 		m.Rcode = dns.RcodeRefused
 		m.SetEdns0(dns.DefaultMsgSize, false)
 		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_EDE{InfoCode: dns.ExtendedErrorCodeProhibited, ExtraText: shardEDEText})
@@ -134,6 +144,12 @@ func updateRouter(t *testing.T, key string, members ...[]*fakeMember) *Craftrout
 // unless key is "", and returns the verified response.
 func sendUpdate(t *testing.T, addr, key, secret string, rrs ...string) *dns.Msg {
 	t.Helper()
+	return sendUpdateEDNS(t, true, addr, key, secret, rrs...)
+}
+
+// sendUpdateEDNS is sendUpdate, with EDNS or without (as nsupdate sends).
+func sendUpdateEDNS(t *testing.T, edns bool, addr, key, secret string, rrs ...string) *dns.Msg {
+	t.Helper()
 	m := new(dns.Msg)
 	m.SetUpdate(splitOrigin)
 	for _, s := range rrs {
@@ -143,7 +159,9 @@ func sendUpdate(t *testing.T, addr, key, secret string, rrs ...string) *dns.Msg 
 		}
 		m.Insert([]dns.RR{rr})
 	}
-	m.SetEdns0(1232, false)
+	if edns {
+		m.SetEdns0(1232, false)
+	}
 	cl := &dns.Client{Net: "tcp", Timeout: 5 * time.Second}
 	if key != "" {
 		m.SetTsig(key, dns.HmacSHA256, 300, time.Now().Unix())
@@ -295,6 +313,50 @@ func TestUpdateMemberFailover(t *testing.T) {
 	}
 	if n := total(x, y); n != 1 {
 		t.Errorf("expected the update sent once, got %d", n)
+	}
+}
+
+// TestUpdateNotReadyFailover: a member that answers SERVFAIL with Not Ready
+// (stopping, cut off: it wrote nothing) is followed by the next one; when
+// every member says so, the client gets the last answer.
+func TestUpdateNotReadyFailover(t *testing.T) {
+	stopping, live := startFakeMember(t, false), startFakeMember(t, false)
+	stopping.notReady = true
+	c := updateRouter(t, keyZone, []*fakeMember{stopping, live})
+	front := updateFront(t, c)
+	// The live member marked down comes last: the stopping one is asked
+	// first, says it wrote nothing, and the live one takes the update;
+	// also from a client without EDNS (nsupdate), whose update goes to the
+	// members with EDNS so that they can say why.
+	for i, edns := range []bool{true, false} {
+		c.cfg.shards[0].Members[0].alive.Store(0) // the stopping member, up again
+		c.cfg.shards[0].Members[1].Failed(time.Now(), time.Minute)
+		resp := sendUpdateEDNS(t, edns, front, updKey, updSecret, "www.example.org. 300 IN A 192.0.2.1")
+		if resp.Rcode != dns.RcodeSuccess || total(stopping) != i+1 || total(live) != i+1 {
+			t.Errorf("EDNS %v: expected the update taken by the live member after the stopping one, got %s, %d and %d messages",
+				edns, dns.RcodeToString[resp.Rcode], total(stopping), total(live))
+		}
+	}
+
+	// Each member gets the update signed (signing on send takes the TSIG
+	// record off a message: one sent again would go unsigned).
+	for _, fm := range []*fakeMember{stopping, live} {
+		msgs, statuses := fm.received()
+		for i, m := range msgs {
+			if m.IsTsig() == nil || statuses[i] != nil {
+				t.Errorf("member %s got update %d unsigned or badly signed: %v", fm.addr, i, statuses[i])
+			}
+		}
+	}
+
+	a, b := startFakeMember(t, false), startFakeMember(t, false)
+	a.notReady, b.notReady = true, true
+	c = updateRouter(t, keyZone, []*fakeMember{a, b})
+	front = updateFront(t, c)
+	resp := sendUpdate(t, front, updKey, updSecret, "www.example.org. 300 IN A 192.0.2.1")
+	e := ede.Of(resp)
+	if resp.Rcode != dns.RcodeServerFailure || e == nil || e.InfoCode != dns.ExtendedErrorCodeNotReady || total(a, b) != 2 {
+		t.Errorf("expected SERVFAIL Not Ready after both members, got %s %v, %d messages", dns.RcodeToString[resp.Rcode], e, total(a, b))
 	}
 }
 

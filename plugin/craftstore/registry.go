@@ -127,6 +127,11 @@ func (c *Craftstore) shutdown() error {
 	if m.api != nil {
 		m.api.close()
 	}
+	// UPDATEs in flight: the DNS servers stop only after this returns.
+	if n := m.rep.Drain(drainTimeout); n > 0 {
+		log.Warningf("member %d stops with %d writes in flight; their clients learn no outcome", m.rep.ID(), n)
+	}
+	m.rep.Quiet(lameDuckQuiet, lameDuckMax)
 	if err := m.leases.save(m.dir); err != nil {
 		log.Warningf("saving the routers' leases for the next run: %v; it will wait %v before it acknowledges a write", err, partition.MaxLease)
 	}
@@ -137,6 +142,17 @@ func (c *Craftstore) shutdown() error {
 // leadership when a leader stops; raft gives up a transfer after an
 // election timeout (1s) too.
 const handOffTimeout = time.Second
+
+// drainTimeout bounds the wait for the writes in flight when a member
+// stops (the API's shutdown waits as long for its requests).
+const drainTimeout = 2 * time.Second
+
+// A stopping member refuses writes (Not Ready) until none came for
+// lameDuckQuiet, at most lameDuckMax, before it closes (Replica.Quiet).
+const (
+	lameDuckQuiet = 100 * time.Millisecond
+	lameDuckMax   = time.Second
+)
 
 // handOff passes the leadership on before the member stops (SIGTERM, or a
 // reload whose Corefile no longer runs it), so that writes stall for a

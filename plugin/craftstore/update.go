@@ -182,6 +182,10 @@ func updateFailure(err error) (int, uint16) {
 		return dns.RcodeFormatError, dns.ExtendedErrorCodeOther
 	case errors.Is(err, replica.ErrConflict):
 		return dns.RcodeRefused, dns.ExtendedErrorCodeOther
+	case errors.Is(err, replica.ErrNotReady):
+		// Nothing was proposed: craftroute sends the UPDATE to another
+		// member (and a client may).
+		return dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady
 	}
 	// Unavailable (no leader, no quorum in time: it may still be applied)
 	// or a failure of this member.

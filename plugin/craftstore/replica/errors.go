@@ -30,6 +30,11 @@ var (
 	// progress (prepared on this shard, not finished; txn.go). Nothing was
 	// written; the write may be retried once the transaction finished.
 	ErrBusy = errors.New("busy")
+	// ErrNotReady: the member takes no writes now (it is stopping, was
+	// removed, its storage fails, or it has known no leader for a while)
+	// and proposed nothing, so the write can go to another member at once.
+	// It is an ErrUnavailable too.
+	ErrNotReady = fmt.Errorf("not ready: %w", ErrUnavailable)
 )
 
 // Error is a failure of one kind with a message for the client. A refusal

@@ -1,8 +1,12 @@
 package replica
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 // TestHandOff: handing off leadership costs no write. Writes go through
@@ -49,5 +53,80 @@ func TestHandOffRefused(t *testing.T) {
 	one := newTestCluster(t, 1, 0)
 	if _, err := one.leader().HandOff(100 * time.Millisecond); err == nil {
 		t.Error("a lone member handed off leadership")
+	}
+}
+
+// TestDrain: a stopping member lets the writes in flight finish and
+// refuses the others at once with ErrNotReady, having proposed nothing:
+// every write is either acknowledged and on every member, or refused and on
+// none.
+func TestDrain(t *testing.T) {
+	c, fn := startFaultZone(t, 3, 0)
+	f := c.follower()
+	type outcome struct {
+		name string
+		err  error
+	}
+	out := make(chan outcome, 40)
+	write := func(i int) {
+		name := fmt.Sprintf("drain%d.example.org.", i)
+		_, err := f.Change(ctx(t), "example.org.", []dns.RR{mustRR(t, name+" 60 IN A 192.0.2.1")}, nil)
+		out <- outcome{name, err}
+	}
+	waiting := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.waiters)
+	}
+	// Twenty writes in flight: the follower's links hold what it sends.
+	isolate(fn, f.ID())
+	for i := range 20 {
+		go write(i)
+	}
+	eventually(t, "twenty writes in flight", func() bool { return waiting() == 20 })
+	drained := make(chan int, 1)
+	go func() { drained <- f.Drain(10 * time.Second) }()
+	eventually(t, "the drain", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.draining
+	})
+	for i := 20; i < 40; i++ {
+		go write(i)
+	}
+	time.Sleep(200 * time.Millisecond)
+	fn.Heal()
+	if n := <-drained; n != 0 {
+		t.Errorf("%d writes still waiting after the drain", n)
+	}
+	var acked, refused []string
+	for range 40 {
+		o := <-out
+		switch {
+		case o.err == nil:
+			acked = append(acked, o.name)
+		case errors.Is(o.err, ErrNotReady) && errors.Is(o.err, ErrUnavailable):
+			refused = append(refused, o.name)
+		default:
+			t.Errorf("%s: %v", o.name, o.err)
+		}
+	}
+	if len(acked) != 20 || len(refused) != 20 {
+		t.Errorf("expected the 20 writes in flight acknowledged and the 20 after the drain refused, got %d and %d", len(acked), len(refused))
+	}
+	start := time.Now()
+	if _, err := f.Change(ctx(t), "example.org.", []dns.RR{mustRR(t, "late.example.org. 60 IN A 192.0.2.1")}, nil); !errors.Is(err, ErrNotReady) {
+		t.Errorf("a write after the drain: expected ErrNotReady, got %v", err)
+	} else if time.Since(start) > time.Second {
+		t.Errorf("the refusal took %v", time.Since(start))
+	}
+	t.Logf("%d writes acknowledged, %d refused", len(acked), len(refused))
+	c.settled(t, acked)
+	for _, r := range c.members {
+		for _, name := range append(refused, "late.example.org.") {
+			if has(r, name, "192.0.2.1") {
+				t.Errorf("member %d holds %s, which was refused", r.ID(), name)
+			}
+		}
 	}
 }

@@ -34,20 +34,25 @@ func (r *Replica) proposeWait(ctx context.Context, id uint64, submit func(contex
 		defer func() { o.Proposed(err) }()
 	}
 	if r.removed.Load() {
-		return Result{}, Errorf(ErrUnavailable, "member was removed from the group")
+		return Result{}, Errorf(ErrNotReady, "member was removed from the group")
 	}
 	if err := r.StorageError(); err != nil {
-		return Result{}, Errorf(ErrUnavailable, "member's storage fails (%v): write to another member", err)
+		return Result{}, Errorf(ErrNotReady, "member's storage fails (%v): write to another member", err)
 	}
 	if r.leaderless.Load() {
 		// Cut off from its group (or the group has no majority): rather
 		// than after the write timeout, say so now, so that a client (or
 		// craftroute's API) tries another member.
-		return Result{}, Errorf(ErrUnavailable, "member has known no leader for %v or more: write to another member",
+		return Result{}, Errorf(ErrNotReady, "member has known no leader for %v or more: write to another member",
 			time.Duration(staleTicks)*r.cfg.Tick)
 	}
 	ch := make(chan applied, 1)
 	r.mu.Lock()
+	if r.draining {
+		r.refusedAt = time.Now()
+		r.mu.Unlock()
+		return Result{}, errStopping
+	}
 	r.waiters[id] = ch
 	r.mu.Unlock()
 	defer func() {
@@ -69,7 +74,7 @@ func (r *Replica) proposeWait(ctx context.Context, id uint64, submit func(contex
 		case <-ctx.Done():
 			return Result{}, ErrNoQuorum
 		case <-r.donec:
-			return Result{}, Errorf(ErrUnavailable, "member is shutting down")
+			return Result{}, errStopping // raft dropped it: nothing was proposed
 		}
 	}
 	select {
@@ -80,6 +85,60 @@ func (r *Replica) proposeWait(ctx context.Context, id uint64, submit func(contex
 			return a.res, a.err // applied just as ctx ended
 		}
 		return Result{}, ErrNoQuorum
+	}
+}
+
+// errStopping refuses a write that a stopping member did not propose.
+var errStopping = Errorf(ErrNotReady, "member is shutting down: nothing was written; write to another member")
+
+// Drain makes the member refuse new writes (ErrNotReady: nothing is
+// proposed, so a client or router takes them to another member) and waits
+// up to timeout until the writes in flight on it were applied or gave up.
+// It returns how many were still waiting. A member that stops calls it
+// after handing off its leadership (HandOff) and before Close, which fails
+// the writes still waiting without knowing their outcome.
+func (r *Replica) Drain(timeout time.Duration) int {
+	r.mu.Lock()
+	r.draining = true
+	r.mu.Unlock()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(timeout)
+	for {
+		r.mu.Lock()
+		n := len(r.waiters)
+		r.mu.Unlock()
+		if n == 0 {
+			return 0
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return n
+		case <-r.donec:
+			return n
+		}
+	}
+}
+
+// Quiet waits, after Drain, until no write was refused for quiet (and at
+// least quiet), or max passed: the lame-duck time of a stopping member.
+// Its DNS server closes only after the member is closed, and an UPDATE
+// whose connection it accepted but had not read then is cut off without
+// an answer, which its sender must take as an unknown outcome. Refusing
+// writes (Not Ready) for a while first tells craftroute to send them to
+// another member.
+func (r *Replica) Quiet(quiet, max time.Duration) {
+	start := time.Now()
+	for {
+		r.mu.Lock()
+		last := r.refusedAt
+		r.mu.Unlock()
+		now := time.Now()
+		if now.Sub(start) >= max || now.Sub(start) >= quiet && now.Sub(last) >= quiet {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -98,10 +98,12 @@ type Replica struct {
 	// locks are the names transactions hold on this shard (txview.go).
 	locks lockView
 
-	mu      sync.Mutex
-	waiters map[uint64]chan applied
-	late    map[uint64]late // proposals whose caller gave up (WithLate)
-	nextID  atomic.Uint64
+	mu        sync.Mutex
+	waiters   map[uint64]chan applied
+	late      map[uint64]late // proposals whose caller gave up (WithLate)
+	draining  bool            // Drain was called: new writes are refused
+	refusedAt time.Time       // when the last write was refused since
+	nextID    atomic.Uint64
 
 	// Owned by the Ready loop.
 	confState *pb.ConfState
