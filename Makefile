@@ -3,6 +3,7 @@
 #   make            build ./coredns (static, CGO_ENABLED=0) with the plugins of plugin.cfg
 #   make run        build and start one member from Corefile.examples/single.Corefile
 #   make run-cluster  three members on loopback from Corefile.examples/cluster/
+#   make image      the container image craftdns:dev (deploy/docker/Dockerfile) with this machine's Docker
 #   make run-tls    three members whose Raft transport is mutual TLS (Corefile.examples/tls/)
 #   make run-sharded  two shards of three members and a craftroute router (Corefile.examples/sharded/)
 #   make test       unit and integration tests (with the nested test module integration/acme)
@@ -33,7 +34,7 @@ FUZZTIME ?= 10m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr lint clean
+.PHONY: build coredns generate image run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -47,6 +48,15 @@ generate:
 # Always hand over to go build: its cache decides what is stale.
 coredns: generate
 	$(GO) build -ldflags '$(LDFLAGS)' -o coredns ./cmd/coredns
+
+# The image's build context holds only what the image copies.
+IMAGE ?= craftdns:dev
+image: coredns
+	rm -rf .image && mkdir -p .image/data
+	cp coredns deploy/docker/Dockerfile deploy/docker/Corefile Corefile.examples/zones/example.org.zone .image/
+	docker build -t $(IMAGE) .image
+	@docker image inspect $(IMAGE) --format '$(IMAGE): {{.Size}} bytes'
+	rm -rf .image
 
 run: coredns
 	mkdir -p data
