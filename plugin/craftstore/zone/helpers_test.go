@@ -1,6 +1,7 @@
 package zone
 
 import (
+	"sort"
 	"testing"
 
 	"github.com/coredns/coredns/plugin/test"
@@ -30,6 +31,10 @@ func lookup(z *Zone, tc test.Case) *dns.Msg {
 func check(t *testing.T, z *Zone, cases []test.Case) {
 	t.Helper()
 	for _, tc := range cases {
+		// SortAndCheck sorts the response's sections, not the expected ones.
+		for _, sec := range [][]dns.RR{tc.Answer, tc.Ns, tc.Extra} {
+			sort.Sort(test.RRSet(sec))
+		}
 		resp := lookup(z, tc)
 		name := tc.Qname + " " + dns.TypeToString[tc.Qtype]
 		if err := test.SortAndCheck(resp, tc); err != nil {

@@ -88,9 +88,16 @@ func (z *Zone) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain
 		}
 		return "", false, found{where: whereOutside} // a CNAME target outside the zone ends the chain
 	}
-	if cut := z.delegation(name, encl, off, qtype); cut != nil {
+	cut, cutOff := z.delegationAt(name, encl, off, qtype)
+	d, dOff := z.dname(name, encl, off)
+	if cut != nil && (d == nil || cutOff >= dOff) {
+		// A cut at or above a DNAME owner: the DNAME is the child's.
 		z.referral(m, cut, step)
 		return "", false, found{where: whereCut}
+	}
+	if d != nil {
+		next, follow := z.substitute(m, d, qname, name, dOff, qtype, c)
+		return next, follow, found{where: whereName}
 	}
 	if off == 0 {
 		next, follow := z.fromNode(m, encl, qname, "", qtype, step, c)
@@ -154,6 +161,50 @@ func (z *Zone) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, 
 
 	z.negative(m, dns.RcodeSuccess)
 	return "", false
+}
+
+// substitute answers qname, below the owner of DNAME node d (at offset dOff
+// in name, qname's lower-case form), by DNAME substitution (RFC 6672 §2.2,
+// §3.2): the DNAME RRset, then a CNAME from qname to the substituted name,
+// with the DNAME's TTL, which the lookup follows like any CNAME. As in NSD a
+// DNAME RRset is added once per answer, so a substitution that leads below
+// the same DNAME again (a loop, or a target below its own owner) ends the
+// chain; a substituted name longer than a domain name may be is answered
+// YXDOMAIN with the DNAME alone. A query for the CNAME ends with it.
+func (z *Zone) substitute(m *dns.Msg, d *node, qname string, name []byte, dOff int, qtype uint16, c *chain) (string, bool) {
+	rrs := d.rrset(dns.TypeDNAME)
+	if !c.add(rrs[0], "") {
+		return "", false
+	}
+	m.Answer = append(m.Answer, rrs...)
+	dn, ok := rrs[0].(*dns.DNAME)
+	if !ok {
+		return "", false
+	}
+	target := string(name[:dOff]) + dn.Target
+	if dn.Target == "." {
+		target = string(name[:dOff]) // the prefix is fully qualified already
+	}
+	if !fitsWire(target) {
+		m.Rcode = dns.RcodeYXDomain
+		return "", false
+	}
+	m.Answer = append(m.Answer, &dns.CNAME{
+		Hdr:    dns.RR_Header{Name: qname, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: dn.Hdr.Ttl},
+		Target: target,
+	})
+	if qtype == dns.TypeCNAME {
+		return "", false
+	}
+	return target, true
+}
+
+// fitsWire reports whether name (presentation form, fully qualified) is at
+// most 255 octets on the wire (RFC 1035 §2.3.4); dns.IsDomainName allows 256.
+func fitsWire(name string) bool {
+	var buf [512]byte
+	n, err := dns.PackDomainName(name, buf[:], 0, nil, false)
+	return err == nil && n <= 255
 }
 
 // chain records the CNAME RRsets a lookup added, with their owners, so that a

@@ -90,6 +90,8 @@ func TestNSDDiffTables(t *testing.T) {
 	}{
 		{"example.", rfc4592Zone, casesQueries(rfc4592Cases)},
 		{"example.org.", exampleOrg, casesQueries(lookupCases)},
+		{"example.org.", dnameOrg, casesQueries(dnameCases)},
+		{"net.", dnameApex, casesQueries(dnameApexCases)},
 	} {
 		diff(t, tc.origin, tc.zone, tc.queries)
 	}

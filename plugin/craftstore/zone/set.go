@@ -114,6 +114,9 @@ func (z *Zone) count(n *node) {
 	if n.flags&fCut != 0 {
 		z.cuts++
 	}
+	if n.flags&fDNAME != 0 {
+		z.dnames++
+	}
 }
 
 // uncount removes n's data from the zone's counters and clears its data
@@ -127,7 +130,10 @@ func (z *Zone) uncount(n *node) {
 	if n.flags&fCut != 0 {
 		z.cuts--
 	}
-	n.flags &^= fCut | fCNAME
+	if n.flags&fDNAME != 0 {
+		z.dnames--
+	}
+	n.flags &^= fCut | fCNAME | fDNAME
 }
 
 // insert adds an empty node for key, and empty non-terminals for its

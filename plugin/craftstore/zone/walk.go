@@ -42,8 +42,14 @@ func (z *Zone) exact(name []byte) *node {
 // query for the cut itself is answered by this, the parent, side (RFC 4035
 // §3.1.4.1), so that cut does not count; a cut above it still does.
 func (z *Zone) delegation(name []byte, encl *node, off int, qtype uint16) *node {
+	cut, _ := z.delegationAt(name, encl, off, qtype)
+	return cut
+}
+
+// delegationAt is delegation, with the offset of the cut in name.
+func (z *Zone) delegationAt(name []byte, encl *node, off int, qtype uint16) (*node, int) {
 	if z.cuts == 0 {
-		return nil
+		return nil, 0
 	}
 	apex := len(name) - len(z.origin)
 	var cut *node
@@ -58,9 +64,43 @@ func (z *Zone) delegation(name []byte, encl *node, off int, qtype uint16) *node 
 		n = nil
 	}
 	if cut != nil && cutOff == 0 && qtype == dns.TypeDS {
-		return nil
+		return nil, 0
 	}
-	return cut
+	return cut, cutOff
+}
+
+// dname returns the DNAME that applies to name, and the offset of its owner
+// in name, or nil: the topmost name strictly above name (at offset off or
+// above, encl being the node at off) that holds a DNAME (RFC 6672 §3.2; a
+// zone holds no names below a DNAME owner, so this is the closest encloser
+// whenever there is one).
+func (z *Zone) dname(name []byte, encl *node, off int) (*node, int) {
+	if z.dnames == 0 {
+		return nil, 0
+	}
+	apex := len(name) - len(z.origin)
+	if off == 0 {
+		// name itself exists: a DNAME there does not apply to it.
+		if apex == 0 {
+			return nil, 0
+		}
+		encl, off = nil, nextLabel(name, 0)
+	}
+	var d *node
+	dOff := 0
+	for n := encl; off < apex; off = nextLabel(name, off) {
+		if n == nil {
+			n = z.names[string(name[off:])]
+		}
+		if n != nil && n.flags&fDNAME != 0 {
+			d, dOff = n, off
+		}
+		n = nil
+	}
+	if z.apex.flags&fDNAME != 0 {
+		d, dOff = z.apex, apex
+	}
+	return d, dOff
 }
 
 // wildcard returns the source of synthesis for a name whose closest encloser

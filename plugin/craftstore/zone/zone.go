@@ -37,6 +37,7 @@ type Zone struct {
 	records int      // number of RRs
 	named   int      // number of owner names holding data
 	cuts    int      // number of delegation points (NS below the apex)
+	dnames  int      // number of names holding a DNAME
 	base    uint32   // serial base (SetSerialBase), when hasBase
 	hasBase bool
 }
@@ -54,6 +55,7 @@ const (
 	fCNAME                     // holds a CNAME
 	fWild                      // a child named "*" exists (data or ENT), in Zone.wilds
 	fLoading                   // being filled by Load
+	fDNAME                     // holds a DNAME (RFC 6672)
 )
 
 // New returns an empty zone for origin (any case; stored canonical lower-case FQDN).
@@ -174,6 +176,8 @@ func nodeFlags(rrs []dns.RR, apex bool) uint8 {
 			}
 		case dns.TypeCNAME:
 			f |= fCNAME
+		case dns.TypeDNAME:
+			f |= fDNAME
 		}
 	}
 	return f
