@@ -387,13 +387,15 @@ func TooManyRecords(origin string, max int) *Error {
 
 // CheckZone checks what a zone needs: every record as CheckRecord says,
 // exactly one SOA at the apex, NS records at the apex, no CNAME beside
-// other data (RFC 1034 section 3.6.2) nor at the apex, and one CNAME at
-// most at a name (RFC 2181 section 10.1: an alias has one canonical name;
-// a change replaces it, as RFC 2136 does).
+// other data (RFC 1034 section 3.6.2; a DNAME is other data, RFC 6672
+// section 2.4) nor at the apex, one CNAME and one DNAME at most at a name
+// (RFC 2181 section 10.1, RFC 6672 section 2.4; a change replaces them, as
+// RFC 2136 does), and no name below a DNAME owner (RFC 6672 section 2.3).
 func CheckZone(origin string, rrs []dns.RR) error {
 	soa, ns := 0, 0
 	kinds := map[string]uint8{} // name -> 1 CNAME, 2 other data, 3 both
 	cnames := map[string]dns.RR{}
+	dnames := map[string]dns.RR{}
 	for _, rr := range rrs {
 		if err := CheckRecord(origin, rr); err != nil {
 			return err
@@ -409,6 +411,12 @@ func CheckZone(origin string, rrs []dns.RR) error {
 			if name == origin {
 				ns++
 			}
+		}
+		if rr.Header().Rrtype == dns.TypeDNAME {
+			if other, ok := dnames[name]; ok && !dns.IsDuplicate(other, rr) {
+				return fmt.Errorf("two DNAME records at %q (RFC 6672 section 2.4: a name has one DNAME)", rr.Header().Name)
+			}
+			dnames[name] = rr
 		}
 		if rr.Header().Rrtype == dns.TypeCNAME {
 			if other, ok := cnames[name]; ok && !dns.IsDuplicate(other, rr) {
@@ -428,6 +436,13 @@ func CheckZone(origin string, rrs []dns.RR) error {
 	case ns == 0:
 		return fmt.Errorf("zone %q has no NS records at its apex", origin)
 	}
+	if len(dnames) > 0 {
+		for name := range kinds {
+			if owner := DNAMEAbove(name, origin, func(n string) bool { _, ok := dnames[n]; return ok }); owner != "" {
+				return fmt.Errorf("%q is below the DNAME at %q (RFC 6672 section 2.3: a DNAME owner has no names below it)", name, owner)
+			}
+		}
+	}
 	for name, k := range kinds {
 		if k == 3 {
 			return fmt.Errorf("CNAME and other data at %q (RFC 1034 section 3.6.2)", name)
@@ -437,6 +452,25 @@ func CheckZone(origin string, rrs []dns.RR) error {
 		}
 	}
 	return nil
+}
+
+// DNAMEAbove returns the name strictly above name, up to origin, for which
+// isDNAME is true (the closest), or "". name and origin are lower case and
+// fully qualified, name at or below origin.
+func DNAMEAbove(name, origin string, isDNAME func(string) bool) string {
+	if name == origin {
+		return ""
+	}
+	for off, end := dns.NextLabel(name, 0); !end && len(name)-off >= len(origin); off, end = dns.NextLabel(name, off) {
+		parent := name[off:]
+		if isDNAME(parent) {
+			return parent
+		}
+		if parent == origin {
+			break
+		}
+	}
+	return ""
 }
 
 // SerialAfter reports whether SOA serial a is after b (RFC 1982).

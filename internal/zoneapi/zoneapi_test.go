@@ -225,3 +225,30 @@ func TestStorable(t *testing.T) {
 		t.Errorf("expected %v, which does not pack, refused", ninfo)
 	}
 }
+
+// TestCheckZoneDNAME: a zone with a DNAME beside other data passes; one
+// with two DNAMEs at a name, a CNAME beside a DNAME, or a name below a
+// DNAME owner is refused, naming the names.
+func TestCheckZoneDNAME(t *testing.T) {
+	head := "$ORIGIN example.org.\n@ 300 IN SOA ns1 host 1 2 3 4 5\n@ 300 IN NS ns1\nns1 300 IN A 192.0.2.1\n"
+	for _, tc := range []struct{ body, want string }{
+		{"old 300 IN DNAME new.example.org.\nold 300 IN TXT \"beside\"\nnew 300 IN A 192.0.2.2\n", ""},
+		{"old 300 IN DNAME new.example.org.\nold 300 IN DNAME other.example.org.\n", `two DNAME records at "old.example.org."`},
+		{"old 300 IN DNAME new.example.org.\nold 300 IN CNAME new.example.org.\n", `CNAME and other data at "old.example.org."`},
+		{"old 300 IN DNAME new.example.org.\nhost.old 300 IN A 192.0.2.3\n", `"host.old.example.org." is below the DNAME at "old.example.org."`},
+		{"old 300 IN DNAME new.example.org.\na.b.old 300 IN A 192.0.2.3\n", `"a.b.old.example.org." is below the DNAME at "old.example.org."`},
+		{"@ 300 IN DNAME example.net.\n", `"ns1.example.org." is below the DNAME at "example.org."`},
+	} {
+		// ParseZone checks the zone too (CheckZone).
+		rrs, err := ParseZone("example.org.", head+tc.body)
+		if err == nil {
+			err = CheckZone("example.org.", rrs)
+		}
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.body, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: expected an error with %s, got %v", tc.body, tc.want, err)
+		}
+	}
+}

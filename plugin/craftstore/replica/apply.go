@@ -1,8 +1,11 @@
 package replica
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
+
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
@@ -223,6 +226,9 @@ func applyChange(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 			return Result{}, nil, err
 		}
 	}
+	if err := checkDNAMEs(zb, c.Zone, names, order); err != nil {
+		return Result{}, nil, err
+	}
 	apex = names[c.Zone]
 	if err := checkApex(c.Zone, apex); err != nil {
 		return Result{}, nil, err
@@ -378,6 +384,53 @@ func checkName(name string, rrs []dns.RR) error {
 	}
 	if cname && other {
 		return Errorf(ErrConflict, "CNAME and other data at %q (RFC 1034 section 3.6.2)", name)
+	}
+	return nil
+}
+
+// checkDNAMEs enforces RFC 6672 section 2.3 on the names a change touched
+// (names holds their new RRs, zb the rest of zone): no name with data below
+// a DNAME owner, so neither data added below one nor a DNAME added above
+// data.
+func checkDNAMEs(zb *bolt.Bucket, zone string, names map[string][]dns.RR, order []string) error {
+	isDNAME := func(n string) bool {
+		rrs, ok := names[n]
+		if !ok {
+			var err error
+			if rrs, err = rrsAt(zb, n); err != nil {
+				return false
+			}
+		}
+		return hasType(rrs, dns.TypeDNAME)
+	}
+	for _, name := range order {
+		rrs := names[name]
+		if len(rrs) == 0 {
+			continue
+		}
+		if owner := zoneapi.DNAMEAbove(name, zone, isDNAME); owner != "" {
+			return Errorf(ErrConflict, "%q is below the DNAME at %q (RFC 6672 section 2.3: a DNAME owner has no names below it)", name, owner)
+		}
+		if !hasType(rrs, dns.TypeDNAME) {
+			continue
+		}
+		// The names below it follow its key (canonical order).
+		prefix := nameKey(name)
+		cur := zb.Cursor()
+		for k, v := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
+			if len(k) == len(prefix) {
+				continue
+			}
+			below, err := decodeRRs(v)
+			if err != nil || len(below) == 0 {
+				continue
+			}
+			owner := strings.ToLower(dns.Fqdn(below[0].Header().Name))
+			if now, touched := names[owner]; touched && len(now) == 0 {
+				continue // deleted by the same change
+			}
+			return Errorf(ErrConflict, "a DNAME at %q, which has names below it such as %q (RFC 6672 section 2.3)", name, owner)
+		}
 	}
 	return nil
 }

@@ -182,6 +182,11 @@ func applyUpdate(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 	if !changed {
 		return Result{Rcode: dns.RcodeSuccess, Serial: oldSerial}, nil, nil
 	}
+	// RFC 2136 ignores a CNAME beside other data (a DNAME is other data);
+	// a name below a DNAME owner has no such rule: the update is refused.
+	if err := checkDNAMEs(zb, c.Zone, w.names, w.order); err != nil {
+		return Result{Rcode: dns.RcodeRefused, Serial: oldSerial}, nil, err
+	}
 	apex = w.names[c.Zone]
 	if err := checkApex(c.Zone, apex); err != nil {
 		// updateName keeps the apex SOA and NS; this is a safety net.
