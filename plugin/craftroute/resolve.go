@@ -239,6 +239,12 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 		if err != nil {
 			return nil, false, err
 		}
+		if repeatsDNAME(answer, next.resp.Answer) {
+			// craftstore's (and NSD's) DNAME loop rule: a DNAME RRset is
+			// added once per answer; the chain ends there, without authority.
+			out.Ns, out.Extra, extraSet = nil, nil, true
+			break
+		}
 		broadcast = broadcast || next.broadcast
 		answer = append(answer, next.resp.Answer...)
 		out.Rcode = next.resp.Rcode
@@ -269,17 +275,37 @@ func hasVisit(seen []visit, source, key string) bool {
 }
 
 // cnameTarget returns the target of the CNAME that ends the answer of resp
-// for name, and the CNAME's owner, when it is to be followed: the query type
-// is neither CNAME nor ANY and the answer's last RR is a CNAME owned by name.
+// for name, and the CNAME's owner, when it is to be followed: the answer's
+// last RR is a CNAME owned by name and the query type is not CNAME, nor ANY
+// unless a DNAME synthesized the CNAME (RFC 6672: members follow those for
+// ANY too, as NSD does).
 func cnameTarget(resp *dns.Msg, name string, qtype uint16) (target, owner string, ok bool) {
-	if qtype == dns.TypeCNAME || qtype == dns.TypeANY || len(resp.Answer) == 0 {
+	a := resp.Answer
+	if qtype == dns.TypeCNAME || len(a) == 0 {
 		return "", "", false
 	}
-	cn, ok := resp.Answer[len(resp.Answer)-1].(*dns.CNAME)
+	cn, ok := a[len(a)-1].(*dns.CNAME)
 	if !ok || !strings.EqualFold(cn.Hdr.Name, name) {
 		return "", "", false
 	}
+	if qtype == dns.TypeANY && (len(a) < 2 || a[len(a)-2].Header().Rrtype != dns.TypeDNAME) {
+		return "", "", false
+	}
 	return cn.Target, dnsname.Lower(cn.Hdr.Name), true
+}
+
+// repeatsDNAME reports whether next, the answer for a name a chain led to,
+// starts with a DNAME RRset that answer holds already.
+func repeatsDNAME(answer, next []dns.RR) bool {
+	if len(next) == 0 || next[0].Header().Rrtype != dns.TypeDNAME {
+		return false
+	}
+	for _, rr := range answer {
+		if rr.Header().Rrtype == dns.TypeDNAME && strings.EqualFold(rr.Header().Name, next[0].Header().Name) {
+			return true
+		}
+	}
+	return false
 }
 
 // cnameRRs returns the CNAME RRs at the end of resp's answer owned by name.

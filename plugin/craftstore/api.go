@@ -123,7 +123,17 @@ func (a *apiServer) existingZone(r *http.Request) (string, error) {
 		return "", err
 	}
 	if a.rep.Zone(z) == nil {
-		return "", replica.Errorf(replica.ErrNotFound, "zone %q not found", z)
+		// A zone created a moment ago through another member or router
+		// may not be applied here yet: catch up with the group (ReadIndex)
+		// before saying it does not exist.
+		ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+		defer cancel()
+		if err := a.rep.Fresh(ctx); err != nil {
+			return "", err
+		}
+		if a.rep.Zone(z) == nil {
+			return "", replica.Errorf(replica.ErrNotFound, "zone %q not found", z)
+		}
 	}
 	return z, nil
 }
