@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/dnsdiff"
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/internal/txn"
@@ -93,23 +94,7 @@ func startTarget(t testing.TB, mode targetMode) *target {
 		w.WriteMsg(m)
 	})
 
-	var (
-		pc  net.PacketConn
-		l   net.Listener
-		err error
-	)
-	for range 10 { // the TCP port of a free UDP port may be taken
-		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		if l, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
-			break
-		}
-		pc.Close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, l := dnsdiff.ListenUDPTCP(t)
 	f.addr = pc.LocalAddr().String()
 
 	var started sync.WaitGroup

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/dnsdiff"
 	"github.com/craftdns/craftdns/internal/partition"
 
 	"github.com/miekg/dns"
@@ -26,10 +27,7 @@ type fakeRouter struct {
 
 func startFakeRouter(t *testing.T, silent bool) *fakeRouter {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, ln := dnsdiff.ListenUDPTCP(t)
 	f := &fakeRouter{port: uint16(pc.LocalAddr().(*net.UDPAddr).Port)}
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		n, _, ok := partition.NoticeOf(r)
@@ -45,10 +43,6 @@ func startFakeRouter(t *testing.T, silent bool) *fakeRouter {
 		m.SetReply(r)
 		w.WriteMsg(m)
 	})
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: ln, Handler: handler}} {
 		go srv.ActivateAndServe()
 		t.Cleanup(func() { srv.Shutdown() })

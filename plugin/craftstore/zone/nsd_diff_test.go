@@ -35,24 +35,7 @@ func serve(t *testing.T, z *Zone) string {
 		w.WriteMsg(m)
 	})
 
-	// A UDP port whose TCP twin is free too: another process may hold the
-	// TCP port (an outgoing connection's), so try a few.
-	var (
-		pc  net.PacketConn
-		l   net.Listener
-		err error
-	)
-	for try := 0; l == nil; try++ {
-		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		if l, err = net.Listen("tcp", pc.LocalAddr().String()); err != nil {
-			pc.Close()
-			if try == 20 {
-				t.Fatal(err)
-			}
-		}
-	}
+	pc, l := dnsdiff.ListenUDPTCP(t)
 	for _, s := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: l, Handler: handler}} {
 		started := make(chan struct{})
 		s.NotifyStartedFunc = func() { close(started) }
