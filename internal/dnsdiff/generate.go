@@ -24,7 +24,7 @@ func (q Query) String() string { return q.Name + " " + dns.TypeToString[q.Type] 
 // RFC 8482 lets servers pick what to answer.
 var qtypes = []uint16{
 	dns.TypeA, dns.TypeAAAA, dns.TypeTXT, dns.TypeMX, dns.TypeNS, dns.TypeSOA,
-	dns.TypeCNAME, dns.TypeDS, dns.TypeSRV, dns.TypePTR, dns.TypeDNSKEY,
+	dns.TypeCNAME, dns.TypeDS, dns.TypeSRV, dns.TypePTR, dns.TypeDNSKEY, dns.TypeDNAME,
 }
 
 // DefaultNames is a names argument for GenerateZone that yields a few
@@ -37,7 +37,8 @@ const DefaultNames = 300
 // non-terminal, empty non-terminals, delegations with glue, occluded glue,
 // names and a wildcard below cuts, a nested cut, DS at a cut, CNAME chains
 // including loops and chains into wildcards, delegations, empty
-// non-terminals and out of the zone, apex SOA/NS/MX/TXT/DNSKEY, names that
+// non-terminals and out of the zone, DNAMEs (inside and out of the zone,
+// loops), apex SOA/NS/MX/TXT/DNSKEY, names that
 // differ only in case, several types per name) and names random names
 // chosen by seed. The queries cover existing, missing, wildcard-matched,
 // empty non-terminal and delegated names for several types, with random
@@ -237,6 +238,22 @@ func (g *generator) fixture() {
 		"cdup."+o+" 600 IN CNAME WWW."+o,
 	)
 	g.ask("dup", "ttl", "txt", "cdup")
+
+	// DNAMEs (RFC 6672): beside other data, into the zone (to an existing
+	// name, under which the substituted names are missing, and to a
+	// wildcard's parent), out of the zone, a loop, a target below its own
+	// owner, and a CNAME into a DNAME's subtree. No name is below an owner,
+	// and none is at a zone cut (Knot refuses a zone with NS beside DNAME).
+	const DN = dns.TypeDNAME
+	g.add("dn1", 3600, DN, "www."+o)
+	g.add("dn1", 3600, TXT, `"beside a dname"`)
+	g.add("dn2", 1800, DN, "w1."+o)
+	g.add("dn3", 3600, DN, "example-ext.net.")
+	g.add("dnl1", 3600, DN, "dnl2."+o)
+	g.add("dnl2", 3600, DN, "dnl1."+o)
+	g.add("dnself", 3600, DN, "x.dnself."+o)
+	g.add("cdn", 3600, CN, "host.dn2."+o)
+	g.ask("x.dn1", "a.b.dn1", "host.dn2", "foo.dn2", "sub.*.dn2", "x.dn3", "x.dnl1", "x.dnself", "Mixed.DN2")
 }
 
 // random adds n names of random shape and content.

@@ -390,12 +390,14 @@ func TooManyRecords(origin string, max int) *Error {
 // other data (RFC 1034 section 3.6.2; a DNAME is other data, RFC 6672
 // section 2.4) nor at the apex, one CNAME and one DNAME at most at a name
 // (RFC 2181 section 10.1, RFC 6672 section 2.4; a change replaces them, as
-// RFC 2136 does), and no name below a DNAME owner (RFC 6672 section 2.3).
+// RFC 2136 does), no name below a DNAME owner (RFC 6672 section 2.3) and no
+// DNAME beside NS below the apex (occluded by the cut).
 func CheckZone(origin string, rrs []dns.RR) error {
 	soa, ns := 0, 0
 	kinds := map[string]uint8{} // name -> 1 CNAME, 2 other data, 3 both
 	cnames := map[string]dns.RR{}
 	dnames := map[string]dns.RR{}
+	nsOwners := map[string]bool{}
 	for _, rr := range rrs {
 		if err := CheckRecord(origin, rr); err != nil {
 			return err
@@ -411,6 +413,7 @@ func CheckZone(origin string, rrs []dns.RR) error {
 			if name == origin {
 				ns++
 			}
+			nsOwners[name] = true
 		}
 		if rr.Header().Rrtype == dns.TypeDNAME {
 			if other, ok := dnames[name]; ok && !dns.IsDuplicate(other, rr) {
@@ -437,6 +440,11 @@ func CheckZone(origin string, rrs []dns.RR) error {
 		return fmt.Errorf("zone %q has no NS records at its apex", origin)
 	}
 	if len(dnames) > 0 {
+		for name := range dnames {
+			if name != origin && nsOwners[name] {
+				return fmt.Errorf("DNAME beside NS at %q: below the apex the zone cut occludes it (Knot and BIND refuse such a zone)", name)
+			}
+		}
 		for name := range kinds {
 			if owner := DNAMEAbove(name, origin, func(n string) bool { _, ok := dnames[n]; return ok }); owner != "" {
 				return fmt.Errorf("%q is below the DNAME at %q (RFC 6672 section 2.3: a DNAME owner has no names below it)", name, owner)

@@ -238,6 +238,7 @@ func TestCheckZoneDNAME(t *testing.T) {
 		{"old 300 IN DNAME new.example.org.\nhost.old 300 IN A 192.0.2.3\n", `"host.old.example.org." is below the DNAME at "old.example.org."`},
 		{"old 300 IN DNAME new.example.org.\na.b.old 300 IN A 192.0.2.3\n", `"a.b.old.example.org." is below the DNAME at "old.example.org."`},
 		{"@ 300 IN DNAME example.net.\n", `"ns1.example.org." is below the DNAME at "example.org."`},
+		{"del 300 IN NS ns1.example.org.\ndel 300 IN DNAME new.example.org.\n", `DNAME beside NS at "del.example.org."`},
 	} {
 		// ParseZone checks the zone too (CheckZone).
 		rrs, err := ParseZone("example.org.", head+tc.body)

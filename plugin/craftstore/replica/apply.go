@@ -414,6 +414,9 @@ func checkDNAMEs(zb *bolt.Bucket, zone string, names map[string][]dns.RR, order 
 		if !hasType(rrs, dns.TypeDNAME) {
 			continue
 		}
+		if name != zone && hasType(rrs, dns.TypeNS) {
+			return Errorf(ErrConflict, "DNAME beside NS at %q: below the apex the zone cut occludes it", name)
+		}
 		// The names below it follow its key (canonical order).
 		prefix := nameKey(name)
 		cur := zb.Cursor()

@@ -43,6 +43,7 @@ func TestDNAMERefusals(t *testing.T) {
 		{[]string{"a.b.old.example.org. 300 IN TXT \"x\""}, `"a.b.old.example.org." is below the DNAME at "old.example.org."`},
 		{[]string{"example.org. 300 IN DNAME example.net."}, `a DNAME at "example.org.", which has names below it`},
 		{[]string{"old.example.org. 300 IN CNAME new.example.org."}, `CNAME and other data at "old.example.org."`},
+		{[]string{"cut.example.org. 300 IN NS ns1.example.org.", "cut.example.org. 300 IN DNAME new.example.org."}, `DNAME beside NS at "cut.example.org."`},
 	} {
 		err := change(tc.add)
 		if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), tc.want) {

@@ -16,7 +16,8 @@ import (
 // The facts are Final when qname is outside the zone (REFUSED, no Origin),
 // when a zone cut covers it (a referral; DS at the cut itself is answered by
 // this, the parent, side), when it exists here (with data or as an empty
-// non-terminal) and when the zone has no SOA (SERVFAIL). They are Absent when
+// non-terminal), when a DNAME here substitutes it (the DNAME and the
+// synthesized CNAME, not followed) and when the zone has no SOA (SERVFAIL). They are Absent when
 // qname does not exist here: Labels counts the labels of its closest encloser
 // (RFC 4592 §3.3.1) on this member, and Wildcard says whether that
 // encloser's wildcard child synthesized the answer; without one the answer is
