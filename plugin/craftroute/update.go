@@ -311,7 +311,6 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 		}
 		if resp.Rcode == dns.RcodeServerFailure && notCurrent(resp) {
 			mem.Failed(time.Now(), c.cfg.downFor)
-			lastErr = fmt.Errorf("member %s: not ready: %s", mem.Addr, ede.Of(resp).ExtraText)
 			last = resp
 			continue
 		}

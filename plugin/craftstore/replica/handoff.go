@@ -7,7 +7,6 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
-	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -65,7 +64,8 @@ func transferee(st raft.Status) uint64 {
 	var best uint64
 	var bestMatch uint64
 	for id, pr := range st.Progress {
-		if id == st.ID || pr.IsLearner || !pr.RecentActive || !isVoter(st.Config, id) {
+		// Progress tracks voters and learners only.
+		if id == st.ID || pr.IsLearner || !pr.RecentActive {
 			continue
 		}
 		if best == 0 || pr.Match > bestMatch || pr.Match == bestMatch && id < best {
@@ -73,12 +73,6 @@ func transferee(st raft.Status) uint64 {
 		}
 	}
 	return best
-}
-
-func isVoter(c tracker.Config, id uint64) bool {
-	_, in := c.Voters[0][id]
-	_, out := c.Voters[1][id]
-	return in || out
 }
 
 // proposalRetry is how often a dropped proposal is offered to raft again.

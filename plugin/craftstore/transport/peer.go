@@ -88,13 +88,7 @@ func (p *peer) setAddr(addr string) {
 	}
 	p.t.log.Infof("peer %x: address changed from %s to %s", p.id, p.addr, addr)
 	p.addr = addr
-	if p.conn != nil {
-		p.conn.Close()
-	}
-	select {
-	case p.redial <- struct{}{}:
-	default:
-	}
+	p.dropLocked(p.conn)
 }
 
 // reconnect closes the stream and snapshot connections; the writer
@@ -102,7 +96,12 @@ func (p *peer) setAddr(addr string) {
 func (p *peer) reconnect() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, c := range []net.Conn{p.conn, p.snapConn} {
+	p.dropLocked(p.conn, p.snapConn)
+}
+
+// dropLocked closes conns and wakes the writer to redial. p.mu is held.
+func (p *peer) dropLocked(conns ...net.Conn) {
+	for _, c := range conns {
 		if c != nil {
 			c.Close()
 		}
@@ -284,7 +283,7 @@ func (p *peer) dial(kind byte, slot *net.Conn) (net.Conn, error) {
 		return nil, fmt.Errorf("dialing %s: %w", addr, err)
 	}
 	if tl := p.t.tls.Load(); tl != nil {
-		conn = &tlsConn{Conn: tls.Client(conn, tl.client()), raw: conn}
+		conn = &tlsConn{Conn: tls.Client(conn, tl.client), raw: conn}
 	}
 	p.mu.Lock()
 	if err := p.ctx.Err(); err != nil || p.addr != addr {

@@ -39,7 +39,7 @@ func (t *Transport) serve(ln net.Listener) {
 		}
 		delay = 0
 		if tl := t.tls.Load(); tl != nil {
-			c = &tlsConn{Conn: tls.Server(c, tl.server()), raw: c}
+			c = &tlsConn{Conn: tls.Server(c, tl.server), raw: c}
 		}
 		if !t.track(c) {
 			continue

@@ -21,6 +21,9 @@ import (
 type TLS struct {
 	cert tls.Certificate
 	cas  *x509.CertPool
+	// server and client are the configurations of the two ends of a
+	// connection, made once by LoadTLS.
+	server, client *tls.Config
 	// sum identifies the files' contents: a reload that reads the same
 	// ones changes nothing.
 	sum [sha256.Size]byte
@@ -57,6 +60,20 @@ func LoadTLS(certFile, keyFile, caFile string) (*TLS, error) {
 	if err := t.verify(cert.Certificate, nil); err != nil {
 		return nil, fmt.Errorf("certificate %s under CA %s: %w", certFile, caFile, err)
 	}
+	t.server = &tls.Config{
+		MinVersion:            tls.VersionTLS13,
+		Certificates:          []tls.Certificate{cert},
+		ClientAuth:            tls.RequireAnyClientCert, // verified by verify
+		VerifyPeerCertificate: t.verify,
+	}
+	t.client = &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		// Peers are reached by address and share the group's CA: verify
+		// checks the chain instead of a host name.
+		InsecureSkipVerify:    true,
+		VerifyPeerCertificate: t.verify,
+	}
 	return t, nil
 }
 
@@ -92,26 +109,6 @@ func (t *TLS) verify(chain [][]byte, _ [][]*x509.Certificate) error {
 		return fmt.Errorf("certificate of %q: %w", certs[0].Subject.String(), err)
 	}
 	return nil
-}
-
-func (t *TLS) server() *tls.Config {
-	return &tls.Config{
-		MinVersion:            tls.VersionTLS13,
-		Certificates:          []tls.Certificate{t.cert},
-		ClientAuth:            tls.RequireAnyClientCert, // verified by verify
-		VerifyPeerCertificate: t.verify,
-	}
-}
-
-func (t *TLS) client() *tls.Config {
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{t.cert},
-		// Peers are reached by address and share the group's CA: verify
-		// checks the chain instead of a host name.
-		InsecureSkipVerify:    true,
-		VerifyPeerCertificate: t.verify,
-	}
 }
 
 // tlsConn is a TLS connection whose Close closes the TCP connection at

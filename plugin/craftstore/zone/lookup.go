@@ -88,8 +88,7 @@ func (z *Zone) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain
 		}
 		return "", false, found{where: whereOutside} // a CNAME target outside the zone ends the chain
 	}
-	cut, cutOff := z.delegationAt(name, encl, off, qtype)
-	d, dOff := z.dname(name, encl, off)
+	cut, cutOff, d, dOff := z.above(name, encl, off, qtype)
 	if cut != nil && (d == nil || cutOff >= dOff) {
 		// A cut at or above a DNAME owner: the DNAME is the child's.
 		z.referral(m, cut, step)

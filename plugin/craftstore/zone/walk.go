@@ -35,72 +35,45 @@ func (z *Zone) exact(name []byte) *node {
 	return z.names[string(name)]
 }
 
-// delegation returns the zone cut that covers name, nil if none (RFC 1034
-// §4.3.2 step 3b). encl is the closest encloser of name at offset off; only
-// it and its ancestors can hold NS. With nested cuts the topmost one wins:
-// everything below it, other cuts included, is not authoritative data. A DS
-// query for the cut itself is answered by this, the parent, side (RFC 4035
-// §3.1.4.1), so that cut does not count; a cut above it still does.
-func (z *Zone) delegation(name []byte, encl *node, off int, qtype uint16) *node {
-	cut, _ := z.delegationAt(name, encl, off, qtype)
-	return cut
-}
-
-// delegationAt is delegation, with the offset of the cut in name.
-func (z *Zone) delegationAt(name []byte, encl *node, off int, qtype uint16) (*node, int) {
-	if z.cuts == 0 {
-		return nil, 0
+// above returns what name's ancestors say about it, in one walk from its
+// closest encloser encl (at offset off in name) up to the apex:
+//
+//   - cut, the zone cut that covers name, nil if none (RFC 1034 §4.3.2 step
+//     3b). Only encl and its ancestors can hold NS. With nested cuts the
+//     topmost one wins: everything below it, other cuts included, is not
+//     authoritative data. A DS query for the cut itself is answered by this,
+//     the parent, side (RFC 4035 §3.1.4.1), so that cut does not count; a
+//     cut above it still does.
+//   - d, the DNAME that substitutes name, nil if none: the topmost name
+//     strictly above name that holds a DNAME (RFC 6672 §3.2; a zone holds no
+//     names below a DNAME owner, so it is the closest encloser whenever there
+//     is one).
+//
+// Each comes with the offset of its owner in name. Zones without cuts and
+// DNAMEs skip the walk.
+func (z *Zone) above(name []byte, encl *node, off int, qtype uint16) (cut *node, cutOff int, d *node, dOff int) {
+	if z.cuts == 0 && z.dnames == 0 {
+		return nil, 0, nil, 0
 	}
 	apex := len(name) - len(z.origin)
-	var cut *node
-	cutOff := 0
 	for n := encl; off < apex; off = nextLabel(name, off) {
 		if n == nil {
 			n = z.names[string(name[off:])]
 		}
-		if n != nil && n.flags&fCut != 0 {
-			cut, cutOff = n, off
+		if n != nil {
+			if n.flags&fCut != 0 && (off > 0 || qtype != dns.TypeDS) {
+				cut, cutOff = n, off
+			}
+			if n.flags&fDNAME != 0 && off > 0 {
+				d, dOff = n, off
+			}
 		}
 		n = nil
 	}
-	if cut != nil && cutOff == 0 && qtype == dns.TypeDS {
-		return nil, 0
-	}
-	return cut, cutOff
-}
-
-// dname returns the DNAME that applies to name, and the offset of its owner
-// in name, or nil: the topmost name strictly above name (at offset off or
-// above, encl being the node at off) that holds a DNAME (RFC 6672 §3.2; a
-// zone holds no names below a DNAME owner, so this is the closest encloser
-// whenever there is one).
-func (z *Zone) dname(name []byte, encl *node, off int) (*node, int) {
-	if z.dnames == 0 {
-		return nil, 0
-	}
-	apex := len(name) - len(z.origin)
-	if off == 0 {
-		// name itself exists: a DNAME there does not apply to it.
-		if apex == 0 {
-			return nil, 0
-		}
-		encl, off = nil, nextLabel(name, 0)
-	}
-	var d *node
-	dOff := 0
-	for n := encl; off < apex; off = nextLabel(name, off) {
-		if n == nil {
-			n = z.names[string(name[off:])]
-		}
-		if n != nil && n.flags&fDNAME != 0 {
-			d, dOff = n, off
-		}
-		n = nil
-	}
-	if z.apex.flags&fDNAME != 0 {
+	if apex > 0 && z.apex.flags&fDNAME != 0 {
 		d, dOff = z.apex, apex
 	}
-	return d, dOff
+	return cut, cutOff, d, dOff
 }
 
 // wildcard returns the source of synthesis for a name whose closest encloser
