@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,16 +39,23 @@ func dnameZone(origin string) (string, []dnsdiff.Query) {
 
 // TestShardedDNAME: a zone with DNAMEs split over two shards by name is
 // answered through the router as one member answers it, for names below a
-// DNAME owner on either shard (issue 33).
+// DNAME owner on either shard, each by the shard the ring gives it (every
+// shard holds every DNAME: no broadcast); what one server refuses is
+// refused over shards too (data below a DNAME held by another shard, a
+// DNAME above names on another shard), writing nothing; DNAME changes
+// through the router reach every shard and an NSD secondary of the router
+// by IXFR (issue 33).
 func TestShardedDNAME(t *testing.T) {
 	const origin = "dname.example."
 	wd := harness.Workdir(t)
-	s := startSharded(t, wd, 2, 1, []string{origin}, routerSpec{zones: []string{origin}, key: "name"})
+	nsdPort := harness.ListenPort(t)
+	s := startSharded(t, wd, 2, 1, []string{origin}, routerSpec{zones: []string{origin}, key: "name", notify: []int{nsdPort}})
 	singleAddr, single := startSingle(t, wd, []string{origin})
 	text, queries := dnameZone(origin)
 	putZone(t, single, origin, text)
-	putZone(t, s.routers[0].client(), origin, text)
-	r := s.routers[0].addr()
+	rt := s.routers[0]
+	putZone(t, rt.client(), origin, text)
+	r := rt.addr()
 	harness.Eventually(t, "the zone through the router", 20*time.Second, func() bool {
 		m, err := harness.Query(r, origin, dns.TypeSOA)
 		return err == nil && m.Rcode == dns.RcodeSuccess
@@ -55,6 +64,142 @@ func TestShardedDNAME(t *testing.T) {
 	t.Logf("%d queries compared, %d differ", len(queries), res.differ)
 	if res.differ > 0 {
 		t.Errorf("%d of %d answers through the router differ from one member's: %s", res.differ, len(queries), res)
+	}
+
+	// Names below a DNAME whose targets exist: no shard is asked in vain.
+	before := metricSum(t, routerMetrics(t, rt), "coredns_craftroute_broadcasts_total")
+	for i := range 40 {
+		m, err := harness.Query(r, fmt.Sprintf("h%d.old.%s", i, origin), dns.TypeA)
+		if err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 3 {
+			t.Fatalf("h%d.old: expected the DNAME, its CNAME and the A, got %v %v", i, m, err)
+		}
+	}
+	if after := metricSum(t, routerMetrics(t, rt), "coredns_craftroute_broadcasts_total"); after != before {
+		t.Errorf("40 names below a DNAME made %v broadcasts, expected none", after-before)
+	}
+
+	first := soaSerial(r, origin)
+	sec := dnsdiff.StartNSDSecondary(t, origin, r, nsdPort)
+	if got := soaSerial(sec.Addr, origin); got != first {
+		t.Fatalf("expected NSD at serial %d, got %d", first, got)
+	}
+
+	// Refused over shards as by one server, nothing written.
+	post := func(c harness.API, body string) (int, string) {
+		var out string
+		code, err := c.Do("POST", "/v1/zones/"+origin+"/records", json.RawMessage(body), &out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code, out
+	}
+	update := func(add, del []dns.RR) *dns.Msg {
+		m := new(dns.Msg)
+		m.SetUpdate(origin)
+		m.Insert(add)
+		m.RemoveRRset(del)
+		m.SetEdns0(1232, false)
+		resp, err := exchangeUpdate(m, "tcp", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i := range 8 {
+		name := fmt.Sprintf("y%d.old", i)
+		if code, out := post(rt.client(), `{"add":["`+name+` 300 IN A 192.0.2.9"]}`); code != 409 || !strings.Contains(out, "below the DNAME") {
+			t.Errorf("%s A through the router's API: expected 409 saying why, got %d %s", name, code, out)
+		}
+		resp := update([]dns.RR{mustRR(t, name+"."+origin+" 300 IN A 192.0.2.9")}, nil)
+		if resp.Rcode != dns.RcodeRefused || !strings.Contains(extendedError(resp), "below the DNAME") {
+			t.Errorf("%s A by UPDATE through the router: expected REFUSED with an Extended DNS Error saying why, got %v", name, resp)
+		}
+	}
+	// new has names below it on both shards.
+	if code, out := post(rt.client(), `{"add":["new 300 IN DNAME elsewhere.example."]}`); code != 409 || !strings.Contains(out, "DNAME") {
+		t.Errorf("a DNAME above names through the router's API: expected 409 saying why, got %d %s", code, out)
+	}
+	if resp := update([]dns.RR{mustRR(t, "new."+origin+" 300 IN DNAME elsewhere.example.")}, nil); resp.Rcode != dns.RcodeRefused || !strings.Contains(extendedError(resp), "DNAME") {
+		t.Errorf("a DNAME above names by UPDATE through the router: expected REFUSED with an Extended DNS Error saying why, got %v", resp)
+	}
+	if got := soaSerial(r, origin); got != first {
+		t.Errorf("refused writes moved the serial from %d to %d", first, got)
+	}
+
+	// DNAME changes through the router, the same through the one member's
+	// API: a new DNAME, one moved, every RRset of a DNAME owner removed.
+	changes := []string{
+		`{"add":["fresh 300 IN DNAME new"]}`,
+		`{"delete":[{"name":"old"}]}`,
+	}
+	for _, c := range changes {
+		if code, out := post(rt.client(), c); code != 200 {
+			t.Fatalf("%s through the router: %d %s", c, code, out)
+		}
+		if code, out := post(single, c); code != 200 {
+			t.Fatalf("%s through the member: %d %s", c, code, out)
+		}
+	}
+	if resp := update([]dns.RR{mustRR(t, "ups."+origin+" 300 IN DNAME new."+origin)}, []dns.RR{mustRR(t, "ext."+origin+" 0 IN DNAME example.net.")}); resp.Rcode != dns.RcodeSuccess {
+		t.Fatalf("UPDATE adding and removing DNAMEs through the router: %v", resp)
+	}
+	if code, out := post(single, `{"add":["ups 300 IN DNAME new"],"delete":[{"name":"ext","type":"DNAME"}]}`); code != 200 {
+		t.Fatalf("the same change through the member: %d %s", code, out)
+	}
+	now := soaSerial(r, origin)
+	for deadline := time.Now().Add(30 * time.Second); soaSerial(sec.Addr, origin) != now; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("NSD did not reach serial %d (it has %d); its log:\n%s", now, soaSerial(sec.Addr, origin), sec.Log())
+		}
+	}
+	var changed []dnsdiff.Query
+	for _, n := range []string{"fresh", "h1.fresh", "x.fresh", "old", "h1.old", "host.old", "ups", "h2.ups", "ext", "a.ext", "cn", "new", "h3.new"} {
+		for _, qt := range []uint16{dns.TypeA, dns.TypeTXT, dns.TypeDNAME, dns.TypeCNAME, dns.TypeANY} {
+			changed = append(changed, dnsdiff.Query{Name: n + "." + origin, Type: qt})
+		}
+	}
+	res = compareWithRef(singleAddr, []string{r, sec.Addr}, changed, true)[r]
+	if res.differ > 0 {
+		t.Errorf("after DNAME changes, %d of %d answers through the router differ from one member's: %s", res.differ, len(changed), res)
+	}
+	dnsdiff.Compare(t, sec.Addr, r, changed)
+	if log := sec.Log(); !strings.Contains(log, "notify for "+origin) || strings.Contains(log, "Failed to apply IXFR cleanly") || strings.Contains(log, "bad transfer") {
+		t.Errorf("expected NSD to follow the router by NOTIFY and clean IXFR, log:\n%s", log)
+	}
+	// The router's IXFR from the first serial: the DNAMEs removed and
+	// added, each once though every shard holds it.
+	ixfr := digXFR(t, rt.dns, origin, fmt.Sprintf("IXFR=%d", first))
+	var got []string
+	for _, rr := range ixfr {
+		if rr.Header().Rrtype == dns.TypeDNAME {
+			got = append(got, strings.ToLower(rr.Header().Name)+" "+rr.(*dns.DNAME).Target)
+		}
+	}
+	want := []string{"ext." + origin + " example.net.", "old." + origin + " new." + origin, "fresh." + origin + " new." + origin, "ups." + origin + " new." + origin}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) || len(ixfr) > 30 || soaOf(ixfr[1]) != first {
+		t.Errorf("IXFR from %d: expected the DNAMEs %v removed or added once, incrementally, got %v", first, want, ixfr)
+	}
+	// The router's AXFR: every record once, the DNAMEs every shard holds
+	// included.
+	axfr, err := axfrIn(r, origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, dnames := map[string]bool{}, 0
+	for _, rr := range axfr[1 : len(axfr)-1] {
+		k := strings.ToLower(rr.String())
+		if seen[k] {
+			t.Errorf("AXFR through the router holds %s twice", rr)
+		}
+		seen[k] = true
+		if rr.Header().Rrtype == dns.TypeDNAME {
+			dnames++
+		}
+	}
+	if dnames != 4 { // fresh, ups, loopa, loopb
+		t.Errorf("AXFR through the router: expected 4 DNAMEs, got %d", dnames)
 	}
 }
 

@@ -19,7 +19,10 @@ import (
 // Coherence: every entry records when its resolution began (the number of
 // the last change notice then, changeTracker.begin), and a lookup passes
 // only entries still valid by a check the caller gives (changeTracker.valid:
-// no change at the name, above it or below it notified since). Every member
+// no change at the name, above it or below it notified since), for the
+// query name and for every name a CNAME chain in the answer led to (a
+// CNAME's target, a DNAME-synthesized one's too): the answer is negative
+// about the chain's last name, and each step depends on its own name. Every member
 // notifies the router of a write before acknowledging it (lease.go), so no
 // entry outlives a write that was acknowledged; the router uses the cache
 // only while it holds a lease on every member.
@@ -52,6 +55,7 @@ func (k negKey) hash() uint64 {
 
 type negEntry struct {
 	key     negKey
+	chain   []string // canonical CNAME targets in msg's answer
 	msg     *dns.Msg
 	origin  string // zone: the SOA's owner
 	start   uint64 // changeTracker.begin when its resolution began
@@ -87,6 +91,12 @@ func (nc *negCache) get(name string, qtype uint16, edns, do bool, valid func(nam
 		nc.c.Remove(h)
 		return nil
 	}
+	for _, n := range e.chain {
+		if !valid(n, e.start) {
+			nc.c.Remove(h)
+			return nil
+		}
+	}
 	return e.msg.Copy()
 }
 
@@ -105,9 +115,15 @@ func (nc *negCache) put(name string, qtype uint16, edns, do bool, m *dns.Msg, st
 	if soa == nil || soa.Hdr.Ttl == 0 {
 		return
 	}
+	var chain []string
+	for _, rr := range m.Answer {
+		if cn, ok := rr.(*dns.CNAME); ok {
+			chain = append(chain, dnsname.Lower(cn.Target))
+		}
+	}
 	now := nc.now()
 	k := negKey{dnsname.Lower(name), qtype, edns, do}
-	nc.c.Add(k.hash(), &negEntry{key: k, msg: m.Copy(), origin: dnsname.Lower(soa.Hdr.Name), start: start,
+	nc.c.Add(k.hash(), &negEntry{key: k, chain: chain, msg: m.Copy(), origin: dnsname.Lower(soa.Hdr.Name), start: start,
 		expires: now.Add(time.Duration(soa.Hdr.Ttl) * time.Second)})
 }
 

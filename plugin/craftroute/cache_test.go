@@ -133,3 +133,38 @@ func TestChangeTracker(t *testing.T) {
 		t.Errorf("expected valid to allocate nothing, got %v", n)
 	}
 }
+
+// TestNegCacheChain: a negative answer reached through CNAMEs (one a DNAME
+// synthesized) is void after a change at any name of the chain: above a
+// target (a DNAME moved), at a target, not only at the query name.
+func TestNegCacheChain(t *testing.T) {
+	m := negAnswer(t, "cn.example.org.", 60)
+	for _, s := range []string{
+		"cn.example.org. 60 IN CNAME a.old.example.org.",
+		"old.example.org. 60 IN DNAME new.example.org.",
+		"a.old.example.org. 60 IN CNAME a.New.example.org.",
+	} {
+		rr, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Answer = append(m.Answer, rr)
+	}
+	for _, c := range []struct {
+		changed string
+		hit     bool
+	}{
+		{"unrelated.example.org.", true},
+		{"old.example.org.", false},   // the DNAME above the first target
+		{"a.new.example.org.", false}, // the last target
+		{"cn.example.org.", false},    // the query name
+	} {
+		nc := newNegCache(16)
+		ct := newChangeTracker()
+		nc.put("cn.example.org.", dns.TypeA, true, false, m, ct.begin())
+		ct.changed("example.org.", []string{c.changed})
+		if got := nc.get("cn.example.org.", dns.TypeA, true, false, ct.valid) != nil; got != c.hit {
+			t.Errorf("after a change at %s: hit %v, want %v", c.changed, got, c.hit)
+		}
+	}
+}

@@ -45,40 +45,6 @@ func (ms memShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Ms
 	return m.Copy(), nil
 }
 
-// layout places rrs on shards by the rule of key mode "name": the apex,
-// delegations and everything at or below a cut on every shard, other names
-// on the shard of their canonical owner name.
-func layout(t testing.TB, c *Craftroute, origin string, rrs []dns.RR) map[string][]dns.RR {
-	t.Helper()
-	cuts := map[string]bool{}
-	for _, rr := range rrs {
-		if n := dnsname.Lower(rr.Header().Name); rr.Header().Rrtype == dns.TypeNS && n != origin {
-			cuts[n] = true
-		}
-	}
-	below := func(name string) bool {
-		for off, end := 0, false; !end; off, end = dns.NextLabel(name, off) {
-			if cuts[name[off:]] {
-				return true
-			}
-		}
-		return false
-	}
-	parts := map[string][]dns.RR{}
-	for _, rr := range rrs {
-		n := dnsname.Lower(rr.Header().Name)
-		if n == origin || below(n) {
-			for _, s := range c.cfg.shards {
-				parts[s.Name] = append(parts[s.Name], rr)
-			}
-			continue
-		}
-		s := c.shardFor(n)
-		parts[s.Name] = append(parts[s.Name], rr)
-	}
-	return parts
-}
-
 // testRouter returns a router over n in-memory shards holding the zone text.
 func testRouter(t testing.TB, origin, text string, n int) (*Craftroute, *zone.Zone) {
 	t.Helper()
@@ -99,10 +65,10 @@ func testRouter(t testing.TB, origin, text string, n int) (*Craftroute, *zone.Zo
 	}
 	c.ring, c.zones, c.neg, c.changes = ring, newZoneSet([]string{origin}), newNegCache(0), newChangeTracker()
 	ms := memShards{}
-	for name, part := range layout(t, c, origin, rrs) {
+	for s, part := range c.split(origin, rrs) {
 		z := zone.New(origin)
 		z.Load(part)
-		ms[name] = z
+		ms[s.Name] = z
 	}
 	for _, name := range names {
 		if ms[name] == nil {
@@ -194,4 +160,55 @@ func hasSOA(m *dns.Msg) bool {
 		}
 	}
 	return false
+}
+
+// TestDNAMEWithoutBroadcast: a name below a DNAME owner is answered by the
+// shard the ring gives it, whichever shard holds the DNAME owner's other
+// data (every shard holds every DNAME): the DNAME, its CNAME and the
+// target's answer as one server gives them, and no shard asked in vain.
+func TestDNAMEWithoutBroadcast(t *testing.T) {
+	const origin = "example.org."
+	var b strings.Builder
+	b.WriteString("$ORIGIN example.org.\n@ 300 IN SOA ns1 h 1 2 3 4 5\n@ 300 IN NS ns1\nns1 300 IN A 192.0.2.53\n")
+	b.WriteString("old 300 IN DNAME new\nold 300 IN TXT \"beside\"\nout 300 IN DNAME example.net.\n")
+	for i := range 40 {
+		fmt.Fprintf(&b, "h%d.new 300 IN A 192.0.2.%d\n", i, i+1)
+	}
+	c, whole := testRouter(t, origin, b.String(), 3)
+	elsewhere := 0
+	for i := range 40 {
+		for _, name := range []string{fmt.Sprintf("h%d.old.example.org.", i), fmt.Sprintf("h%d.out.example.org.", i)} {
+			if c.shardFor(name) != c.shardFor(dnsname.Lower(name[strings.IndexByte(name, '.')+1:])) {
+				elsewhere++
+			}
+			r := new(dns.Msg)
+			r.SetQuestion(name, dns.TypeA)
+			want := new(dns.Msg)
+			want.SetReply(r)
+			whole.Lookup(want, name, dns.TypeA)
+			got, broadcast, err := c.resolveName(context.Background(), r)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if d := diffMsg(want, got); d != "" {
+				t.Errorf("%s: %s", name, d)
+			}
+			if len(got.Answer) < 2 || got.Answer[0].Header().Rrtype != dns.TypeDNAME {
+				t.Errorf("%s: expected the DNAME and its CNAME, got %v", name, got.Answer)
+			}
+			if broadcast {
+				t.Errorf("%s: every shard was asked", name)
+			}
+		}
+	}
+	if elsewhere < 20 {
+		t.Fatalf("expected many names on another shard than their DNAME owner's, got %d of 80", elsewhere)
+	}
+	// The owner's other data, on its own shard only, answers too.
+	r := new(dns.Msg)
+	r.SetQuestion("old.example.org.", dns.TypeTXT)
+	got, _, err := c.resolveName(context.Background(), r)
+	if err != nil || len(got.Answer) != 1 || got.Answer[0].Header().Rrtype != dns.TypeTXT {
+		t.Errorf("old TXT: expected the TXT beside the DNAME, got %v %v", got, err)
+	}
 }

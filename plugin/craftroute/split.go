@@ -19,11 +19,18 @@ import (
 // The layout of a zone over the shards in key mode "name" (package
 // partition): every shard holds the apex RRsets, every delegation (the NS
 // RRset at a zone cut and the DS beside it), every name at or below a cut
-// (glue, occluded names); any other name lives only on the shard the ring
-// gives its canonical owner name, name servers of delegations named outside
-// their cut included: the router adds their addresses to referrals
-// (resolve.go), so that no copy of them can go stale. In key mode
-// "zone" the whole zone lives on the shard of its origin.
+// (glue, occluded names) and every DNAME RRset (RFC 6672); any other name
+// lives only on the shard the ring gives its canonical owner name, name
+// servers of delegations named outside their cut included: the router adds
+// their addresses to referrals (resolve.go), so that no copy of them can go
+// stale. In key mode "zone" the whole zone lives on the shard of its
+// origin.
+//
+// A DNAME on every shard makes every name below its owner, whichever shard
+// the ring gives it, answered by that shard alone (the substitution is
+// final: no other shard is asked), and lets every shard refuse data below a
+// DNAME and a DNAME above data, as one server does (craftstore). The
+// DNAME's owner keeps its other RRsets on its own shard.
 
 // cutQueryParallel bounds the concurrent partition-mode queries that place
 // the names of one change.
@@ -47,7 +54,7 @@ func (c *Craftroute) split(origin string, rrs []dns.RR) map[*Shard][]dns.RR {
 	parts := make(map[*Shard][]dns.RR, len(c.cfg.shards))
 	for _, rr := range rrs {
 		name := dnsname.Lower(rr.Header().Name)
-		if name == origin || underCut(origin, name, cuts) {
+		if name == origin || rr.Header().Rrtype == dns.TypeDNAME || underCut(origin, name, cuts) {
 			for _, s := range c.cfg.shards {
 				parts[s] = append(parts[s], rr)
 			}
@@ -105,22 +112,23 @@ func zoneText(rrs []dns.RR) []byte {
 var errZoneAbsent = errors.New("zone not found")
 
 // placer decides which shards a change to one zone reaches in key mode
-// "name": every shard for a name at the apex, an NS or DS record, a name at
-// or below a zone cut, the cut existing or made by the change itself; else
-// the owner shard of the name. Whether an existing cut covers a name is
-// asked of the name's owner shard in partition mode: every shard holds every
-// delegation.
+// "name": every shard for a name at the apex, an NS, DS or DNAME record, a
+// name at or below a zone cut, the cut existing or made by the change
+// itself, and the removal of every RRset at a name that holds a DNAME; else
+// the owner shard of the name. Whether an existing cut covers a name, and
+// whether it holds a DNAME, is asked of the name's owner shard in partition
+// mode: every shard holds every delegation and every DNAME.
 type placer struct {
 	c       *Craftroute
 	origin  string
 	newCuts map[string]bool // names the change gives an NS record
 
 	mu    sync.Mutex
-	below map[string]bool // name → an existing cut covers it
+	known map[string]nameFacts // what the name's owner shard said of it
 }
 
 func newPlacer(c *Craftroute, origin string) *placer {
-	return &placer{c: c, origin: origin, newCuts: map[string]bool{}, below: map[string]bool{}}
+	return &placer{c: c, origin: origin, newCuts: map[string]bool{}, known: map[string]nameFacts{}}
 }
 
 // addNS notes an NS record the change adds: below the apex it makes a cut.
@@ -136,7 +144,7 @@ func (p *placer) addNS(ns *dns.NS) {
 // second result is then whether every shard holds it.
 func (p *placer) local(name string, rrtype uint16) (every, known bool) {
 	switch {
-	case name == p.origin, rrtype == dns.TypeNS, rrtype == dns.TypeDS, underCut(p.origin, name, p.newCuts):
+	case name == p.origin, rrtype == dns.TypeNS, rrtype == dns.TypeDS, rrtype == dns.TypeDNAME, underCut(p.origin, name, p.newCuts):
 		return true, true
 	case len(p.c.cfg.shards) == 1 || !dns.IsSubDomain(p.origin, name):
 		return false, true // one shard, or a name the shard will reject
@@ -150,8 +158,9 @@ type placement struct {
 	rrtype uint16 // dns.TypeANY: every RRset at the name
 }
 
-// resolve asks, concurrently, whether existing cuts cover the names of
-// items that local cannot place.
+// resolve asks, concurrently, the owner shards of the names of items that
+// local cannot place whether existing cuts cover them and whether they hold
+// a DNAME.
 func (p *placer) resolve(ctx context.Context, items []placement) error {
 	var todo []string
 	seen := map[string]bool{}
@@ -170,13 +179,13 @@ func (p *placer) resolve(ctx context.Context, items []placement) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			below, err := p.c.coveredByCut(ctx, p.origin, n)
+			f, err := p.c.probeName(ctx, p.origin, n)
 			if err != nil {
 				errs[i] = err
 				return
 			}
 			p.mu.Lock()
-			p.below[n] = below
+			p.known[n] = f
 			p.mu.Unlock()
 		}()
 	}
@@ -191,8 +200,9 @@ func (p *placer) shards(name string, rrtype uint16) []*Shard {
 	every, known := p.local(name, rrtype)
 	if !known {
 		p.mu.Lock()
-		every = p.below[name]
+		f := p.known[name]
 		p.mu.Unlock()
+		every = f.belowCut || f.dname && rrtype == dns.TypeANY
 	}
 	if every {
 		return p.c.cfg.shards
@@ -200,42 +210,63 @@ func (p *placer) shards(name string, rrtype uint16) []*Shard {
 	return []*Shard{p.c.shardFor(name)}
 }
 
+// nameFacts is what a name's owner shard says of it (probeName).
+type nameFacts struct {
+	belowCut bool // a zone cut covers the name: it is at or below the cut
+	dname    bool // the name owns a DNAME RRset
+}
+
 // coveredByCut reports whether a zone cut of origin covers canonical name
-// (the name is at or below it), asking the owner shard of the name in
-// partition mode: a Final, non-authoritative answer with an NS RRset below
-// the apex in the authority section is a referral. An answer from a zone
-// below origin also counts: origin delegates it.
+// (probeName).
 func (c *Craftroute) coveredByCut(ctx context.Context, origin, name string) (bool, error) {
+	f, err := c.probeName(ctx, origin, name)
+	return f.belowCut, err
+}
+
+// probeName asks the owner shard of canonical name in zone origin, in
+// partition mode, for the name's DNAME: a Final, non-authoritative answer
+// with an NS RRset below the apex in the authority section is a referral
+// (a cut covers the name; an answer from a zone below origin also counts:
+// origin delegates it), an answer holding a DNAME RRset owned by the name
+// says it holds one.
+func (c *Craftroute) probeName(ctx context.Context, origin, name string) (nameFacts, error) {
 	s := c.shardFor(name)
 	q := new(dns.Msg)
 	q.Id = dns.Id()
-	q.Question = []dns.Question{{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}}
+	q.Question = []dns.Question{{Name: name, Qtype: dns.TypeDNAME, Qclass: dns.ClassINET}}
 	partition.Request(q)
 	resp, err := c.exchange(ctx, s, q)
 	if err != nil {
-		return false, &errNoShard{s.Name, err}
+		return nameFacts{}, &errNoShard{s.Name, err}
 	}
 	facts, err := partition.Parse(resp)
 	switch {
 	case err != nil && resp.Rcode == dns.RcodeRefused, err == nil && facts.Origin == "":
-		return false, fmt.Errorf("shard %s: %w: %s", s.Name, errZoneAbsent, origin)
+		return nameFacts{}, fmt.Errorf("shard %s: %w: %s", s.Name, errZoneAbsent, origin)
 	case err != nil:
-		return false, fmt.Errorf("shard %s: %w", s.Name, err)
+		return nameFacts{}, fmt.Errorf("shard %s: %w", s.Name, err)
 	case facts.Origin != origin:
 		if dns.IsSubDomain(origin, facts.Origin) {
-			return true, nil
+			return nameFacts{belowCut: true}, nil
 		}
-		return false, fmt.Errorf("shard %s: %w: %s", s.Name, errZoneAbsent, origin)
-	case facts.Kind != partition.Final || resp.Authoritative:
-		return false, nil
+		return nameFacts{}, fmt.Errorf("shard %s: %w: %s", s.Name, errZoneAbsent, origin)
+	case facts.Kind != partition.Final:
+		return nameFacts{}, nil
+	case resp.Authoritative:
+		for _, rr := range resp.Answer {
+			if rr.Header().Rrtype == dns.TypeDNAME && equalNames(rr.Header().Name, name) {
+				return nameFacts{dname: true}, nil
+			}
+		}
+		return nameFacts{}, nil
 	}
 	for _, rr := range resp.Ns {
 		owner := dnsname.Lower(rr.Header().Name)
 		if rr.Header().Rrtype == dns.TypeNS && owner != origin && dns.IsSubDomain(owner, name) {
-			return true, nil
+			return nameFacts{belowCut: true}, nil
 		}
 	}
-	return false, nil
+	return nameFacts{}, nil
 }
 
 // checkNewCuts refuses (409) a change that makes a zone cut at a name that

@@ -20,8 +20,8 @@ import (
 const splitOrigin = "example.org."
 
 // splitZone has the apex, a delegation with DS, glue and an occluded name
-// below it, a delegation to in-zone name servers outside it, a wildcard and
-// many ordinary names.
+// below it, a delegation to in-zone name servers outside it, a wildcard, a
+// DNAME with a TXT beside it and many ordinary names.
 func splitZone() string {
 	var b strings.Builder
 	b.WriteString(`$TTL 300
@@ -38,6 +38,8 @@ del      IN NS  ns1
 del      IN NS  ns.sub
 deep.x.sub IN A 192.0.2.54
 *.wild   IN A   192.0.2.99
+alias    IN DNAME host1
+alias    IN TXT "beside the DNAME"
 `)
 	for i := range 60 {
 		fmt.Fprintf(&b, "host%d IN A 198.51.100.%d\n", i, i)
@@ -75,9 +77,10 @@ func TestSplitNameMode(t *testing.T) {
 	if len(parts) != 3 {
 		t.Fatalf("expected parts for 3 shards, got %d", len(parts))
 	}
-	every := func(name string) bool {
+	every := func(rr dns.RR) bool {
+		name := dnsname.Lower(rr.Header().Name)
 		switch {
-		case name == splitOrigin, name == "del.example.org.", name == "sub.example.org.":
+		case name == splitOrigin, name == "del.example.org.", name == "sub.example.org.", rr.Header().Rrtype == dns.TypeDNAME:
 			return true
 		}
 		return strings.HasSuffix(name, ".sub.example.org.")
@@ -88,7 +91,7 @@ func TestSplitNameMode(t *testing.T) {
 		for _, rr := range part {
 			name := dnsname.Lower(rr.Header().Name)
 			union[rrKey(rr)] = true
-			if !every(name) {
+			if !every(rr) {
 				if owner := c.shardFor(name); owner != s {
 					t.Errorf("%s on shard %s, expected only on its owner %s", rr, s.Name, owner.Name)
 				}
@@ -97,11 +100,10 @@ func TestSplitNameMode(t *testing.T) {
 		}
 	}
 	for _, rr := range rrs {
-		name := dnsname.Lower(rr.Header().Name)
 		if !union[rrKey(rr)] {
 			t.Errorf("%s placed nowhere", rr)
 		}
-		if !every(name) {
+		if !every(rr) {
 			continue
 		}
 		for _, s := range c.cfg.shards {
@@ -252,11 +254,16 @@ func TestPlacer(t *testing.T) {
 		{"sub.example.org.", dns.TypeANY},
 		{"fresh.example.org.", dns.TypeANY},
 		{"ns.elsewhere.example.org.", dns.TypeA},
+		{"alias.example.org.", dns.TypeDNAME}, // a DNAME: every shard
+		{"alias.example.org.", dns.TypeANY},   // every RRset of a DNAME owner
+		{"alias.example.org.", dns.TypeTXT},   // an RRset beside it: its owner
+		{"newalias.example.org.", dns.TypeDNAME},
+		{"x.alias.example.org.", dns.TypeA}, // below a DNAME: the owner, which refuses it
 	}
 	if err := p.resolve(context.Background(), items); err != nil {
 		t.Fatal(err)
 	}
-	want := []bool{true, false, true, true, true, true, true, false, false}
+	want := []bool{true, false, true, true, true, true, true, false, false, true, true, false, true, false}
 	for i, it := range items {
 		got := p.shards(it.name, it.rrtype)
 		every := len(got) == len(c.cfg.shards)

@@ -64,13 +64,14 @@ const (
 )
 
 // TestMergeFull: the shards' zones merged in canonical order, the names
-// every shard holds once, framed by the SOA at the zone serial.
+// every shard holds once, a DNAME owner with the RRsets only its own shard
+// holds, framed by the SOA at the zone serial.
 func TestMergeFull(t *testing.T) {
 	a := stream(t, "a", 20, true,
 		rrs(t, soaA, "example.org. 300 IN NS ns1.example.org.", "a.example.org. 60 IN A 192.0.2.1"),
-		rrs(t, "sub.example.org. 60 IN NS ns.sub.example.org.", "ns.sub.example.org. 60 IN A 192.0.2.53", "z.example.org. 60 IN A 192.0.2.26", soaA))
+		rrs(t, "d.example.org. 60 IN DNAME a.example.org.", "sub.example.org. 60 IN NS ns.sub.example.org.", "ns.sub.example.org. 60 IN A 192.0.2.53", "z.example.org. 60 IN A 192.0.2.26", soaA))
 	b := stream(t, "b", 20, true,
-		rrs(t, soaB, "example.org. 300 IN NS ns1.example.org.", "ns1.example.org. 60 IN A 192.0.2.2", "sub.example.org. 60 IN NS ns.sub.example.org."),
+		rrs(t, soaB, "example.org. 300 IN NS ns1.example.org.", "d.example.org. 60 IN DNAME a.example.org.", "d.example.org. 60 IN TXT \"beside\"", "ns1.example.org. 60 IN A 192.0.2.2", "sub.example.org. 60 IN NS ns.sub.example.org."),
 		rrs(t, "ns.sub.example.org. 60 IN A 192.0.2.53", soaB))
 	xs := []*shardXfr{a, b}
 	if err := startFull(xs); err != nil {
@@ -84,6 +85,8 @@ func TestMergeFull(t *testing.T) {
 		"example.org. SOA ns1.example.org. h.example.org. 20 3600 600 86400 300",
 		"example.org. NS ns1.example.org.",
 		"a.example.org. A 192.0.2.1",
+		"d.example.org. DNAME a.example.org.",
+		"d.example.org. TXT \"beside\"",
 		"ns1.example.org. A 192.0.2.2",
 		"sub.example.org. NS ns.sub.example.org.",
 		"ns.sub.example.org. A 192.0.2.53",

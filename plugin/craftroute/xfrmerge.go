@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
@@ -193,6 +194,21 @@ func (x *shardXfr) group() ([]byte, []dns.RR, error) {
 	return dnsname.CanonicalKey(owner), group, nil
 }
 
+// union returns the records of a and those of b that a does not hold (the
+// records of one owner name: a few).
+func union(a, b []dns.RR) []dns.RR {
+	out := a
+	for _, rr := range b {
+		if !slices.ContainsFunc(a, func(x dns.RR) bool { return xfrstream.Compare(x, rr) == 0 }) {
+			if len(out) == len(a) {
+				out = slices.Clone(a) // a's array belongs to a shard's group
+			}
+			out = append(out, rr)
+		}
+	}
+	return out
+}
+
 func equalNames(a, b string) bool {
 	return len(a) == len(b) && dnsname.Lower(a) == dnsname.Lower(b)
 }
@@ -232,8 +248,10 @@ func (b *batcher) flush() error {
 // owner name and hands send the zone's transfer for a secondary at serial:
 // the SOA alone when that is the cut's serial or newer (RFC 1995 section
 // 2), else the whole zone (RFC 5936; in reply to an IXFR as RFC 1995
-// section 4 allows). Names every shard holds (the apex, delegations, names
-// below them) are the same copy: they come once, from the first shard.
+// section 4 allows). A name held by several shards comes once, with every
+// record any of them holds there once: the apex, delegations and names
+// below them are the same copy on every shard, and the owner of a DNAME
+// holds its other RRsets on its own shard only.
 func mergeFull(xs []*shardXfr, serial uint32, send func([]dns.RR) error) error {
 	soa := zoneSOA(xs)
 	if serial != 0 && !zoneapi.SerialAfter(soa.Serial, serial) {
@@ -259,10 +277,15 @@ func mergeFull(xs []*shardXfr, serial uint32, send func([]dns.RR) error) error {
 		if low < 0 {
 			break
 		}
-		if err := out.add(groups[low]...); err != nil {
+		key, group := keys[low], groups[low]
+		for i := low + 1; i < len(xs); i++ {
+			if keys[i] != nil && bytes.Equal(keys[i], key) {
+				group = union(group, groups[i])
+			}
+		}
+		if err := out.add(group...); err != nil {
 			return err
 		}
-		key := keys[low]
 		for i := range xs {
 			if keys[i] != nil && bytes.Equal(keys[i], key) {
 				var err error
