@@ -106,6 +106,7 @@ type Proc struct {
 	Name     string
 	dir      string
 	corefile string
+	env      []string
 	cmd      *exec.Cmd
 	done     chan struct{}
 }
@@ -114,7 +115,14 @@ type Proc struct {
 // test ends. Its output goes to dir/name.log.
 func Start(t testing.TB, name, dir, corefile string) *Proc {
 	t.Helper()
-	p := &Proc{t: t, Name: name, dir: dir, corefile: corefile}
+	return StartEnv(t, name, dir, corefile)
+}
+
+// StartEnv is Start with env (KEY=VALUE) added to the process's
+// environment: the Corefile's {$KEY} placeholders.
+func StartEnv(t testing.TB, name, dir, corefile string, env ...string) *Proc {
+	t.Helper()
+	p := &Proc{t: t, Name: name, dir: dir, corefile: corefile, env: env}
 	p.run()
 	t.Cleanup(func() { p.Kill() })
 	return p
@@ -128,6 +136,9 @@ func (p *Proc) run() {
 	}
 	p.cmd = exec.Command(Binary, "-conf", p.corefile)
 	p.cmd.Dir = p.dir
+	if len(p.env) > 0 {
+		p.cmd.Env = append(os.Environ(), p.env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)

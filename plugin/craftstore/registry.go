@@ -65,12 +65,17 @@ func (c *Craftstore) start() error {
 		return nil
 	}
 
+	if c.cfg.join && len(c.cfg.joinURLs) > 0 {
+		if err := joinGroup(context.Background(), c.cfg.dir, c.cfg.joinURLs, c.cfg.token, replica.Member{ID: c.cfg.id, Raft: c.cfg.raft}); err != nil {
+			return fmt.Errorf("craftstore: %w", err)
+		}
+	}
 	hub := &notifyHub{}
 	rep, err := replica.Open(replica.Config{
 		ID:              c.cfg.id,
 		Cluster:         c.cfg.cluster,
 		Dir:             c.cfg.dir,
-		RaftAddr:        c.cfg.raft,
+		RaftAddr:        c.cfg.listen,
 		Peers:           c.cfg.peers,
 		Join:            c.cfg.join,
 		SnapshotEntries: c.cfg.snapshot,
@@ -274,7 +279,7 @@ func importTimeout(per time.Duration, records int) time.Duration {
 // from a reloaded Corefile, or returns "".
 func (cfg config) differs(o config) string {
 	var diff []string
-	if cfg.raft != o.raft {
+	if cfg.raft != o.raft || cfg.listen != o.listen {
 		diff = append(diff, "raft address")
 	}
 	if cfg.api != o.api {

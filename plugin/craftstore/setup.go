@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -28,9 +29,11 @@ type config struct {
 	id        uint64
 	cluster   string
 	dir       string
-	raft      string
+	raft      string // the address peers reach this member at
+	listen    string // raft_listen: where the transport listens, when not raft
 	peers     []replica.Member
 	join      bool
+	joinURLs  []string              // join URL...: member APIs that add this member
 	seeds     map[string]seedSource // origin -> zone file or primary
 	api       string
 	token     string
@@ -100,9 +103,22 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	var err error
 	switch a.Prop {
 	case "id":
-		var v string
-		if v, err = one(); err == nil {
-			cfg.id, err = parseID(v)
+		switch {
+		case len(args) >= 1 && args[0] == "ordinal" && len(args) <= 2:
+			name := ""
+			if len(args) == 2 {
+				name = args[1]
+			} else if name, err = os.Hostname(); err != nil {
+				return c.Errf("id ordinal: %v", err)
+			}
+			if cfg.id, err = ordinalID(name); err != nil {
+				return c.Errf("id ordinal: %v", err)
+			}
+		default:
+			var v string
+			if v, err = one(); err == nil {
+				cfg.id, err = parseID(v)
+			}
 		}
 	case "cluster":
 		cfg.cluster, err = one()
@@ -112,6 +128,8 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		}
 	case "raft":
 		cfg.raft, err = one()
+	case "raft_listen":
+		cfg.listen, err = one()
 	case "raft_tls":
 		if len(args) != 3 {
 			return c.Errf("raft_tls needs a certificate, its key and the CA: raft_tls CERT KEY CA")
@@ -130,10 +148,12 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		}
 		cfg.peers = append(cfg.peers, replica.Member{ID: id, Raft: args[1]})
 	case "join":
-		if len(args) != 0 {
-			return c.ArgErr()
+		for _, u := range args {
+			if err := checkJoinURL(u); err != nil {
+				return c.Errf("join: %v", err)
+			}
 		}
-		cfg.join = true
+		cfg.join, cfg.joinURLs = true, args
 	case "seed":
 		switch {
 		case len(args) == 2:
@@ -191,6 +211,17 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	return err
 }
 
+// ordinalID is the member id of `id ordinal`: the number after the last
+// "-" of name (a StatefulSet pod's ordinal: craftdns-a-2) plus one.
+func ordinalID(name string) (uint64, error) {
+	i := strings.LastIndexByte(name, '-')
+	n, err := strconv.ParseUint(name[i+1:], 10, 63)
+	if i < 0 || err != nil || name[i+1:] != strconv.FormatUint(n, 10) {
+		return 0, fmt.Errorf("%q does not end in -NUMBER (a StatefulSet pod's name, such as craftdns-a-0)", name)
+	}
+	return n + 1, nil
+}
+
 func parseID(s string) (uint64, error) {
 	id, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || id == 0 {
@@ -225,9 +256,19 @@ func (cfg *config) check(c *caddy.Controller, zones []string) error {
 	if _, _, err := net.SplitHostPort(cfg.raft); err != nil {
 		return c.Errf("raft address %q: %v", cfg.raft, err)
 	}
+	if cfg.listen == "" {
+		cfg.listen = cfg.raft
+	} else if _, _, err := net.SplitHostPort(cfg.listen); err != nil {
+		return c.Errf("raft_listen address %q: %v", cfg.listen, err)
+	}
 	self := false
 	for _, p := range cfg.peers {
 		self = self || p.ID == cfg.id
+	}
+	if len(cfg.joinURLs) > 0 {
+		// One Corefile for every member (a StatefulSet's): the initial
+		// members start the group, the others join it.
+		cfg.join = !self
 	}
 	if !self && !cfg.join {
 		cfg.peers = append(cfg.peers, replica.Member{ID: cfg.id, Raft: cfg.raft})

@@ -98,6 +98,54 @@ func TestParse(t *testing.T) {
 				t.Errorf("expected a joiner without initial peers, got %+v", c.cfg)
 			}
 		}},
+		// One Corefile for a StatefulSet: the id from the pod's name, the
+		// initial members start the group, the others join it.
+		{input: `craftstore {
+			id ordinal craftdns-a-1
+			data /tmp/x
+			raft craftdns-a-1.craftdns-a:7000
+			raft_listen :7000
+			peer 1 craftdns-a-0.craftdns-a:7000
+			peer 2 craftdns-a-1.craftdns-a:7000
+			peer 3 craftdns-a-2.craftdns-a:7000
+			join http://craftdns-a-0.craftdns-a:8053 https://craftdns-a:8053/
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.id != 2 || c.cfg.join || len(c.cfg.peers) != 3 || c.cfg.listen != ":7000" || c.cfg.raft != "craftdns-a-1.craftdns-a:7000" {
+				t.Errorf("expected initial member 2 listening on :7000, got %+v", c.cfg)
+			}
+		}},
+		{input: `craftstore {
+			id ordinal craftdns-a-3
+			data /tmp/x
+			raft craftdns-a-3.craftdns-a:7000
+			peer 1 craftdns-a-0.craftdns-a:7000
+			peer 2 craftdns-a-1.craftdns-a:7000
+			peer 3 craftdns-a-2.craftdns-a:7000
+			join http://craftdns-a-0.craftdns-a:8053
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.id != 4 || !c.cfg.join || len(c.cfg.joinURLs) != 1 || c.cfg.listen != c.cfg.raft {
+				t.Errorf("expected member 4 to join, listening where it is reached, got %+v", c.cfg)
+			}
+		}},
+		{input: `craftstore {
+			id ordinal craftdns
+			data /tmp/x
+		}`, wantErr: "does not end in -NUMBER"},
+		{input: `craftstore {
+			id ordinal craftdns-a-01
+			data /tmp/x
+		}`, wantErr: "does not end in -NUMBER"},
+		{input: `craftstore {
+			id 4
+			data /tmp/x
+			raft 127.0.0.1:7074
+			join craftdns-a-0:8053
+		}`, wantErr: "not the base URL"},
+		{input: `craftstore {
+			data /tmp/x
+			raft 127.0.0.1:7074
+			raft_listen 7000
+		}`, wantErr: "raft_listen address"},
 		{input: `craftstore`, wantErr: "data directory"},
 		{input: `craftstore {
 			data /tmp/x
