@@ -340,7 +340,7 @@ func (a *apiServer) addMember(w http.ResponseWriter, r *http.Request) {
 		fail(w, badRequest("id must be a positive integer"))
 		return
 	}
-	if _, _, err := net.SplitHostPort(m.Raft); err != nil {
+	if _, _, err := net.SplitHostPort(m.Raft); m.Raft != "" && err != nil {
 		fail(w, badRequest("raft address %q: %v", m.Raft, err))
 		return
 	}

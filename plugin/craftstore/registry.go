@@ -66,7 +66,8 @@ func (c *Craftstore) start() error {
 	}
 
 	if c.cfg.join && len(c.cfg.joinURLs) > 0 {
-		if err := joinGroup(context.Background(), c.cfg.dir, c.cfg.joinURLs, c.cfg.token, replica.Member{ID: c.cfg.id, Raft: c.cfg.raft}); err != nil {
+		self := replica.Member{ID: c.cfg.id, Raft: c.cfg.raft, Learner: true}
+		if err := joinGroup(context.Background(), c.cfg.dir, c.cfg.joinURLs, c.cfg.token, self); err != nil {
 			return fmt.Errorf("craftstore: %w", err)
 		}
 	}
@@ -129,6 +130,9 @@ func (c *Craftstore) shutdown() error {
 	delete(registry, m.dir)
 	close(m.stop)
 	m.handOff()
+	if m.cfg.stateful != nil {
+		m.leaveIfScaledDown()
+	}
 	if m.api != nil {
 		m.api.close()
 	}
@@ -185,6 +189,10 @@ func (m *member) background(cfg config) {
 	defer tick.Stop()
 	seeded := cfg.join || len(cfg.seeds) == 0
 	advertised := false
+	// A member of a group it joins by itself (join URL...) joined as a
+	// learner, or was demoted by a scale-down and is back: it asks to vote
+	// once it has caught up.
+	promoted := len(cfg.joinURLs) == 0
 	for {
 		select {
 		case <-m.stop:
@@ -194,6 +202,9 @@ func (m *member) background(cfg config) {
 		updateGauges(m.rep)
 		if !m.rep.Ready() {
 			continue
+		}
+		if !promoted {
+			promoted = m.promote()
 		}
 		if m.rep.TxHeld() && m.rep.IsLeader() {
 			resolvePrepared(m.rep, m.leases, cfg.token, cfg.timeout)

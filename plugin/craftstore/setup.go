@@ -34,6 +34,8 @@ type config struct {
 	peers     []replica.Member
 	join      bool
 	joinURLs  []string              // join URL...: member APIs that add this member
+	ordinal   int64                 // id ordinal: the pod's ordinal; -1 otherwise
+	stateful  *statefulSet          // statefulset: a scale-down demotes this member
 	seeds     map[string]seedSource // origin -> zone file or primary
 	api       string
 	token     string
@@ -77,7 +79,7 @@ func firstHost(hosts []string) string {
 }
 
 func parse(c *caddy.Controller) (*Craftstore, error) {
-	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]seedSource{},
+	cs := &Craftstore{cfg: config{id: 1, ordinal: -1, cluster: "craftdns", seeds: map[string]seedSource{},
 		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords, maxZone: zoneapi.DefaultMaxZoneRecords,
 		maxChange: zoneapi.DefaultMaxChangeRecords, stale: "serve"}}
 	i := 0
@@ -114,6 +116,7 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 			if cfg.id, err = ordinalID(name); err != nil {
 				return c.Errf("id ordinal: %v", err)
 			}
+			cfg.ordinal = int64(cfg.id - 1)
 		default:
 			var v string
 			if v, err = one(); err == nil {
@@ -130,6 +133,14 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		cfg.raft, err = one()
 	case "raft_listen":
 		cfg.listen, err = one()
+	case "statefulset":
+		if len(args) < 1 || len(args) > 2 {
+			return c.ArgErr()
+		}
+		cfg.stateful = &statefulSet{name: args[0], account: serviceAccountDir}
+		if len(args) == 2 {
+			cfg.stateful.account = corefile.Rooted(c, args[1])
+		}
 	case "raft_tls":
 		if len(args) != 3 {
 			return c.Errf("raft_tls needs a certificate, its key and the CA: raft_tls CERT KEY CA")
@@ -255,6 +266,9 @@ func (cfg *config) check(c *caddy.Controller, zones []string) error {
 	}
 	if _, _, err := net.SplitHostPort(cfg.raft); err != nil {
 		return c.Errf("raft address %q: %v", cfg.raft, err)
+	}
+	if cfg.stateful != nil && cfg.ordinal < 0 {
+		return c.Errf("statefulset needs the id from the pod's ordinal: id ordinal")
 	}
 	if cfg.listen == "" {
 		cfg.listen = cfg.raft

@@ -128,6 +128,20 @@ func TestParse(t *testing.T) {
 			}
 		}},
 		{input: `craftstore {
+			id ordinal craftdns-b-0
+			data /tmp/x
+			statefulset craftdns-b
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.stateful == nil || c.cfg.stateful.name != "craftdns-b" || c.cfg.stateful.account != serviceAccountDir || c.cfg.ordinal != 0 {
+				t.Errorf("expected StatefulSet craftdns-b with the pod's service account, ordinal 0, got %+v", c.cfg)
+			}
+		}},
+		{input: `craftstore {
+			id 3
+			data /tmp/x
+			statefulset craftdns-b
+		}`, wantErr: "id ordinal"},
+		{input: `craftstore {
 			id ordinal craftdns
 			data /tmp/x
 		}`, wantErr: "does not end in -NUMBER"},

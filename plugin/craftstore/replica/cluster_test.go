@@ -529,3 +529,107 @@ func TestOpenRefusesOtherOwner(t *testing.T) {
 	}
 	r.Close()
 }
+
+// TestLearners: a member added as a learner catches up without counting
+// for a majority (with two of the three voters stopped, no write commits
+// though the learner runs); promoted, it counts; a voter demoted to learner
+// keeps its data and leaves the majority (two of three voters commit with
+// the demoted one stopped); promoted again it catches up. Refused: the same
+// role twice, demoting the last voter, re-adding a removed id.
+func TestLearners(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	if _, err := c.leader().PutZone(ctx(t), "example.org.", parseTestZone(t), false); err != nil {
+		t.Fatal(err)
+	}
+	m4 := Member{ID: 4, Raft: freeAddr(t), Learner: true}
+	if err := c.follower().AddMember(ctx(t), m4); err != nil {
+		t.Fatal(err)
+	}
+	c.peers = append(c.peers, m4)
+	c.start(4, true)
+	if _, err := c.leader().Change(ctx(t), "example.org.", []dns.RR{mustRR(t, "l1.example.org. 60 IN A 192.0.2.1")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.everywhere("l1.example.org.", "192.0.2.1")
+	role := func(id uint64) string {
+		st, err := c.members[4].Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range st.Members {
+			if m.ID == id {
+				if m.Learner {
+					return "learner"
+				}
+				return "voter"
+			}
+		}
+		return "none"
+	}
+	if r := role(4); r != "learner" {
+		t.Fatalf("expected member 4 a learner, got %s", r)
+	}
+	if err := c.leader().AddMember(ctx(t), m4); !errors.Is(err, ErrConflict) {
+		t.Errorf("adding a learner twice: expected a conflict, got %v", err)
+	}
+
+	// Promoted (no address given: it keeps its own), it is a voter.
+	if err := c.leader().AddMember(ctx(t), Member{ID: 4}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "member 4 a voter", func() bool { return role(4) == "voter" })
+
+	// Demote a follower other than 4 and stop it, and stop the third
+	// follower too: the leader and 4 are two of three voters and commit
+	// (with the demoted member a voter, two of four would not).
+	var demoted, other uint64
+	for id, r := range c.members {
+		switch {
+		case id == 4 || r.IsLeader():
+		case demoted == 0:
+			demoted = id
+		default:
+			other = id
+		}
+	}
+	if err := c.leader().AddMember(ctx(t), Member{ID: demoted, Learner: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the demoted member a learner", func() bool { return role(demoted) == "learner" })
+	c.stop(demoted)
+	c.stop(other)
+	if _, err := c.leader().Change(ctx(t), "example.org.", []dns.RR{mustRR(t, "l2.example.org. 60 IN A 192.0.2.2")}, nil); err != nil {
+		t.Fatalf("a write with the demoted member and another stopped: %v", err)
+	}
+	c.start(other, false)
+	st, _ := c.leader().Status()
+	voters := 0
+	for _, m := range st.Members {
+		if !m.Learner {
+			voters++
+		}
+	}
+	if voters != 3 || len(st.Members) != 4 {
+		t.Errorf("expected 3 voters of 4 members, got %+v", st.Members)
+	}
+
+	// Back and promoted, it catches up with what it missed.
+	c.start(demoted, false)
+	if err := c.leader().AddMember(ctx(t), Member{ID: demoted}); err != nil {
+		t.Fatal(err)
+	}
+	c.everywhere("l2.example.org.", "192.0.2.2")
+
+	// Refusals.
+	solo := newTestCluster(t, 1, 0)
+	if err := solo.leader().AddMember(ctx(t), Member{ID: 1, Learner: true}); !errors.Is(err, ErrConflict) {
+		t.Errorf("demoting the last voter: expected a conflict, got %v", err)
+	}
+	if err := c.leader().RemoveMember(ctx(t), 4); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "member 4 removed", func() bool { return c.leader().isRemoved(4) })
+	if err := c.leader().AddMember(ctx(t), Member{ID: 4, Raft: freeAddr(t)}); !errors.Is(err, ErrConflict) {
+		t.Errorf("re-adding a removed id: expected a conflict, got %v", err)
+	}
+}

@@ -46,6 +46,9 @@ type Member struct {
 	Raft string `json:"raft"`
 	DNS  string `json:"dns,omitempty"`
 	API  string `json:"api,omitempty"`
+	// Learner is set for a member that receives the log but does not vote
+	// (Replica.AddMember).
+	Learner bool `json:"learner,omitempty"`
 }
 
 // nameKey encodes a domain name so that bbolt's byte order is DNS canonical

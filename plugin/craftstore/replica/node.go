@@ -283,6 +283,7 @@ func applyConfChange(g *bolt.Bucket, cc *pb.ConfChange, skip bool) (*effect, err
 				return nil, fmt.Errorf("conf change context: %w", err)
 			}
 		}
+		m.Learner = cc.GetType() == pb.ConfChangeAddLearnerNode
 		if !skip {
 			if err := putMember(g, m); err != nil {
 				return nil, err

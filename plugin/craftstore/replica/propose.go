@@ -263,12 +263,25 @@ func (r *Replica) AdvertiseSelf(ctx context.Context, dnsAddr, apiAddr string) er
 	return nil
 }
 
-// AddMember adds a voting member; it then starts with join and catches up.
+// AddMember adds m to the group, as a voter or, with m.Learner, as a
+// learner: a member that receives the log but neither votes nor counts for
+// a majority, so that adding it costs the group no availability while it
+// catches up. A learner given again without Learner is promoted to voter,
+// a voter given with Learner is demoted (it leaves the majority but keeps
+// its id, its data and the log: promoted again, it catches up from where
+// it was). A member added anew then starts with join and catches up. The
+// same member in the same role is a conflict (ErrConflict), as is demoting
+// the last voter.
 func (r *Replica) AddMember(ctx context.Context, m Member) error {
-	return r.confChange(ctx, pb.ConfChangeAddNode, m)
+	t := pb.ConfChangeAddNode
+	if m.Learner {
+		t = pb.ConfChangeAddLearnerNode
+	}
+	return r.confChange(ctx, t, m)
 }
 
-// RemoveMember removes a member from the group.
+// RemoveMember removes a member from the group; its id is never used
+// again. Removing the last voter is a conflict (ErrConflict).
 func (r *Replica) RemoveMember(ctx context.Context, id uint64) error {
 	return r.confChange(ctx, pb.ConfChangeRemoveNode, Member{ID: id})
 }
@@ -278,15 +291,39 @@ func (r *Replica) confChange(ctx context.Context, t pb.ConfChangeType, m Member)
 	if err != nil {
 		return err
 	}
-	known := false
-	for _, have := range st.Members {
-		known = known || have.ID == m.ID
+	var have *Member
+	voters := 0
+	for i, x := range st.Members {
+		if x.ID == m.ID {
+			have = &st.Members[i]
+		}
+		if !x.Learner {
+			voters++
+		}
 	}
-	if t == pb.ConfChangeAddNode && known {
-		return Errorf(ErrConflict, "member %d already exists", m.ID)
-	}
-	if t == pb.ConfChangeRemoveNode && !known {
+	switch {
+	case t != pb.ConfChangeRemoveNode && have != nil && have.Learner == m.Learner:
+		role := "a voter"
+		if have.Learner {
+			role = "a learner"
+		}
+		return Errorf(ErrConflict, "member %d already exists, as %s", m.ID, role)
+	case t == pb.ConfChangeRemoveNode && have == nil:
 		return Errorf(ErrNotFound, "member %d not found", m.ID)
+	case t != pb.ConfChangeAddNode && have != nil && !have.Learner && voters == 1:
+		return Errorf(ErrConflict, "member %d is the group's last voter", m.ID)
+	case have == nil && t != pb.ConfChangeRemoveNode && m.Raft == "":
+		return Errorf(ErrInvalid, "member %d is new: its raft address is needed", m.ID)
+	case have == nil && r.isRemoved(m.ID):
+		return Errorf(ErrConflict, "member %d was removed from the group: ids are never used again", m.ID)
+	}
+	if have != nil && t != pb.ConfChangeRemoveNode {
+		// A promotion or demotion: the member keeps its addresses.
+		learner := m.Learner
+		if m.Raft == "" {
+			m = *have
+		}
+		m.Learner = learner
 	}
 	ctxData, err := marshalMember(m)
 	if err != nil {
