@@ -6,7 +6,7 @@
 #   make image      the container image craftdns:dev (deploy/docker/Dockerfile) with this machine's Docker
 #   make run-tls    three members whose Raft transport is mutual TLS (Corefile.examples/tls/)
 #   make run-sharded  two shards of three members and a craftroute router (Corefile.examples/sharded/)
-#   make test       unit and integration tests (with the nested test module integration/acme)
+#   make test       unit and integration tests (with the nested test modules integration/acme and deploy/kubernetes/check)
 #   make test-race  the plugins' and internal/'s tests under the race detector
 #   make chaos      the chaos suite for CHAOS_DURATION (30m): faults drawn from CHAOS_SEED (0: random,
 #                   printed) against real members, histories checked with porcupine (bench/chaos.md);
@@ -38,7 +38,7 @@ export CGO_ENABLED := 0
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
-TESTMODULES := integration/acme
+TESTMODULES := integration/acme deploy/kubernetes/check
 
 build: coredns
 
