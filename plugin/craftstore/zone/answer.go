@@ -2,13 +2,13 @@ package zone
 
 import "github.com/miekg/dns"
 
-// Building the sections of a response. Callers hold the read lock.
+// Building the sections of a response from one version of the zone.
 
 // referral answers with the delegation at cut (RFC 1034 §4.3.2 step 3b): its
 // NS RRset in the authority section and the addresses of in-zone name
 // servers (glue, occluded names included) in the additional section. The
 // answer is not authoritative, unless a CNAME led to it: the CNAME is (NSD).
-func (z *Zone) referral(m *dns.Msg, cut *node, step int) {
+func (z *view) referral(m *dns.Msg, cut *node, step int) {
 	if step == 0 {
 		m.Authoritative = false
 	}
@@ -23,7 +23,7 @@ func (z *Zone) referral(m *dns.Msg, cut *node, step int) {
 
 // glue appends the A and AAAA RRsets at target, if it is a name in the zone.
 // Wildcards do not synthesize glue.
-func (z *Zone) glue(m *dns.Msg, target string) {
+func (z *view) glue(m *dns.Msg, target string) {
 	var buf [256]byte
 	n := z.exact(appendLower(buf[:0], target))
 	if n == nil {
@@ -37,7 +37,7 @@ func (z *Zone) glue(m *dns.Msg, target string) {
 // 2308 §2.2) with the zone's SOA in the authority section, its TTL capped by
 // the SOA MINIMUM (RFC 2308 §3). After a CNAME chain the rcode describes the
 // last name (RFC 6604 §3), as NSD does.
-func (z *Zone) negative(m *dns.Msg, rcode int) {
+func (z *view) negative(m *dns.Msg, rcode int) {
 	m.Rcode = rcode
 	m.Ns = append(m.Ns, z.negSOA)
 }

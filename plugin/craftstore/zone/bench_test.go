@@ -70,8 +70,8 @@ func BenchmarkLookupParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkSet measures a change of 100 names in a 100k-name zone: the time
-// readers may wait is the part under the lock, about a tenth of it.
+// BenchmarkSet measures a change of 100 names in a 100k-name zone: readers
+// do not wait for it; its allocations are the next version's new paths.
 func BenchmarkSet(b *testing.B) {
 	z := benchZone(b, 100000)
 	changes := make([]NameRecords, 100)
@@ -87,7 +87,7 @@ func BenchmarkSet(b *testing.B) {
 // BenchmarkMemory reports the heap held per record by a zone of 1M A records
 // (host<i>.example.org.): "B/record" includes the dns.A values, their names
 // and addresses as a zone file parser makes them; "zone-B/record" is what
-// the Zone adds on top (map, nodes, slices).
+// the Zone adds on top (trie, nodes, slices).
 func BenchmarkMemory(b *testing.B) {
 	const n = 1000000
 	for b.Loop() {

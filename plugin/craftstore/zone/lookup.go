@@ -24,10 +24,9 @@ const maxChain = 64
 //
 // The RRs appended are the zone's own (wildcard answers excepted): callers
 // must not modify them.
-func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) {
-	z.mu.RLock()
-	defer z.mu.RUnlock()
+func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) { z.load().lookup(m, qname, qtype) }
 
+func (z *view) lookup(m *dns.Msg, qname string, qtype uint16) {
 	if !z.begin(m) {
 		return
 	}
@@ -43,9 +42,8 @@ func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) {
 }
 
 // begin sets the rcode and AA of an answer. It answers SERVFAIL and returns
-// false when the zone has no SOA: configured, not loaded. Callers hold the
-// read lock.
-func (z *Zone) begin(m *dns.Msg) bool {
+// false when the zone has no SOA: configured, not loaded.
+func (z *view) begin(m *dns.Msg) bool {
 	m.Rcode = dns.RcodeSuccess
 	if z.soa == nil {
 		m.Rcode = dns.RcodeServerFailure
@@ -76,7 +74,7 @@ const (
 // answer answers for one name of a lookup: the query name (step 0) or the
 // target of the CNAME answered in the previous step. It returns the next
 // CNAME target to follow, if any, and where it found the name.
-func (z *Zone) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain) (string, bool, found) {
+func (z *view) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain) (string, bool, found) {
 	var buf [256]byte
 	name := appendLower(buf[:0], qname)
 
@@ -106,7 +104,7 @@ func (z *Zone) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain
 	// RFC 4592 §3.3.1: qname does not exist; a wildcard child of the closest
 	// encloser synthesizes the answer, owned by qname.
 	f := found{where: whereAbsent, encl: off}
-	n := z.wildcard(encl)
+	n := z.wildcard(name, off, encl)
 	if n == nil {
 		z.negative(m, dns.RcodeNameError)
 		return "", false, f
@@ -118,7 +116,7 @@ func (z *Zone) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain
 
 // fromNode answers from n, the node at qname or the source of synthesis when
 // owner is set (RFC 1034 §4.3.2 step 3a, 3c).
-func (z *Zone) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, step int, c *chain) (string, bool) {
+func (z *view) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, step int, c *chain) (string, bool) {
 	if qtype == dns.TypeANY {
 		if rrs := n.anyRRset(); rrs != nil {
 			m.Answer = appendRRs(m.Answer, rrs, owner)
@@ -170,7 +168,7 @@ func (z *Zone) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, 
 // the same DNAME again (a loop, or a target below its own owner) ends the
 // chain; a substituted name longer than a domain name may be is answered
 // YXDOMAIN with the DNAME alone. A query for the CNAME ends with it.
-func (z *Zone) substitute(m *dns.Msg, d *node, qname string, name []byte, dOff int, qtype uint16, c *chain) (string, bool) {
+func (z *view) substitute(m *dns.Msg, d *node, qname string, name []byte, dOff int, qtype uint16, c *chain) (string, bool) {
 	rrs := d.rrset(dns.TypeDNAME)
 	if !c.add(rrs[0], "") {
 		return "", false

@@ -26,9 +26,10 @@ import (
 // As with Lookup, the RRs appended are the zone's own (wildcard answers
 // excepted): callers must not modify them.
 func (z *Zone) Partition(m *dns.Msg, qname string, qtype uint16) partition.Facts {
-	z.mu.RLock()
-	defer z.mu.RUnlock()
+	return z.load().partition(m, qname, qtype)
+}
 
+func (z *view) partition(m *dns.Msg, qname string, qtype uint16) partition.Facts {
 	facts := partition.Facts{Kind: partition.Final, Origin: z.origin}
 	if !z.begin(m) {
 		return facts

@@ -20,10 +20,10 @@ type NameRecords struct {
 // appear and disappear as names below them are added and deleted.
 //
 // The zone keeps the RRs (not copies) and hands them out in responses:
-// callers must not modify them afterwards. Set sorts its input outside the
-// lock and holds the write lock only to swap the prepared slices in, so a
-// change of a few hundred names stalls readers for microseconds; build large
-// loads in a fresh Zone with Load instead.
+// callers must not modify them afterwards. Set sorts its input before it
+// waits for other writers; readers never wait: they see the zone before the
+// change or after it (Zone). Build large loads in a fresh Zone with Load
+// instead.
 func (z *Zone) Set(changes []NameRecords) {
 	type prepared struct {
 		key string
@@ -37,136 +37,152 @@ func (z *Zone) Set(changes []NameRecords) {
 		}
 		prep = append(prep, prepared{key: key, rrs: sortRRs(c.RRs)})
 	}
-
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	for _, p := range prep {
-		z.set(p.key, p.rrs)
-	}
-	z.refreshApex()
+	z.write(func(v *view) {
+		for _, p := range prep {
+			v.set(p.key, p.rrs)
+		}
+		v.refreshApex()
+	})
 }
 
 // Load adds rrs to the zone, grouping them by owner name; RRs outside the
 // zone are ignored. It is meant for bulk loads (a zone file, a snapshot) into
-// a fresh Zone that no reader sees yet: it holds the write lock for the whole
-// load. The zone keeps the RRs; callers must not modify them afterwards.
+// a fresh Zone that no reader sees yet; readers of a zone in use see it
+// before the load or after it. The zone keeps the RRs; callers must not
+// modify them afterwards.
 func (z *Zone) Load(rrs []dns.RR) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-
-	var touched []*node
-	for _, rr := range rrs {
-		key := dnsname.Lower(rr.Header().Name)
-		if !dns.IsSubDomain(z.origin, key) {
-			continue
+	z.write(func(v *view) {
+		var touched []*node
+		for _, rr := range rrs {
+			key := dnsname.Lower(rr.Header().Name)
+			if !dns.IsSubDomain(z.origin, key) {
+				continue
+			}
+			n := v.mine(key)
+			if n == nil {
+				n = v.insert(key)
+			}
+			if n.flags&fLoading == 0 {
+				n.flags |= fLoading
+				v.uncount(n)
+				touched = append(touched, n)
+			}
+			n.rrs = append(n.rrs, rr)
 		}
-		n := z.names[key]
-		if n == nil {
-			n = z.insert(key)
+		for _, n := range touched {
+			n.flags &^= fLoading
+			slices.SortStableFunc(n.rrs, byType)
+			n.rrs = dedup(n.rrs)
+			if cap(n.rrs) > len(n.rrs) {
+				n.rrs = slices.Clone(n.rrs)
+			}
+			v.count(n)
 		}
-		if n.flags&fLoading == 0 {
-			n.flags |= fLoading
-			z.uncount(n)
-			touched = append(touched, n)
-		}
-		n.rrs = append(n.rrs, rr)
-	}
-	for _, n := range touched {
-		n.flags &^= fLoading
-		slices.SortStableFunc(n.rrs, byType)
-		n.rrs = dedup(n.rrs)
-		if cap(n.rrs) > len(n.rrs) {
-			n.rrs = slices.Clone(n.rrs)
-		}
-		z.count(n)
-	}
-	z.refreshApex()
+		v.refreshApex()
+	})
 }
 
-// set replaces the data at key. Callers hold the write lock.
-func (z *Zone) set(key string, rrs []dns.RR) {
-	n := z.names[key]
+// mine returns the node at key for the write building v to change: the
+// node itself when this write made it, else a copy that replaces it in v
+// (readers of earlier versions keep the original). nil if key does not
+// exist.
+func (v *view) mine(key string) *node {
+	n := v.names.get(key)
+	if n == nil || n.ed == v.ed {
+		return n
+	}
+	c := *n
+	c.ed = v.ed
+	c.rrs = c.rrs[:len(c.rrs):len(c.rrs)] // an append must not write into the original's array
+	v.names.set(v.ed, key, &c)
+	if n == v.apex {
+		v.apex = &c
+	}
+	return &c
+}
+
+// set replaces the data at key.
+func (v *view) set(key string, rrs []dns.RR) {
+	n := v.mine(key)
 	if n != nil {
-		z.uncount(n)
+		v.uncount(n)
 		n.rrs = nil
 	}
 	if len(rrs) == 0 {
-		if n != nil && n.kids == 0 && n != z.apex {
-			z.remove(key)
+		if n != nil && n.kids == 0 && n != v.apex {
+			v.remove(key)
 		}
 		return
 	}
 	if n == nil {
-		n = z.insert(key)
+		n = v.insert(key)
 	}
 	n.rrs = rrs
-	z.count(n)
+	v.count(n)
 }
 
 // count adds n's data to the zone's counters and sets its data flags.
-func (z *Zone) count(n *node) {
+func (v *view) count(n *node) {
 	if len(n.rrs) == 0 {
 		return
 	}
-	n.flags |= nodeFlags(n.rrs, n == z.apex)
-	z.records += len(n.rrs)
-	z.named++
+	n.flags |= nodeFlags(n.rrs, n == v.apex)
+	v.records += len(n.rrs)
+	v.named++
 	if n.flags&fCut != 0 {
-		z.cuts++
+		v.cuts++
 	}
 	if n.flags&fDNAME != 0 {
-		z.dnames++
+		v.dnames++
 	}
 }
 
 // uncount removes n's data from the zone's counters and clears its data
 // flags; n.rrs is left alone.
-func (z *Zone) uncount(n *node) {
+func (v *view) uncount(n *node) {
 	if len(n.rrs) == 0 {
 		return
 	}
-	z.records -= len(n.rrs)
-	z.named--
+	v.records -= len(n.rrs)
+	v.named--
 	if n.flags&fCut != 0 {
-		z.cuts--
+		v.cuts--
 	}
 	if n.flags&fDNAME != 0 {
-		z.dnames--
+		v.dnames--
 	}
 	n.flags &^= fCut | fCNAME | fDNAME
 }
 
 // insert adds an empty node for key, and empty non-terminals for its
 // missing ancestors, maintaining the child counts. key is below the apex.
-func (z *Zone) insert(key string) *node {
-	n := &node{}
-	z.names[key] = n
+func (v *view) insert(key string) *node {
+	n := &node{name: key, ed: v.ed}
+	v.names.set(v.ed, key, n)
 	pk := parentKey(key)
-	p := z.names[pk]
+	p := v.mine(pk)
 	if p == nil {
-		p = z.insert(pk)
+		p = v.insert(pk)
 	}
 	p.kids++
 	if isWildcard(key) {
 		p.flags |= fWild
-		z.wilds[p] = n
 	}
 	return n
 }
 
 // remove deletes the node at key, which holds no data and has no children,
 // and every ancestor that becomes an empty non-terminal without children.
-func (z *Zone) remove(key string) {
-	for key != z.origin {
-		delete(z.names, key)
+func (v *view) remove(key string) {
+	for key != v.origin {
+		v.names.set(v.ed, key, nil)
 		pk := parentKey(key)
-		p := z.names[pk]
+		p := v.mine(pk)
 		p.kids--
 		if isWildcard(key) {
 			p.flags &^= fWild
-			delete(z.wilds, p)
 		}
-		if p.kids > 0 || len(p.rrs) > 0 || p == z.apex {
+		if p.kids > 0 || len(p.rrs) > 0 || p == v.apex {
 			return
 		}
 		key = pk

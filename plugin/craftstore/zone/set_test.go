@@ -33,7 +33,7 @@ func nxdomain(name string) test.Case {
 
 func TestSetENT(t *testing.T) {
 	z := load(t, "example.org.", exampleOrg)
-	names, records, mapSize := z.Names(), z.Records(), len(z.names)
+	names, records, mapSize := z.Names(), z.Records(), z.load().names.n
 
 	// Adding a deep name creates its empty non-terminals.
 	z.Set([]NameRecords{{Name: "A.B.C.New.example.org.", RRs: rrs(t, "a.b.c.new.example.org. 3600 IN A 192.0.2.1")}})
@@ -57,8 +57,8 @@ func TestSetENT(t *testing.T) {
 	// Deleting the last descendant removes every ENT above it.
 	z.Set([]NameRecords{{Name: "D.C.NEW.EXAMPLE.ORG."}})
 	check(t, z, []test.Case{nxdomain("d.c.new.example.org."), nxdomain("c.new.example.org."), nxdomain("new.example.org.")})
-	if z.Names() != names || z.Records() != records || len(z.names) != mapSize {
-		t.Errorf("expected %d names, %d records, %d nodes, got %d, %d, %d", names, records, mapSize, z.Names(), z.Records(), len(z.names))
+	if z.Names() != names || z.Records() != records || z.load().names.n != mapSize {
+		t.Errorf("expected %d names, %d records, %d nodes, got %d, %d, %d", names, records, mapSize, z.Names(), z.Records(), z.load().names.n)
 	}
 
 	// A name with data below it becomes an ENT when its data goes, and
@@ -77,14 +77,14 @@ func TestSetENT(t *testing.T) {
 
 	// Deleting a name that does not exist changes nothing.
 	z.Set([]NameRecords{{Name: "never.example.org."}, {Name: "outside.example.net."}})
-	if z.Names() != names || z.Records() != records || len(z.names) != mapSize {
-		t.Errorf("expected %d names, %d records, %d nodes, got %d, %d, %d", names, records, mapSize, z.Names(), z.Records(), len(z.names))
+	if z.Names() != names || z.Records() != records || z.load().names.n != mapSize {
+		t.Errorf("expected %d names, %d records, %d nodes, got %d, %d, %d", names, records, mapSize, z.Names(), z.Records(), z.load().names.n)
 	}
 }
 
 func TestSetWildcard(t *testing.T) {
 	z := load(t, "example.org.", exampleOrg)
-	wilds := len(z.wilds)
+	wilds := wildFlags(z)
 	check(t, z, []test.Case{nxdomain("host.dyn.example.org.")})
 
 	z.Set([]NameRecords{{Name: "*.dyn.example.org.", RRs: rrs(t, "*.dyn.example.org. 60 IN A 192.0.2.7")}})
@@ -102,24 +102,24 @@ func TestSetWildcard(t *testing.T) {
 
 	z.Set([]NameRecords{{Name: "x.*.dyn.example.org."}})
 	check(t, z, []test.Case{nxdomain("host.dyn.example.org."), nxdomain("dyn.example.org.")})
-	if n := z.names["example.org."]; n.flags&fWild != 0 {
+	if n := z.load().names.get("example.org."); n.flags&fWild != 0 {
 		t.Errorf("expected no wildcard flag at the apex")
 	}
-	if len(z.wilds) != wilds {
-		t.Errorf("expected %d wildcards, got %d", wilds, len(z.wilds))
+	if got := wildFlags(z); got != wilds {
+		t.Errorf("expected %d names with a wildcard child, got %d", wilds, got)
 	}
 }
 
 func TestSetDelegationAndApex(t *testing.T) {
 	z := load(t, "example.org.", exampleOrg)
-	cuts := z.cuts
+	cuts := z.load().cuts
 
 	z.Set([]NameRecords{{Name: "www.example.org.", RRs: rrs(t, "www.example.org. 3600 IN NS ns.other.net.")}})
 	check(t, z, []test.Case{{Qname: "a.www.example.org.", Qtype: dns.TypeA, Ns: []dns.RR{test.NS("www.example.org. 3600 IN NS ns.other.net.")}}})
 	z.Set([]NameRecords{{Name: "www.example.org.", RRs: rrs(t, "www.example.org. 3600 IN A 192.0.2.80")}})
 	check(t, z, []test.Case{{Qname: "www.example.org.", Qtype: dns.TypeA, Authoritative: true, Answer: []dns.RR{test.A("www.example.org. 3600 IN A 192.0.2.80")}, Ns: orgNS}})
-	if z.cuts != cuts {
-		t.Errorf("expected %d cuts, got %d", cuts, z.cuts)
+	if z.load().cuts != cuts {
+		t.Errorf("expected %d cuts, got %d", cuts, z.load().cuts)
 	}
 
 	// A new SOA changes the negative answers (RFC 2308 §3: min(TTL, MINIMUM)).
@@ -224,4 +224,24 @@ func TestLongChain(t *testing.T) {
 	if len(m.Answer) != maxChain || m.Rcode != dns.RcodeSuccess || len(m.Ns) != 0 {
 		t.Errorf("expected %d CNAMEs, NOERROR, no authority; got %d, %s, %d", maxChain, len(m.Answer), dns.RcodeToString[m.Rcode], len(m.Ns))
 	}
+}
+
+// wildFlags counts the names of z's current version that have a wildcard
+// child.
+func wildFlags(z *Zone) int {
+	n := 0
+	var walk func(t *tnode)
+	walk = func(t *tnode) {
+		for _, e := range t.ents {
+			if e.child != nil {
+				walk(e.child)
+			} else if e.val.flags&fWild != 0 {
+				n++
+			}
+		}
+	}
+	if r := z.load().names.root; r != nil {
+		walk(r)
+	}
+	return n
 }

@@ -5,19 +5,19 @@ import "github.com/miekg/dns"
 // The steps of RFC 1034 §4.3.2 (3a-3c) as separate facts about a lower-case
 // query name: where it exists, which delegation covers it, which wildcard
 // could synthesize it. Names are byte slices (usually a stack buffer);
-// offsets into them denote the name's ancestors. Callers hold the read lock.
+// offsets into them denote the name's ancestors. They read one version.
 
 // closestEncloser returns the deepest existing name among name and its
 // ancestors in the zone (RFC 4592 §3.3.1; empty non-terminals exist) and its
 // offset in name: 0 when name itself exists. ok is false when name is not in
 // the zone.
-func (z *Zone) closestEncloser(name []byte) (n *node, off int, ok bool) {
+func (z *view) closestEncloser(name []byte) (n *node, off int, ok bool) {
 	apex := len(name) - len(z.origin)
 	if apex < 0 || string(name[apex:]) != z.origin {
 		return nil, 0, false
 	}
 	for off = 0; off < apex; off = nextLabel(name, off) {
-		if n := z.names[string(name[off:])]; n != nil {
+		if n := z.names.getBytes(name[off:]); n != nil {
 			return n, off, true
 		}
 	}
@@ -31,8 +31,8 @@ func (z *Zone) closestEncloser(name []byte) (n *node, off int, ok bool) {
 }
 
 // exact returns the node at name, nil if name does not exist in the zone.
-func (z *Zone) exact(name []byte) *node {
-	return z.names[string(name)]
+func (z *view) exact(name []byte) *node {
+	return z.names.getBytes(name)
 }
 
 // above returns what name's ancestors say about it, in one walk from its
@@ -51,14 +51,14 @@ func (z *Zone) exact(name []byte) *node {
 //
 // Each comes with the offset of its owner in name. Zones without cuts and
 // DNAMEs skip the walk.
-func (z *Zone) above(name []byte, encl *node, off int, qtype uint16) (cut *node, cutOff int, d *node, dOff int) {
+func (z *view) above(name []byte, encl *node, off int, qtype uint16) (cut *node, cutOff int, d *node, dOff int) {
 	if z.cuts == 0 && z.dnames == 0 {
 		return nil, 0, nil, 0
 	}
 	apex := len(name) - len(z.origin)
 	for n := encl; off < apex; off = nextLabel(name, off) {
 		if n == nil {
-			n = z.names[string(name[off:])]
+			n = z.names.getBytes(name[off:])
 		}
 		if n != nil {
 			if n.flags&fCut != 0 && (off > 0 || qtype != dns.TypeDS) {
@@ -77,14 +77,19 @@ func (z *Zone) above(name []byte, encl *node, off int, qtype uint16) (cut *node,
 }
 
 // wildcard returns the source of synthesis for a name whose closest encloser
-// is encl: the node "*.<closest encloser>", nil if it does not exist (RFC
-// 4592 §3.3.1). Only the closest encloser's wildcard child counts, so a
-// wildcard never matches a name at or below an existing name, empty
-// non-terminals included (RFC 4592 §2.2.2). A wildcard that is itself an
-// empty non-terminal is still a source: it synthesizes NODATA.
-func (z *Zone) wildcard(encl *node) *node {
+// is encl, at offset off in name: the node "*.<closest encloser>", nil if it
+// does not exist (RFC 4592 §3.3.1). Only the closest encloser's wildcard
+// child counts, so a wildcard never matches a name at or below an existing
+// name, empty non-terminals included (RFC 4592 §2.2.2). A wildcard that is
+// itself an empty non-terminal is still a source: it synthesizes NODATA.
+func (z *view) wildcard(name []byte, off int, encl *node) *node {
 	if encl.flags&fWild == 0 {
 		return nil
 	}
-	return z.wilds[encl]
+	var buf [258]byte
+	w := append(buf[:0], '*')
+	if string(name[off:]) != "." {
+		w = append(w, '.')
+	}
+	return z.names.getBytes(append(w, name[off:]...))
 }

@@ -1,21 +1,26 @@
 // Package zone holds the in-memory read view of one authoritative zone and
 // answers queries from it (RFC 1034 §4.3.2, RFC 4592, RFC 2308).
 //
-// Owner names are kept in a hash map keyed by their canonical (lower-case)
+// Owner names are kept in a hash trie keyed by their canonical (lower-case)
 // presentation form. Every ancestor of a name that holds data exists in the
-// map too, as an empty non-terminal when it holds no data of its own, so the
-// closest encloser of a query name is the longest of its suffixes found in
-// the map. The RRs at a name are stored once, sorted by type; an RRset is a
-// run of that slice and is placed straight into responses without copying.
+// trie too, as an empty non-terminal when it holds no data of its own, so
+// the closest encloser of a query name is the longest of its suffixes found
+// in the trie. The RRs at a name are stored once, sorted by type; an RRset
+// is a run of that slice and is placed straight into responses without
+// copying.
 //
-// Readers take a read lock for the duration of one lookup. Set holds the
-// write lock only while it swaps in slices it prepared beforehand; a large
-// bulk load should be built in a fresh Zone (New then Load) and swapped in by
-// the caller.
+// Reads take no lock: a lookup loads the zone's current version (an atomic
+// pointer) and answers from it alone, so it never waits for a write and
+// never sees half of one. A write (Set, Load) builds the next version from
+// the current one, copying only the paths to the names it changes, and
+// publishes it with one atomic store (read-copy-update); writers wait for
+// each other. A large bulk load should still be built in a fresh Zone (New
+// then Load) and swapped in by the caller.
 package zone
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 
@@ -27,10 +32,18 @@ import (
 type Zone struct {
 	origin string // canonical (lower-case, fully qualified) origin
 
-	mu      sync.RWMutex
-	names   map[string]*node // canonical owner name → node; ENTs included
-	wilds   map[*node]*node  // node → its child "*" (RFC 4592 wildcard), only where there is one
-	apex    *node
+	wmu sync.Mutex           // serializes writers
+	v   atomic.Pointer[view] // the version readers see
+}
+
+// view is one version of a zone. Readers load the current one and never
+// wait: a write builds the next version from the current one, sharing all
+// it does not change (trie), and publishes it with one atomic store. A
+// published view and its nodes are never changed again.
+type view struct {
+	origin  string
+	names   trie     // canonical owner name → node; ENTs included
+	apex    *node    // the node at origin, in names
 	soa     *dns.SOA // apex SOA, nil if none
 	negSOA  dns.RR   // SOA for negative answers, TTL per RFC 2308 §3
 	apexNS  []dns.RR // apex NS RRset, added to the authority section of positive answers
@@ -40,34 +53,49 @@ type Zone struct {
 	dnames  int      // number of names holding a DNAME
 	base    uint32   // serial base (SetSerialBase), when hasBase
 	hasBase bool
+	ed      *edit // the write building this view
 }
 
-// node is one owner name. It holds no copy of its name: the map key is the
-// name.
+// node is one owner name.
 type node struct {
+	name  string   // canonical
 	rrs   []dns.RR // all RRs at the name, sorted by type; nil for an ENT
-	kids  uint32   // number of child names in the map: the ENT reference count
+	kids  uint32   // number of child names in the trie: the ENT reference count
 	flags uint8
+	ed    *edit // the write that made this node: only it may change it
 }
 
 const (
 	fCut     uint8 = 1 << iota // NS below the apex: a delegation point (zone cut)
 	fCNAME                     // holds a CNAME
-	fWild                      // a child named "*" exists (data or ENT), in Zone.wilds
+	fWild                      // a child named "*" exists (data or ENT)
 	fLoading                   // being filled by Load
 	fDNAME                     // holds a DNAME (RFC 6672)
 )
 
 // New returns an empty zone for origin (any case; stored canonical lower-case FQDN).
 func New(origin string) *Zone {
-	apex := &node{}
 	o := dnsname.Lower(dns.Fqdn(origin))
-	return &Zone{
-		origin: o,
-		names:  map[string]*node{o: apex},
-		wilds:  map[*node]*node{},
-		apex:   apex,
-	}
+	ed := &edit{}
+	v := &view{origin: o, apex: &node{name: o, ed: ed}, ed: ed}
+	v.names.set(ed, o, v.apex)
+	z := &Zone{origin: o}
+	z.v.Store(v)
+	return z
+}
+
+// load returns the current version.
+func (z *Zone) load() *view { return z.v.Load() }
+
+// write applies fn to a new version made from the current one and
+// publishes it; writers wait for each other, readers for nobody.
+func (z *Zone) write(fn func(v *view)) {
+	z.wmu.Lock()
+	defer z.wmu.Unlock()
+	next := *z.v.Load()
+	next.ed = &edit{}
+	fn(&next)
+	z.v.Store(&next)
 }
 
 // Origin returns the canonical origin of the zone.
@@ -78,57 +106,43 @@ func (z *Zone) Origin() string { return z.origin }
 // since (craftstore's replica keeps it; craftroute adds the counts of a
 // zone's shards up to one serial).
 func (z *Zone) SetSerialBase(base uint32) {
-	z.mu.Lock()
-	z.base, z.hasBase = base, true
-	z.mu.Unlock()
+	z.write(func(v *view) { v.base, v.hasBase = base, true })
 }
 
 // Serial returns the apex SOA serial and the serial base; without a base
 // recorded the base is the serial. ok is false when the zone has no SOA.
 func (z *Zone) Serial() (serial, base uint32, ok bool) {
-	z.mu.RLock()
-	defer z.mu.RUnlock()
-	if z.soa == nil {
+	v := z.load()
+	if v.soa == nil {
 		return 0, 0, false
 	}
-	if !z.hasBase {
-		return z.soa.Serial, z.soa.Serial, true
+	if !v.hasBase {
+		return v.soa.Serial, v.soa.Serial, true
 	}
-	return z.soa.Serial, z.base, true
+	return v.soa.Serial, v.base, true
 }
 
 // SOA returns a copy of the apex SOA record, or nil if the zone has none.
 func (z *Zone) SOA() *dns.SOA {
-	z.mu.RLock()
-	defer z.mu.RUnlock()
-	if z.soa == nil {
+	v := z.load()
+	if v.soa == nil {
 		return nil
 	}
-	return dns.Copy(z.soa).(*dns.SOA)
+	return dns.Copy(v.soa).(*dns.SOA)
 }
 
 // Records returns the number of RRs in the zone.
-func (z *Zone) Records() int {
-	z.mu.RLock()
-	defer z.mu.RUnlock()
-	return z.records
-}
+func (z *Zone) Records() int { return z.load().records }
 
 // Names returns the number of owner names holding data; empty non-terminals
 // are not counted.
-func (z *Zone) Names() int {
-	z.mu.RLock()
-	defer z.mu.RUnlock()
-	return z.named
-}
+func (z *Zone) Names() int { return z.load().named }
 
 // RRs returns a copy of the RRs at name (type 0 = all types) for the API. It
 // returns nil if there are none.
 func (z *Zone) RRs(name string, qtype uint16) []dns.RR {
 	key := dnsname.Lower(dns.Fqdn(name))
-	z.mu.RLock()
-	defer z.mu.RUnlock()
-	n := z.names[key]
+	n := z.load().names.get(key)
 	if n == nil {
 		return nil
 	}
@@ -183,8 +197,8 @@ func nodeFlags(rrs []dns.RR, apex bool) uint8 {
 	return f
 }
 
-// refreshApex recomputes the cached apex RRsets. Callers hold the write lock.
-func (z *Zone) refreshApex() {
+// refreshApex recomputes the cached apex RRsets of a version being written.
+func (z *view) refreshApex() {
 	z.soa, z.negSOA = nil, nil
 	if soa := z.apex.rrset(dns.TypeSOA); len(soa) > 0 {
 		z.soa = soa[0].(*dns.SOA)
