@@ -42,9 +42,9 @@ need dnsperf dig curl jq taskset ss
 "$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries" -nqueries 100000
 "$GO" build -o "$WORK/writeload" "$BENCH/writeload"
 
-declare -a dns api raft ready pid tls
+declare -a dns api raft ready pid tls pprof
 for i in 1 2 3; do
-	dns[i]=$(free_port) api[i]=$(free_port) raft[i]=$(free_port) ready[i]=$(free_port)
+	dns[i]=$(free_port) api[i]=$(free_port) raft[i]=$(free_port) ready[i]=$(free_port) pprof[i]=$(free_port)
 done
 if [ "$RAFT_TLS" = 1 ]; then
 	"$GO" run "$ROOT/internal/certs/gen" -dir "$WORK/certs" -members 3 -years 1
@@ -67,6 +67,7 @@ example.org:${dns[i]} {
         api 127.0.0.1:${api[i]}
     }
     ready 127.0.0.1:${ready[i]}
+    ${PPROF:+pprof 127.0.0.1:${pprof[i]}}
 }
 EOF
 	start "m$i" ""
@@ -176,6 +177,10 @@ for who in $READ_ON; do
 		-d "$((2 * READ_DURATION + 3))s" -header=false -prefix "r$who" >"$WORK/bg.$who.out" &
 	wl=$!
 	sleep 1
+	if [ -n "${PPROF:-}" ]; then
+		# PPROF=1: an execution trace of the reader during the writes, kept in the work directory.
+		(sleep $((READ_DURATION + 2)) && curl -fsS -o "$WORK/trace.$who.out" "http://127.0.0.1:${pprof[R]}/debug/pprof/trace?seconds=3") &
+	fi
 	for mode in max rate; do
 		printf '%-9s %-6s %-5s %s\n' "m$R/$who" writes "$mode" "$(reads "$who-writes-$mode" "$R" "$mode" |
 			awk '{ printf "%9s %8s %8s %8s %6s %5s", $1, $2, $3, $4, $5, $6 }')"
