@@ -42,9 +42,9 @@ need dnsperf dig curl jq taskset ss
 "$GO" run "$BENCH/zonegen" -n "$RECORDS" -zone "$WORK/zone" -queries "$WORK/queries" -nqueries 100000
 "$GO" build -o "$WORK/writeload" "$BENCH/writeload"
 
-declare -a dns api raft ready pid tls pprof
+declare -a dns api raft ready pid tls pprof metrics
 for i in 1 2 3; do
-	dns[i]=$(free_port) api[i]=$(free_port) raft[i]=$(free_port) ready[i]=$(free_port) pprof[i]=$(free_port)
+	dns[i]=$(free_port) api[i]=$(free_port) raft[i]=$(free_port) ready[i]=$(free_port) pprof[i]=$(free_port) metrics[i]=$(free_port)
 done
 if [ "$RAFT_TLS" = 1 ]; then
 	"$GO" run "$ROOT/internal/certs/gen" -dir "$WORK/certs" -members 3 -years 1
@@ -68,6 +68,7 @@ example.org:${dns[i]} {
     }
     ready 127.0.0.1:${ready[i]}
     ${PPROF:+pprof 127.0.0.1:${pprof[i]}}
+    ${PPROF:+prometheus 127.0.0.1:${metrics[i]}}
 }
 EOF
 	start "m$i" ""
@@ -125,6 +126,21 @@ pin() {
 BOOST=
 if [ "$(id -u)" = 0 ]; then BOOST="nice -n -10"; fi
 
+# durations I prints member I's request duration histogram: "le count"
+# lines, the buckets of every label set added up.
+durations() {
+	curl -fsS --max-time 5 "http://127.0.0.1:${metrics[$1]}/metrics" |
+		awk '/^coredns_dns_request_duration_seconds_bucket/ && match($0, /le="[^"]*"/) { c[substr($0, RSTART + 4, RLENGTH - 5)] += $NF }
+			END { for (le in c) print le, c[le] }'
+}
+
+# hist_p99 BEFORE AFTER: the bucket bound (ms) under which 99% of the
+# requests between the two histograms fall.
+hist_p99() {
+	awk 'NR == FNR { a[$1] = $2; next } { print $1, $2 - a[$1] }' "$1" "$2" | sort -g |
+		awk '{ le[NR] = $1; n[NR] = $2 } END { t = n[NR]; for (k = 1; k <= NR; k++) if (n[k] >= 0.99 * t) { printf "%s", (le[k] == "+Inf" ? "inf" : le[k] * 1000); exit } }'
+}
+
 # reads NAME I MODE: dnsperf against member I, MODE max (as fast as it
 # goes) or rate (READ_RATE queries/s, each query's latency kept: -v);
 # prints "qps avg_ms p99_ms max_ms cpu% lost" (p99 "-" at max).
@@ -132,6 +148,7 @@ reads() {
 	local name=$1 i=$2 mode=$3 out="$WORK/read.$1.dnsperf" t0 t1 extra=()
 	[ "$mode" = rate ] && extra=(-Q "$READ_RATE" -v)
 	t0=$(cpu_ticks "${pid[i]}")
+	[ -n "${PPROF:-}" ] && durations "$i" >"$out.h0"
 	local boost=$BOOST
 	# At a fixed rate dnsperf waits most of the time: as root it runs
 	# real-time (SCHED_FIFO) so that its own waits for the busy CPU do not
@@ -140,6 +157,10 @@ reads() {
 	$boost taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "${dns[i]}" -d "$WORK/queries" -l "$READ_DURATION" -n 50 \
 		-c 4 -q 200 -t 2 "${extra[@]}" >"$out.all" 2>&1 || { cat "$out.all" >&2; die "dnsperf failed"; }
 	t1=$(cpu_ticks "${pid[i]}")
+	if [ -n "${PPROF:-}" ] && [ "$mode" = rate ]; then
+		durations "$i" >"$out.h1"
+		echo "m$i $name: the server's own p99 (coredns_dns_request_duration_seconds, bucket bound): $(hist_p99 "$out.h0" "$out.h1") ms" >&2
+	fi
 	# -v prints "> RCODE NAME TYPE SECONDS" per answer.
 	grep -v '^> ' "$out.all" >"$out" || true
 	local p99=-
