@@ -94,12 +94,87 @@ func (t *trie) set(ed *edit, key string, val *node) {
 	t.n += delta
 }
 
-// mine returns n if ed made it, else a copy of n that ed makes.
+// mine returns n if ed made it, else a copy of n that ed makes, with room
+// for one more entry.
 func (n *tnode) mine(ed *edit) *tnode {
 	if n.ed == ed {
 		return n
 	}
-	return &tnode{bitmap: n.bitmap, ents: slices.Clone(n.ents), ed: ed}
+	return newTnode(ed, n.bitmap, n.ents, 1)
+}
+
+// newTnode returns a node of ed holding ents, with room for extra more,
+// allocated together with its entries (a lookup then takes one cache miss
+// a level, not two): room in sizes 1, 2, 4, ... 64.
+func newTnode(ed *edit, bitmap uint64, ents []tent, extra int) *tnode {
+	var t *tnode
+	switch n := len(ents) + extra; {
+	case n <= 1:
+		b := new(struct {
+			t tnode
+			a [1]tent
+		})
+		t = &b.t
+		t.ents = b.a[:0]
+	case n <= 2:
+		b := new(struct {
+			t tnode
+			a [2]tent
+		})
+		t = &b.t
+		t.ents = b.a[:0]
+	case n <= 4:
+		b := new(struct {
+			t tnode
+			a [4]tent
+		})
+		t = &b.t
+		t.ents = b.a[:0]
+	case n <= 8:
+		b := new(struct {
+			t tnode
+			a [8]tent
+		})
+		t = &b.t
+		t.ents = b.a[:0]
+	case n <= 16:
+		b := new(struct {
+			t tnode
+			a [16]tent
+		})
+		t = &b.t
+		t.ents = b.a[:0]
+	case n <= 32:
+		b := new(struct {
+			t tnode
+			a [32]tent
+		})
+		t = &b.t
+		t.ents = b.a[:0]
+	default:
+		b := new(struct {
+			t tnode
+			a [64]tent
+		})
+		t = &b.t
+		t.ents = b.a[:0:64]
+		if n > 64 {
+			t.ents = make([]tent, 0, n) // a collision list longer than 64
+		}
+	}
+	t.bitmap, t.ed = bitmap, ed
+	t.ents = append(t.ents, ents...)
+	return t
+}
+
+// insert returns m (ed's) with e inserted at i, in a larger node of ed when
+// m has no room.
+func (m *tnode) insert(ed *edit, i int, e tent) *tnode {
+	if len(m.ents) == cap(m.ents) {
+		m = newTnode(ed, m.bitmap, m.ents, 1+len(m.ents)) // doubles
+	}
+	m.ents = slices.Insert(m.ents, i, e)
+	return m
 }
 
 // assoc returns the trie n with key mapped to val (removed when val is
@@ -109,7 +184,7 @@ func assoc(n *tnode, ed *edit, shift uint, h uint64, key string, val *node) (*tn
 		if val == nil {
 			return nil, 0
 		}
-		n = &tnode{ed: ed}
+		n = newTnode(ed, 0, nil, 2)
 	}
 	if shift >= trieLeaf {
 		for i := range n.ents {
@@ -131,8 +206,7 @@ func assoc(n *tnode, ed *edit, shift uint, h uint64, key string, val *node) (*tn
 			return n, 0
 		}
 		m := n.mine(ed)
-		m.ents = append(m.ents, tent{val: val})
-		return m, 1
+		return m.insert(ed, len(m.ents), tent{val: val}), 1
 	}
 	bit := uint64(1) << ((h >> shift) & trieSlots)
 	i := bits.OnesCount64(n.bitmap & (bit - 1))
@@ -140,8 +214,7 @@ func assoc(n *tnode, ed *edit, shift uint, h uint64, key string, val *node) (*tn
 		if val == nil {
 			return n, 0
 		}
-		m := n.mine(ed)
-		m.ents = slices.Insert(m.ents, i, tent{val: val})
+		m := n.mine(ed).insert(ed, i, tent{val: val})
 		m.bitmap |= bit
 		return m, 1
 	}
