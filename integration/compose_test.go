@@ -78,7 +78,7 @@ func (c *composeProject) up(ready ...string) time.Duration {
 // test's own.
 func buildComposeImage(t *testing.T) string {
 	t.Helper()
-	docker := requireDocker(t)
+	docker := harness.RequireDocker(t)
 	harness.RequireTool(t, "docker-compose")
 	image := fmt.Sprintf("craftdns:compose-%d", os.Getpid())
 	run(t, "make", "-C", harness.Repo, "--no-print-directory", "image", "IMAGE="+image)

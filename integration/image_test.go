@@ -14,20 +14,6 @@ import (
 	"github.com/craftdns/craftdns/integration/harness"
 )
 
-// requireDocker returns the docker command when an engine answers; without
-// one the test fails under CI=true and is skipped elsewhere.
-func requireDocker(t *testing.T) string {
-	t.Helper()
-	docker := harness.RequireTool(t, "docker")
-	if out, err := exec.Command(docker, "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no Docker engine answers (.ci/run starts one): %v: %s", err, out)
-		}
-		t.Skipf("no Docker engine: %v", err)
-	}
-	return docker
-}
-
 // run runs a command and fails the test with its output when it fails.
 func run(t *testing.T, name string, args ...string) string {
 	t.Helper()
@@ -45,7 +31,7 @@ func run(t *testing.T, name string, args ...string) string {
 // `docker stop`, and the write is still there after a restart on the same
 // volume. It logs the image size.
 func TestImage(t *testing.T) {
-	docker := requireDocker(t)
+	docker := harness.RequireDocker(t)
 	image := fmt.Sprintf("craftdns:itest-%d", os.Getpid())
 	start := time.Now()
 	run(t, "make", "-C", harness.Repo, "--no-print-directory", "image", "IMAGE="+image)

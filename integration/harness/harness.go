@@ -75,6 +75,20 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
+// RequireDocker returns the docker command when an engine answers; without
+// one the test fails under CI=true and is skipped elsewhere.
+func RequireDocker(t testing.TB) string {
+	t.Helper()
+	docker := RequireTool(t, "docker")
+	if out, err := exec.Command(docker, "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no Docker engine answers (.ci/run starts one): %v: %s", err, out)
+		}
+		t.Skipf("no Docker engine: %v", err)
+	}
+	return docker
+}
+
 // RequireTool fails in CI (CI=true) and skips elsewhere when a tool is missing.
 func RequireTool(t testing.TB, name string) string {
 	t.Helper()

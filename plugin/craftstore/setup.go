@@ -34,7 +34,7 @@ type config struct {
 	peers     []replica.Member
 	join      bool
 	joinURLs  []string              // join URL...: member APIs that add this member
-	ordinal   int64                 // id ordinal: the pod's ordinal; -1 otherwise
+	byOrdinal bool                  // id ordinal: the id is the pod's ordinal plus one
 	stateful  *statefulSet          // statefulset: a scale-down demotes this member
 	seeds     map[string]seedSource // origin -> zone file or primary
 	api       string
@@ -79,7 +79,7 @@ func firstHost(hosts []string) string {
 }
 
 func parse(c *caddy.Controller) (*Craftstore, error) {
-	cs := &Craftstore{cfg: config{id: 1, ordinal: -1, cluster: "craftdns", seeds: map[string]seedSource{},
+	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]seedSource{},
 		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords, maxZone: zoneapi.DefaultMaxZoneRecords,
 		maxChange: zoneapi.DefaultMaxChangeRecords, stale: "serve"}}
 	i := 0
@@ -116,7 +116,7 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 			if cfg.id, err = ordinalID(name); err != nil {
 				return c.Errf("id ordinal: %v", err)
 			}
-			cfg.ordinal = int64(cfg.id - 1)
+			cfg.byOrdinal = true
 		default:
 			var v string
 			if v, err = one(); err == nil {
@@ -267,7 +267,7 @@ func (cfg *config) check(c *caddy.Controller, zones []string) error {
 	if _, _, err := net.SplitHostPort(cfg.raft); err != nil {
 		return c.Errf("raft address %q: %v", cfg.raft, err)
 	}
-	if cfg.stateful != nil && cfg.ordinal < 0 {
+	if cfg.stateful != nil && !cfg.byOrdinal {
 		return c.Errf("statefulset needs the id from the pod's ordinal: id ordinal")
 	}
 	if cfg.listen == "" {

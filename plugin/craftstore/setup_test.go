@@ -132,7 +132,7 @@ func TestParse(t *testing.T) {
 			data /tmp/x
 			statefulset craftdns-b
 		}`, check: func(t *testing.T, c *Craftstore) {
-			if c.cfg.stateful == nil || c.cfg.stateful.name != "craftdns-b" || c.cfg.stateful.account != serviceAccountDir || c.cfg.ordinal != 0 {
+			if c.cfg.stateful == nil || c.cfg.stateful.name != "craftdns-b" || c.cfg.stateful.account != serviceAccountDir || !c.cfg.byOrdinal || c.cfg.id != 1 {
 				t.Errorf("expected StatefulSet craftdns-b with the pod's service account, ordinal 0, got %+v", c.cfg)
 			}
 		}},

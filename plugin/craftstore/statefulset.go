@@ -111,7 +111,7 @@ func (m *member) leaveIfScaledDown() {
 		log.Warningf("member %d cannot tell whether StatefulSet %s was scaled down: %v; it stays a voter", id, m.cfg.stateful.name, err)
 		return
 	}
-	if m.cfg.ordinal < n {
+	if int64(id)-1 < n { // id ordinal: the ordinal is id-1
 		return // a restart
 	}
 	for ctx.Err() == nil {
@@ -119,12 +119,15 @@ func (m *member) leaveIfScaledDown() {
 			log.Warningf("member %d leads still: it stays a voter though StatefulSet %s has %d replicas", id, m.cfg.stateful.name, n)
 			return
 		}
+		if self, _ := m.self(); self != nil && self.Learner {
+			log.Infof("member %d left the majority: StatefulSet %s has %d replicas (scaled down); it is a learner until its pod comes back", id, m.cfg.stateful.name, n)
+			return
+		}
 		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
 		err := m.rep.AddMember(actx, replica.Member{ID: id, Learner: true})
 		acancel()
-		if err == nil || errors.Is(err, replica.ErrConflict) && strings.Contains(err.Error(), "as a learner") {
-			log.Infof("member %d left the majority: StatefulSet %s has %d replicas (scaled down); it is a learner until its pod comes back", id, m.cfg.stateful.name, n)
-			return
+		if err == nil {
+			continue // the next round sees it a learner
 		}
 		if errors.Is(err, replica.ErrConflict) {
 			log.Warningf("member %d stays a voter: %v", id, err)
@@ -135,19 +138,28 @@ func (m *member) leaveIfScaledDown() {
 	log.Warningf("member %d could not leave the majority in %v: it stays a voter; demote it with POST /v1/cluster/members {\"id\":%d,\"learner\":true}", id, leaveTimeout, id)
 }
 
+// self returns this member's record in the group as it knows it, nil
+// when it is not (or no longer) a member.
+func (m *member) self() (*replica.Member, error) {
+	st, err := m.rep.Status()
+	if err != nil {
+		return nil, err
+	}
+	for i := range st.Members {
+		if st.Members[i].ID == m.rep.ID() {
+			return &st.Members[i], nil
+		}
+	}
+	return nil, nil
+}
+
 // promote asks the group to make this member a voter again; it reports
 // whether there is nothing left to do (a voter already, or not a member).
 func (m *member) promote() bool {
 	id := m.rep.ID()
-	st, err := m.rep.Status()
+	self, err := m.self()
 	if err != nil {
 		return false
-	}
-	self := (*replica.Member)(nil)
-	for i := range st.Members {
-		if st.Members[i].ID == id {
-			self = &st.Members[i]
-		}
 	}
 	if self == nil || !self.Learner {
 		return true

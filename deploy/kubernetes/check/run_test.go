@@ -48,25 +48,11 @@ func (c *cluster) run(args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// requireDocker fails in CI (CI=true) and skips elsewhere without a
-// Docker engine.
-func requireDocker(t *testing.T) string {
-	t.Helper()
-	docker := harness.RequireTool(t, "docker")
-	if out, err := exec.Command(docker, "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no Docker engine answers (.ci/run starts one): %v: %s", err, out)
-		}
-		t.Skipf("no Docker engine: %v", err)
-	}
-	return docker
-}
-
 // newCluster builds the image from the test's binary (as make image
 // does), writes the ConfigMaps, the Secrets and a Raft TLS secret made
 // with a CA of the test's own as files, and makes the network.
 func newCluster(t *testing.T, m *manifests) *cluster {
-	c := &cluster{t: t, docker: requireDocker(t), m: m, suffix: fmt.Sprint(os.Getpid()), files: map[string]string{}}
+	c := &cluster{t: t, docker: harness.RequireDocker(t), m: m, suffix: fmt.Sprint(os.Getpid()), files: map[string]string{}}
 	c.dir = t.TempDir()
 	if err := os.Chmod(c.dir, 0o755); err != nil {
 		t.Fatal(err)
