@@ -159,13 +159,20 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		}
 	}
 
+	facts := partition.Requested(r)
+	if !routed && !facts && !unconfirmed && r.IsTsig() == nil && writePacked(w, r, z) {
+		// The common answers, packed without a dns.Msg (rawwrite.go); a
+		// router's query carries facts and indexes, a signed one is
+		// signed by the server's WriteMsg.
+		return dns.RcodeSuccess, nil
+	}
+
 	m := new(dns.Msg)
 	m.SetReply(r)
 	if opt := r.IsEdns0(); opt != nil {
 		// RFC 6891 §7: an EDNS query gets an OPT record back.
 		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
 	}
-	facts := partition.Requested(r)
 	if facts {
 		// craftroute asks what this member holds about the name.
 		partition.Attach(m, z.Partition(m, qname, q.Qtype))

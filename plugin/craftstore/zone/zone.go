@@ -54,6 +54,9 @@ type view struct {
 	base    uint32   // serial base (SetSerialBase), when hasBase
 	hasBase bool
 	ed      *edit // the write building this view
+
+	// apexNSWire and negWire are apexNS and negSOA packed (wire.go).
+	apexNSWire, negWire []byte
 }
 
 // node is one owner name.
@@ -199,7 +202,7 @@ func nodeFlags(rrs []dns.RR, apex bool) uint8 {
 
 // refreshApex recomputes the cached apex RRsets of a version being written.
 func (z *view) refreshApex() {
-	z.soa, z.negSOA = nil, nil
+	z.soa, z.negSOA, z.negWire = nil, nil, nil
 	if soa := z.apex.rrset(dns.TypeSOA); len(soa) > 0 {
 		z.soa = soa[0].(*dns.SOA)
 		// RFC 2308 §3: the TTL of the SOA in a negative answer is the minimum
@@ -207,6 +210,8 @@ func (z *view) refreshApex() {
 		neg := dns.Copy(z.soa).(*dns.SOA)
 		neg.Hdr.Ttl = min(neg.Hdr.Ttl, neg.Minttl)
 		z.negSOA = neg
+		z.negWire = packRRs([]dns.RR{neg})
 	}
 	z.apexNS = z.apex.rrset(dns.TypeNS)
+	z.apexNSWire = packRRs(z.apexNS)
 }

@@ -1,0 +1,169 @@
+package zone
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
+
+	"github.com/craftdns/craftdns/internal/dnsdiff"
+
+	"github.com/miekg/dns"
+)
+
+// slowReply is the response craftstore gives through Lookup, as CoreDNS's
+// server sends it (ScrubWriter: SizeAndDo, Scrub, then an uncompressed
+// Pack), or nil when the server would truncate or compress it.
+func slowReply(t *testing.T, z *Zone, r *dns.Msg) []byte {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetReply(r)
+	if opt := r.IsEdns0(); opt != nil {
+		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
+	}
+	z.Lookup(m, strings.ToLower(r.Question[0].Name), r.Question[0].Qtype)
+	state := request.Request{Req: r, W: &test.ResponseWriter{}}
+	state.SizeAndDo(m)
+	state.Scrub(m)
+	if m.Truncated || m.Compress {
+		return nil
+	}
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatalf("%s: %v", r.Question[0].Name, err)
+	}
+	return b
+}
+
+// replySize is the size craftstore's ServeDNS gives AppendReply for a UDP
+// query from test.ResponseWriter.
+func replySize(r *dns.Msg) int {
+	state := request.Request{Req: r, W: &test.ResponseWriter{}}
+	return min(state.Size(), 1220)
+}
+
+// TestAppendReplyEqualsLookup asks every query of the package's tables, and
+// of two generated zones, in several forms (EDNS or not, DO, a small buffer,
+// RD and CD, mixed case) both ways: where AppendReply answers, its bytes
+// must be those of Lookup's answer as the server packs it.
+func TestAppendReplyEqualsLookup(t *testing.T) {
+	type corpus struct {
+		origin, zone string
+		queries      []dnsdiff.Query
+	}
+	corpora := []corpus{
+		{"example.", rfc4592Zone, casesQueries(rfc4592Cases)},
+		{"example.org.", exampleOrg, casesQueries(lookupCases)},
+		{"example.org.", dnameOrg, casesQueries(dnameCases)},
+		{"net.", dnameApex, casesQueries(dnameApexCases)},
+	}
+	for _, seed := range []int64{1, 2} {
+		zone, queries := dnsdiff.GenerateZone("example.com.", seed, dnsdiff.DefaultNames)
+		corpora = append(corpora, corpus{"example.com.", zone, queries})
+	}
+	forms := []func(r *dns.Msg){
+		func(r *dns.Msg) {},
+		func(r *dns.Msg) { r.SetEdns0(1232, true) },
+		func(r *dns.Msg) { r.SetEdns0(4096, false); r.RecursionDesired = false },
+		func(r *dns.Msg) { r.SetEdns0(100, false); r.CheckingDisabled = true },
+		func(r *dns.Msg) {
+			r.Question[0].Name = strings.ToUpper(r.Question[0].Name[:1]) + r.Question[0].Name[1:]
+		},
+	}
+	fast := map[int]int{}
+	var total, slow int
+	for _, c := range corpora {
+		z := load(t, c.origin, c.zone)
+		for i, q := range c.queries {
+			for j, form := range forms {
+				r := new(dns.Msg)
+				r.SetQuestion(dns.Fqdn(q.Name), q.Type)
+				r.Id = uint16(i*len(forms) + j)
+				form(r)
+				total++
+				want := slowReply(t, z, r)
+				got, rcode, ok := z.AppendReply(make([]byte, 0, 64), r, replySize(r))
+				if !ok {
+					slow++
+					continue
+				}
+				name := q.Name + " " + dns.TypeToString[q.Type]
+				if want == nil {
+					t.Errorf("%s (form %d): AppendReply answered a reply the server would truncate or compress", name, j)
+					continue
+				}
+				if !bytes.Equal(got, want) {
+					var gm, wm dns.Msg
+					gm.Unpack(got)
+					wm.Unpack(want)
+					t.Errorf("%s (form %d): AppendReply differs from Lookup\ngot:\n%s\nwant:\n%s", name, j, &gm, &wm)
+					continue
+				}
+				if rcode != int(wm(want).Rcode) {
+					t.Errorf("%s (form %d): rcode %d, the reply says %d", name, j, rcode, wm(want).Rcode)
+				}
+				fast[wm(want).Rcode]++
+				if len(wm(want).Ns) > 0 && len(wm(want).Answer) == 0 && wm(want).Rcode == dns.RcodeSuccess {
+					fast[-1]++ // NODATA
+				}
+			}
+		}
+	}
+	t.Logf("%d queries: %d answered by AppendReply (NOERROR %d, of which NODATA %d; NXDOMAIN %d), %d left to Lookup",
+		total, total-slow, fast[dns.RcodeSuccess], fast[-1], fast[dns.RcodeNameError], slow)
+	// The test means something only if all three kinds went both ways.
+	if fast[dns.RcodeSuccess]-fast[-1] == 0 || fast[-1] == 0 || fast[dns.RcodeNameError] == 0 || slow == 0 {
+		t.Errorf("not every kind of reply was compared: %v, %d left to Lookup", fast, slow)
+	}
+}
+
+// wm unpacks a reply the test packed.
+func wm(b []byte) *dns.Msg {
+	m := new(dns.Msg)
+	if err := m.Unpack(b); err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// TestAppendReplyTruncates leaves to Lookup an answer larger than the
+// client's buffer, which the server truncates.
+func TestAppendReplyTruncates(t *testing.T) {
+	var sb strings.Builder
+	sb.WriteString("@ 300 IN SOA ns hostmaster 1 7200 3600 1209600 300\n@ 300 IN NS ns\nns 300 IN A 192.0.2.1\n")
+	for i := range 40 {
+		sb.WriteString("big 300 IN TXT \"" + strings.Repeat("x", 20) + string(rune('a'+i%26)) + strings.Repeat("y", i) + "\"\n")
+	}
+	z := load(t, "example.org.", sb.String())
+	r := new(dns.Msg)
+	r.SetQuestion("big.example.org.", dns.TypeTXT)
+	if _, _, ok := z.AppendReply(nil, r, replySize(r)); ok {
+		t.Fatal("a 40-record TXT RRset fit in 512 octets")
+	}
+	r.SetEdns0(4096, false)
+	out, _, ok := z.AppendReply(nil, r, 65535)
+	if !ok || !bytes.Equal(out, slowReplyTCP(t, z, r)) {
+		t.Fatalf("over TCP the RRset is answered in full (ok %t)", ok)
+	}
+}
+
+// slowReplyTCP is slowReply for a query over TCP: never truncated.
+func slowReplyTCP(t *testing.T, z *Zone, r *dns.Msg) []byte {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetReply(r)
+	if opt := r.IsEdns0(); opt != nil {
+		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
+	}
+	z.Lookup(m, strings.ToLower(r.Question[0].Name), r.Question[0].Qtype)
+	state := request.Request{Req: r, W: &test.ResponseWriter{TCP: true}}
+	state.SizeAndDo(m)
+	state.Scrub(m)
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
