@@ -21,6 +21,32 @@ func Lower(s string) string {
 	return s
 }
 
+// In reports whether name is zone or a name below it, as dns.IsSubDomain
+// does, for names both lower-case and fully qualified; it does not count
+// labels, so it is cheap enough for every query.
+func In(name, zone string) bool {
+	if zone == "." {
+		return true
+	}
+	i := len(name) - len(zone)
+	if i < 0 || name[i:] != zone {
+		return false
+	}
+	if i == 0 {
+		return true
+	}
+	if name[i-1] != '.' {
+		return false
+	}
+	// The dot ends a label unless a backslash escapes it: an odd run of
+	// backslashes before it.
+	n := 0
+	for j := i - 2; j >= 0 && name[j] == '\\'; j-- {
+		n++
+	}
+	return n%2 == 0
+}
+
 // CanonicalKey encodes a domain name so that the byte order of keys is DNS
 // canonical order (RFC 4034 section 6.1): labels from the root down,
 // lower-cased, each followed by a zero byte. The root itself is a single

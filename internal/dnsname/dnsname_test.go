@@ -1,6 +1,10 @@
 package dnsname
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/miekg/dns"
+)
 
 func TestLower(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
@@ -32,4 +36,34 @@ func TestCanonicalKey(t *testing.T) {
 	if string(CanonicalKey("WWW.Example.ORG")) != string(CanonicalKey("www.example.org.")) || string(CanonicalKey(".")) != "\x00" {
 		t.Error("expected keys of names that differ in case only to be equal, and the root's to be one zero byte")
 	}
+}
+
+func TestIn(t *testing.T) {
+	names := []string{".", "org.", "example.org.", "www.example.org.", "wwwexample.org.", "a.b.example.org.",
+		`a\.example.org.`, `a\\.example.org.`, `a\\\.example.org.`, `a\046example.org.`, `\.example.org.`,
+		"example.net.", "xample.org.", "*.example.org.", "e.org."}
+	for _, name := range names {
+		for _, zone := range names {
+			if got, want := In(name, zone), dns.IsSubDomain(zone, name); got != want {
+				t.Errorf("In(%q, %q) = %t, dns.IsSubDomain says %t", name, zone, got, want)
+			}
+		}
+	}
+}
+
+func FuzzIn(f *testing.F) {
+	f.Add("www.example.org.", "example.org.")
+	f.Add(`a\\.example.org.`, "example.org.")
+	f.Fuzz(func(t *testing.T, name, zone string) {
+		name, zone = Lower(dns.Fqdn(name)), Lower(dns.Fqdn(zone))
+		if _, ok := dns.IsDomainName(name); !ok {
+			return
+		}
+		if _, ok := dns.IsDomainName(zone); !ok {
+			return
+		}
+		if got, want := In(name, zone), dns.IsSubDomain(zone, name); got != want {
+			t.Errorf("In(%q, %q) = %t, dns.IsSubDomain says %t", name, zone, got, want)
+		}
+	})
 }

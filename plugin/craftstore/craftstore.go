@@ -55,7 +55,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	}
 	q := r.Question[0]
 	qname := dnsname.Lower(q.Name)
-	if plugin.Zones(c.Zones).Matches(qname) == "" {
+	if !c.inZones(qname) {
 		return plugin.NextOrFailure(c.Name(), c.Next, ctx, w, r)
 	}
 	switch r.Opcode {
@@ -195,6 +195,17 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
+}
+
+// inZones reports whether qname (lower-case) is in one of the block's
+// zones, which are lower-case too.
+func (c *Craftstore) inZones(qname string) bool {
+	for _, z := range c.Zones {
+		if dnsname.In(qname, z) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasSOA reports whether m carries an SOA record in its answer or

@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 
 	"github.com/craftdns/craftdns/internal/corefile"
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
@@ -89,6 +90,9 @@ func parse(c *caddy.Controller) (*Craftstore, error) {
 		}
 		i++
 		cs.Zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
+		for i, z := range cs.Zones {
+			cs.Zones[i] = dnsname.Lower(z) // inZones compares lower-case names
+		}
 		for c.NextBlock() {
 			if err := parseProperty(c, cs); err != nil {
 				return nil, err

@@ -127,6 +127,7 @@ func (v *view) count(n *node) {
 		return
 	}
 	n.flags |= nodeFlags(n.rrs, n == v.apex)
+	n.wire = packNode(n)
 	v.records += len(n.rrs)
 	v.named++
 	if n.flags&fCut != 0 {
@@ -152,6 +153,7 @@ func (v *view) uncount(n *node) {
 		v.dnames--
 	}
 	n.flags &^= fCut | fCNAME | fDNAME
+	n.wire = nil
 }
 
 // insert adds an empty node for key, and empty non-terminals for its

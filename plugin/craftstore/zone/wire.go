@@ -2,6 +2,9 @@ package zone
 
 import (
 	"encoding/binary"
+	"slices"
+	"strings"
+	"unsafe"
 
 	"github.com/miekg/dns"
 )
@@ -9,16 +12,16 @@ import (
 // The common answers straight in wire form, without a dns.Msg.
 //
 // A query for a name that exists, with or without the RRset asked for, or
-// for a name that exists nowhere and that no wildcard covers, is answered
-// by AppendReply: the header, the question as the client spelled it, the
+// for a name that exists nowhere and that no wildcard covers, possibly at
+// the end of a chain of CNAMEs in the zone, is answered by AppendReply: the header, the question as the client spelled it, the
 // RRset as the zone stores it, the authority section packed once per
 // version of the zone's apex, and the OPT record. The bytes are those that
 // Lookup's answer gets from CoreDNS's server (ScrubWriter: SizeAndDo,
 // Scrub, uncompressed Msg.Pack), so a client cannot tell the two paths
 // apart; TestAppendReplyEqualsLookup checks every query of the zone
-// package's differential cases both ways. Everything else (CNAME chains,
-// DNAME, wildcards, referrals, ANY, names outside the zone, answers too
-// large for the client) is left to Lookup.
+// package's differential cases both ways. Everything else (DNAME,
+// wildcards, referrals, ANY, CNAME loops and long chains, names outside the
+// zone, answers too large for the client) is left to Lookup.
 
 // packRRs packs rrs uncompressed, as Msg.Pack does.
 func packRRs(rrs []dns.RR) []byte {
@@ -28,6 +31,10 @@ func packRRs(rrs []dns.RR) []byte {
 	}
 	return buf
 }
+
+// maxPacked bounds the RRsets of a packed answer: a CNAME chain longer
+// than maxPacked-1 is left to Lookup.
+const maxPacked = 8
 
 // appendRR appends rr, packed uncompressed, to buf.
 func appendRR(buf []byte, rr dns.RR) []byte {
@@ -65,37 +72,59 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 	if q.Qtype == dns.TypeANY {
 		return buf, 0, false
 	}
-	var nb [256]byte
-	name := appendLower(nb[:0], q.Name)
-	encl, off, in := v.closestEncloser(name)
-	if !in {
-		return buf, 0, false
-	}
-	if cut, _, d, _ := v.above(name, encl, off, q.Qtype); cut != nil || d != nil {
-		return buf, 0, false
-	}
-
-	var answer []dns.RR
+	// The RRsets of the answer section: the CNAMEs of a chain, then the
+	// RRset asked for.
+	var sets [maxPacked]packedSet
+	nsets, ancount := 0, 0
 	var auth []byte
-	var nsCount int
-	switch {
-	case off > 0:
-		if v.wildcard(name, off, encl) != nil {
+	nsCount := 0
+	target := q.Name
+	// The lower-case name of each step goes in buf's spare room, which
+	// the reply fills only after the loop: no buffer on the stack.
+	buf = grow(buf, 512)
+	for step := 0; ; step++ {
+		name := appendLower(buf[len(buf):len(buf)], target)
+		encl, off, in := v.closestEncloser(name)
+		if !in {
+			if step == 0 {
+				return buf, 0, false // REFUSED, from Lookup
+			}
+			break // a chain that leaves the zone ends there
+		}
+		if cut, _, d, _ := v.above(name, encl, off, q.Qtype); cut != nil || d != nil {
 			return buf, 0, false
 		}
-		rcode, auth, nsCount = dns.RcodeNameError, v.negWire, 1
-	default:
-		answer = encl.rrset(q.Qtype)
-		switch {
-		case answer != nil:
+		if off > 0 {
+			if v.wildcard(name, off, encl) != nil {
+				return buf, 0, false
+			}
+			rcode, auth, nsCount = dns.RcodeNameError, v.negWire, 1
+			break
+		}
+		if set := encl.packedSet(q.Qtype); set.count > 0 {
+			sets[nsets], nsets, ancount = set, nsets+1, ancount+int(set.count)
 			if q.Qtype != dns.TypeDS && q.Qtype != dns.TypeDNSKEY && !(q.Qtype == dns.TypeNS && encl == v.apex) {
 				auth, nsCount = v.apexNSWire, len(v.apexNS)
 			}
-		case encl.flags&fCNAME != 0:
-			return buf, 0, false // a chain to follow
-		default:
-			auth, nsCount = v.negWire, 1 // NODATA
+			break
 		}
+		if encl.flags&fCNAME == 0 {
+			auth, nsCount = v.negWire, 1 // NODATA
+			break
+		}
+		// A CNAME: answer it and follow its target, unless the chain
+		// is long or comes back to a name (a loop, which Lookup ends
+		// as NSD does).
+		if nsets == len(sets)-1 || slices.ContainsFunc(sets[:nsets], func(s packedSet) bool { return s.n == encl }) {
+			return buf, 0, false
+		}
+		cname := encl.rrset(dns.TypeCNAME)
+		c, ok := cname[0].(*dns.CNAME)
+		if !ok {
+			return buf, 0, false
+		}
+		sets[nsets], nsets, ancount = encl.packedSet(dns.TypeCNAME), nsets+1, ancount+len(cname)
+		target = c.Target
 	}
 
 	start := len(buf)
@@ -113,7 +142,7 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 	}
 	binary.BigEndian.PutUint16(h[2:], flags)
 	binary.BigEndian.PutUint16(h[4:], 1)
-	binary.BigEndian.PutUint16(h[6:], uint16(len(answer)))
+	binary.BigEndian.PutUint16(h[6:], uint16(ancount))
 	binary.BigEndian.PutUint16(h[8:], uint16(nsCount))
 	opt := r.IsEdns0()
 	if opt != nil {
@@ -133,8 +162,8 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 	binary.BigEndian.PutUint16(buf[end+2:], q.Qclass)
 	buf = buf[:end+4]
 
-	for _, rr := range answer {
-		buf = appendRR(buf, rr)
+	for _, set := range sets[:nsets] {
+		buf = set.append(buf)
 	}
 	buf = append(buf, auth...)
 	if opt != nil {
@@ -153,4 +182,155 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 		return buf[:start], 0, false // Lookup's answer is truncated by the server
 	}
 	return buf, rcode, true
+}
+
+// A node's RRs are kept packed too (node.wire, made when the node's data is
+// set), each RR without its owner name, in the node's order:
+//
+//	per RR: type, class, TTL, RDLENGTH, RDATA.
+//
+// An RRset of the node is a run of those; a reply puts the node's name
+// before each of its RRs, which gives the bytes Msg.Pack gives for the RRs
+// themselves. A node whose RRs spell their owner otherwise than the node's
+// canonical name (in upper case, say) has no wire, and its RRs are packed
+// when answered.
+//
+// The node keeps a pointer to the packed octets, which start with their
+// length (2 octets), instead of a slice: the node stays 64 bytes, one
+// cache line, which is what a query costs (TestNodeSize).
+
+// packNode returns the packed form of n's RRs, or nil.
+func packNode(n *node) *byte {
+	if len(n.rrs) == 0 {
+		return nil
+	}
+	var nb [256]byte
+	owner, ok := appendWireName(nb[:0], n.name)
+	if !ok {
+		return nil
+	}
+	out := []byte{0, 0}
+	for _, rr := range n.rrs {
+		if rr.Header().Name != n.name {
+			return nil
+		}
+		b := appendRR(nil, rr)
+		if len(b) < len(owner) || string(b[:len(owner)]) != string(owner) {
+			return nil
+		}
+		out = append(out, b[len(owner):]...)
+	}
+	if len(out)-2 > 0xffff {
+		return nil
+	}
+	binary.BigEndian.PutUint16(out, uint16(len(out)-2))
+	return &out[0]
+}
+
+// wireOf returns the packed RRs of n, nil if it has none.
+func (n *node) wireOf() []byte {
+	if n.wire == nil {
+		return nil
+	}
+	head := unsafe.Slice(n.wire, 2)
+	l := int(binary.BigEndian.Uint16(head))
+	return unsafe.Slice(n.wire, 2+l)[2:]
+}
+
+// appendWireName appends name (presentation form, fully qualified) in wire
+// form, as dns.PackDomainName packs it uncompressed. It keeps no buffer on
+// the stack: a query's goroutine must not have to grow its stack.
+func appendWireName(dst []byte, name string) ([]byte, bool) {
+	if strings.IndexByte(name, '\\') >= 0 || name == "." || len(name) > 254 {
+		return packWireName(dst, name)
+	}
+	start := 0
+	for i := 0; i < len(name); i++ {
+		if name[i] != '.' {
+			continue
+		}
+		l := i - start
+		if l == 0 || l > 63 {
+			return dst, false
+		}
+		dst = append(dst, byte(l))
+		dst = append(dst, name[start:i]...)
+		start = i + 1
+	}
+	if start != len(name) {
+		return dst, false // not fully qualified
+	}
+	return append(dst, 0), true
+}
+
+// packWireName is appendWireName for names with escapes, the root and
+// names too long for a zone.
+func packWireName(dst []byte, name string) ([]byte, bool) {
+	off := len(dst)
+	dst = grow(dst, 512)
+	end, err := dns.PackDomainName(name, dst[:cap(dst)], off, nil, false)
+	if err != nil {
+		return dst[:off], false
+	}
+	return dst[:end], true
+}
+
+// packedSet is an RRset of a node ready to be appended to a reply: a run
+// of the node's wire, or when the node has none, its RRs. It is small: a
+// reply holds up to maxPacked of them on the stack.
+type packedSet struct {
+	n        *node
+	t        uint16
+	from, to int32 // the run of the node's wire
+	count    int32 // RRs; 0: no such RRset
+}
+
+// packedSet returns the RRset of type t at n.
+func (n *node) packedSet(t uint16) packedSet {
+	w := n.wireOf()
+	if w == nil {
+		return packedSet{n: n, t: t, count: int32(len(n.rrset(t)))}
+	}
+	set := packedSet{n: n, t: t}
+	for pos := 0; pos+10 <= len(w); {
+		rt := binary.BigEndian.Uint16(w[pos:])
+		end := pos + 10 + int(binary.BigEndian.Uint16(w[pos+8:]))
+		switch {
+		case rt < t:
+		case rt == t:
+			if set.count == 0 {
+				set.from = int32(pos)
+			}
+			set.to = int32(end)
+			set.count++
+		default:
+			return set
+		}
+		pos = end
+	}
+	return set
+}
+
+// append appends the RRset's RRs to buf.
+func (s packedSet) append(buf []byte) []byte {
+	w := s.n.wireOf()
+	if w == nil {
+		for _, rr := range s.n.rrset(s.t) {
+			buf = appendRR(buf, rr)
+		}
+		return buf
+	}
+	// The node's name before the first RR, a copy of it before the others.
+	ownerAt := len(buf)
+	buf, _ = appendWireName(buf, s.n.name) // packNode checked it
+	ownerEnd := len(buf)
+	for pos := int(s.from); pos < int(s.to); {
+		end := pos + 10 + int(binary.BigEndian.Uint16(w[pos+8:]))
+		if pos > int(s.from) {
+			buf = append(buf, buf[ownerAt:ownerEnd]...)
+		}
+		buf = append(buf, w[pos:end]...)
+		pos = end
+	}
+	return buf
 }

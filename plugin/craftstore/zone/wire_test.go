@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
@@ -59,6 +60,23 @@ func TestAppendReplyEqualsLookup(t *testing.T) {
 		{"example.org.", dnameOrg, casesQueries(dnameCases)},
 		{"net.", dnameApex, casesQueries(dnameApexCases)},
 	}
+	// Owners spelt in upper case, and in two cases at one name.
+	const mixedCase = `@ 300 IN SOA ns hostmaster 1 7200 3600 1209600 300
+@ 300 IN NS ns
+ns 300 IN A 192.0.2.53
+Mixed 300 IN A 192.0.2.1
+mixed 300 IN AAAA 2001:db8::1
+UP 300 IN A 192.0.2.2
+UP 300 IN TXT "up"
+cn 300 IN CNAME UP
+`
+	var mixedQueries []dnsdiff.Query
+	for _, name := range []string{"mixed.example.org.", "up.example.org.", "cn.example.org.", "nx.example.org."} {
+		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeTXT, dns.TypeMX, dns.TypeCNAME} {
+			mixedQueries = append(mixedQueries, dnsdiff.Query{Name: name, Type: qt})
+		}
+	}
+	corpora = append(corpora, corpus{"example.org.", mixedCase, mixedQueries})
 	for _, seed := range []int64{1, 2} {
 		zone, queries := dnsdiff.GenerateZone("example.com.", seed, dnsdiff.DefaultNames)
 		corpora = append(corpora, corpus{"example.com.", zone, queries})
@@ -108,13 +126,16 @@ func TestAppendReplyEqualsLookup(t *testing.T) {
 				if len(wm(want).Ns) > 0 && len(wm(want).Answer) == 0 && wm(want).Rcode == dns.RcodeSuccess {
 					fast[-1]++ // NODATA
 				}
+				if len(wm(want).Answer) > 0 && wm(want).Answer[0].Header().Rrtype == dns.TypeCNAME && q.Type != dns.TypeCNAME {
+					fast[-2]++ // a chain
+				}
 			}
 		}
 	}
-	t.Logf("%d queries: %d answered by AppendReply (NOERROR %d, of which NODATA %d; NXDOMAIN %d), %d left to Lookup",
-		total, total-slow, fast[dns.RcodeSuccess], fast[-1], fast[dns.RcodeNameError], slow)
-	// The test means something only if all three kinds went both ways.
-	if fast[dns.RcodeSuccess]-fast[-1] == 0 || fast[-1] == 0 || fast[dns.RcodeNameError] == 0 || slow == 0 {
+	t.Logf("%d queries: %d answered by AppendReply (NOERROR %d, of which NODATA %d; NXDOMAIN %d; through CNAMEs %d), %d left to Lookup",
+		total, total-slow, fast[dns.RcodeSuccess], fast[-1], fast[dns.RcodeNameError], fast[-2], slow)
+	// The test means something only if every kind went both ways.
+	if fast[dns.RcodeSuccess]-fast[-1] == 0 || fast[-1] == 0 || fast[dns.RcodeNameError] == 0 || fast[-2] == 0 || slow == 0 {
 		t.Errorf("not every kind of reply was compared: %v, %d left to Lookup", fast, slow)
 	}
 }
@@ -166,4 +187,29 @@ func slowReplyTCP(t *testing.T, z *Zone, r *dns.Msg) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestNodeSize keeps a node in one cache line: a query reads its name,
+// flags and packed RRs, and a second line would be a second miss.
+func TestNodeSize(t *testing.T) {
+	if s := unsafe.Sizeof(node{}); s > 64 {
+		t.Errorf("a node is %d bytes, over one 64-byte cache line", s)
+	}
+}
+
+func TestAppendWireName(t *testing.T) {
+	for _, name := range []string{".", "org.", "www.example.org.", `a\.b.example.org.`, `\065.example.`, "*.wild.example.org.",
+		strings.Repeat("a", 63) + ".example.", strings.Repeat("a", 64) + ".example.", "a..example.", "no.dot",
+		strings.Repeat("abcdefg.", 31) + "a.", strings.Repeat("abcdefg.", 32)} {
+		got, ok := appendWireName([]byte{0xff}, name)
+		var buf [512]byte
+		end, err := dns.PackDomainName(name, buf[:], 0, nil, false)
+		if ok != (err == nil) {
+			t.Errorf("%q: appendWireName ok %t, PackDomainName error %v", name, ok, err)
+			continue
+		}
+		if ok && !bytes.Equal(got[1:], buf[:end]) {
+			t.Errorf("%q: appendWireName %x, PackDomainName %x", name, got[1:], buf[:end])
+		}
+	}
 }

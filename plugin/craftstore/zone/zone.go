@@ -63,6 +63,7 @@ type view struct {
 type node struct {
 	name  string   // canonical
 	rrs   []dns.RR // all RRs at the name, sorted by type; nil for an ENT
+	wire  *byte    // rrs packed, after their length (wire.go); nil if not
 	kids  uint32   // number of child names in the trie: the ENT reference count
 	flags uint8
 	ed    *edit // the write that made this node: only it may change it
