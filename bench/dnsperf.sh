@@ -3,7 +3,8 @@
 # file plugin serving the same zone, and CoreDNS's whoami (no lookup at all),
 # all from the same binary, each pinned to CPU $SERVER_CPU with dnsperf on CPU
 # $LOAD_CPU. The servers take turns, ROUNDS times, so that noise hits all of
-# them alike; the table shows the medians. See bench/README.md.
+# them alike; the table shows the medians, and the ratios of each round's
+# runs (adjacent in time) with their median. See bench/README.md.
 #
 # Knobs (environment): RECORDS (100000), QUERIES (200000 lines), DURATION
 # (seconds per run, 10), ROUNDS (3), CLIENTS (dnsperf -c, 4), OUTSTANDING
@@ -162,3 +163,9 @@ printf '%-20s qps x%s, CPU/query x%s\n' craftstore/file: \
 	"$(calc %.2f "$craftstore_qps / $file_qps")" "$(calc %.2f "$craftstore_us / $file_us")"
 printf '%-20s qps x%s, CPU/query x%s\n' craftstore/whoami: \
 	"$(calc %.2f "$craftstore_qps / $whoami_qps")" "$(calc %.2f "$craftstore_us / $whoami_us")"
+# The machine's speed drifts (a shared host): the ratio of runs next to
+# each other in one round is steadier than the ratio of medians.
+for other in file whoami; do
+	ratios=$(paste -d' ' "$WORK/craftstore.results" "$WORK/$other.results" | awk '{ printf "%.2f ", $2 / $10 }')
+	printf '%-20s CPU/query per round: %s(median x%s)\n' "craftstore/$other:" "$ratios" "$(median $ratios)"
+done
