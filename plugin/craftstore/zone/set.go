@@ -127,7 +127,7 @@ func (v *view) count(n *node) {
 		return
 	}
 	n.flags |= nodeFlags(n.rrs, n == v.apex)
-	n.wire = packNode(n)
+	n.wire = packNode(n, v.ed)
 	v.records += len(n.rrs)
 	v.named++
 	if n.flags&fCut != 0 {

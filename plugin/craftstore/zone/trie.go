@@ -25,7 +25,11 @@ type trie struct {
 
 // edit is a write's token. It is not zero-sized: pointers to distinct
 // zero-sized values may be equal.
-type edit struct{ _ byte }
+type edit struct {
+	_ byte
+	// scratch is the write's buffer for packing RRs (packNode).
+	scratch []byte
+}
 
 type tnode struct {
 	bitmap uint64 // which of the 64 slots hold an entry; unused at the bottom

@@ -199,8 +199,10 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 // length (2 octets), instead of a slice: the node stays 64 bytes, one
 // cache line, which is what a query costs (TestNodeSize).
 
-// packNode returns the packed form of n's RRs, or nil.
-func packNode(n *node) *byte {
+// packNode returns the packed form of n's RRs, or nil. It allocates the
+// packed octets once, at their size; ed is the write's, whose scratch
+// buffer it uses.
+func packNode(n *node, ed *edit) *byte {
 	if len(n.rrs) == 0 {
 		return nil
 	}
@@ -209,19 +211,24 @@ func packNode(n *node) *byte {
 	if !ok {
 		return nil
 	}
-	out := []byte{0, 0}
+	size := 2
 	for _, rr := range n.rrs {
 		if rr.Header().Name != n.name {
 			return nil
 		}
-		b := appendRR(nil, rr)
-		if len(b) < len(owner) || string(b[:len(owner)]) != string(owner) {
+		size += dns.Len(rr) - len(owner)
+	}
+	if size-2 > 0xffff {
+		return nil
+	}
+	out := make([]byte, 2, size)
+	for _, rr := range n.rrs {
+		b := appendRR(ed.scratch[:0], rr) // the RR with its owner
+		ed.scratch = b
+		if len(b) < len(owner) || string(b[:len(owner)]) != string(owner) || len(out)+len(b)-len(owner) > size {
 			return nil
 		}
 		out = append(out, b[len(owner):]...)
-	}
-	if len(out)-2 > 0xffff {
-		return nil
 	}
 	binary.BigEndian.PutUint16(out, uint16(len(out)-2))
 	return &out[0]

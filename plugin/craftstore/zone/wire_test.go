@@ -47,8 +47,9 @@ func replySize(r *dns.Msg) int {
 
 // TestAppendReplyEqualsLookup asks every query of the package's tables, and
 // of two generated zones, in several forms (EDNS or not, DO, a small buffer,
-// RD and CD, mixed case) both ways: where AppendReply answers, its bytes
-// must be those of Lookup's answer as the server packs it.
+// RD and CD, mixed case, EDNS options) both ways: where AppendReply
+// answers, its bytes must be those of Lookup's answer as the server packs
+// it.
 func TestAppendReplyEqualsLookup(t *testing.T) {
 	type corpus struct {
 		origin, zone string
@@ -88,6 +89,13 @@ cn 300 IN CNAME UP
 		func(r *dns.Msg) { r.SetEdns0(100, false); r.CheckingDisabled = true },
 		func(r *dns.Msg) {
 			r.Question[0].Name = strings.ToUpper(r.Question[0].Name[:1]) + r.Question[0].Name[1:]
+		},
+		func(r *dns.Msg) {
+			// Options in the query: none in the reply (SizeAndDo keeps the
+			// reply's own OPT, which has none).
+			r.SetEdns0(1232, false)
+			opt := r.IsEdns0()
+			opt.Option = append(opt.Option, &dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: "0102030405060708"}, &dns.EDNS0_NSID{Code: dns.EDNS0NSID})
 		},
 	}
 	fast := map[int]int{}
