@@ -23,30 +23,34 @@ import (
 // wildcards, referrals, ANY, CNAME loops and long chains, names outside the
 // zone, answers too large for the client) is left to Lookup.
 
-// packRRs packs rrs uncompressed, as Msg.Pack does.
+// packRRs packs rrs uncompressed, as Msg.Pack does; nil if it cannot.
 func packRRs(rrs []dns.RR) []byte {
-	var buf []byte
-	for _, rr := range rrs {
-		buf = appendRR(buf, rr)
+	if len(rrs) == 0 {
+		return nil
 	}
-	return buf
+	b, ok := appendPacked(nil, rrs)
+	if !ok {
+		return nil
+	}
+	return b
+}
+
+// appendPacked appends rrs, packed uncompressed, to buf. It packs them as
+// the answer section of a message (Msg.Pack) and not with dns.PackRR,
+// which writes each RR's Rdlength: the zone's RRs are read concurrently,
+// by queries and by other zones holding the same RRs, and never written.
+func appendPacked(buf []byte, rrs []dns.RR) ([]byte, bool) {
+	m := dns.Msg{Answer: rrs}
+	b, err := m.PackBuffer(nil)
+	if err != nil || len(b) < 12 {
+		return buf, false
+	}
+	return append(buf, b[12:]...), true
 }
 
 // maxPacked bounds the RRsets of a packed answer: a CNAME chain longer
 // than maxPacked-1 is left to Lookup.
 const maxPacked = 8
-
-// appendRR appends rr, packed uncompressed, to buf.
-func appendRR(buf []byte, rr dns.RR) []byte {
-	n := dns.Len(rr)
-	off := len(buf)
-	buf = grow(buf, n)
-	end, err := dns.PackRR(rr, buf[:off+n], off, nil, false)
-	if err != nil {
-		return buf[:off] // not reached: the zone's RRs were packed when written
-	}
-	return buf[:end]
-}
 
 // grow returns buf with room for n more bytes.
 func grow(buf []byte, n int) []byte {
@@ -67,6 +71,9 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 	v := z.load()
 	if v.soa == nil {
 		return buf, 0, false
+	}
+	if v.negWire == nil || (len(v.apexNS) > 0 && v.apexNSWire == nil) {
+		return buf, 0, false // not packed: not reached, the zone's RRs pack
 	}
 	q := r.Question[0]
 	if q.Qtype == dns.TypeANY {
@@ -102,6 +109,9 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 			break
 		}
 		if set := encl.packedSet(q.Qtype); set.count > 0 {
+			if encl.wire == nil {
+				return buf, 0, false // RRs not packed (owner spelt otherwise): Lookup
+			}
 			sets[nsets], nsets, ancount = set, nsets+1, ancount+int(set.count)
 			if q.Qtype != dns.TypeDS && q.Qtype != dns.TypeDNSKEY && !(q.Qtype == dns.TypeNS && encl == v.apex) {
 				auth, nsCount = v.apexNSWire, len(v.apexNS)
@@ -120,7 +130,7 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 		}
 		cname := encl.rrset(dns.TypeCNAME)
 		c, ok := cname[0].(*dns.CNAME)
-		if !ok {
+		if !ok || encl.wire == nil {
 			return buf, 0, false
 		}
 		sets[nsets], nsets, ancount = encl.packedSet(dns.TypeCNAME), nsets+1, ancount+len(cname)
@@ -222,10 +232,10 @@ func packNode(n *node, ed *edit) *byte {
 		return nil
 	}
 	out := make([]byte, 2, size)
-	for _, rr := range n.rrs {
-		b := appendRR(ed.scratch[:0], rr) // the RR with its owner
+	for i := range n.rrs {
+		b, ok := appendPacked(ed.scratch[:0], n.rrs[i:i+1]) // the RR with its owner
 		ed.scratch = b
-		if len(b) < len(owner) || string(b[:len(owner)]) != string(owner) || len(out)+len(b)-len(owner) > size {
+		if !ok || len(b) < len(owner) || string(b[:len(owner)]) != string(owner) || len(out)+len(b)-len(owner) > size {
 			return nil
 		}
 		out = append(out, b[len(owner):]...)
@@ -283,11 +293,10 @@ func packWireName(dst []byte, name string) ([]byte, bool) {
 }
 
 // packedSet is an RRset of a node ready to be appended to a reply: a run
-// of the node's wire, or when the node has none, its RRs. It is small: a
-// reply holds up to maxPacked of them on the stack.
+// of the node's wire. It is small: a reply holds up to maxPacked of them on
+// the stack.
 type packedSet struct {
 	n        *node
-	t        uint16
 	from, to int32 // the run of the node's wire
 	count    int32 // RRs; 0: no such RRset
 }
@@ -296,9 +305,9 @@ type packedSet struct {
 func (n *node) packedSet(t uint16) packedSet {
 	w := n.wireOf()
 	if w == nil {
-		return packedSet{n: n, t: t, count: int32(len(n.rrset(t)))}
+		return packedSet{n: n, count: int32(len(n.rrset(t)))} // for Lookup
 	}
-	set := packedSet{n: n, t: t}
+	set := packedSet{n: n}
 	for pos := 0; pos+10 <= len(w); {
 		rt := binary.BigEndian.Uint16(w[pos:])
 		end := pos + 10 + int(binary.BigEndian.Uint16(w[pos+8:]))
@@ -318,15 +327,9 @@ func (n *node) packedSet(t uint16) packedSet {
 	return set
 }
 
-// append appends the RRset's RRs to buf.
+// append appends the RRset's RRs to buf; the node has a wire.
 func (s packedSet) append(buf []byte) []byte {
 	w := s.n.wireOf()
-	if w == nil {
-		for _, rr := range s.n.rrset(s.t) {
-			buf = appendRR(buf, rr)
-		}
-		return buf
-	}
 	// The node's name before the first RR, a copy of it before the others.
 	ownerAt := len(buf)
 	buf, _ = appendWireName(buf, s.n.name) // packNode checked it
