@@ -26,9 +26,8 @@ type trie struct {
 // edit is a write's token. It is not zero-sized: pointers to distinct
 // zero-sized values may be equal.
 type edit struct {
-	_ byte
-	// scratch is the write's buffer for packing RRs (packNode).
-	scratch []byte
+	_  byte
+	pk packer // packs the write's RRs (packNode)
 }
 
 type tnode struct {

@@ -209,9 +209,30 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 // length (2 octets), instead of a slice: the node stays 64 bytes, one
 // cache line, which is what a query costs (TestNodeSize).
 
+// packer packs one RR at a time as appendPacked does, reusing its message
+// and buffer: a write packs each RR it stores without garbage.
+type packer struct {
+	msg dns.Msg
+	one [1]dns.RR
+	buf []byte
+}
+
+// pack returns rr packed (owner included), valid until the next call.
+func (p *packer) pack(rr dns.RR) ([]byte, bool) {
+	p.one[0] = rr
+	p.msg.Answer = p.one[:]
+	b, err := p.msg.PackBuffer(p.buf[:cap(p.buf)])
+	p.one[0] = nil
+	if err != nil || len(b) < 12 {
+		return nil, false
+	}
+	p.buf = b
+	return b[12:], true
+}
+
 // packNode returns the packed form of n's RRs, or nil. It allocates the
-// packed octets once, at their size; ed is the write's, whose scratch
-// buffer it uses.
+// packed octets once, at their size; ed is the write's, whose packer it
+// uses.
 func packNode(n *node, ed *edit) *byte {
 	if len(n.rrs) == 0 {
 		return nil
@@ -232,9 +253,8 @@ func packNode(n *node, ed *edit) *byte {
 		return nil
 	}
 	out := make([]byte, 2, size)
-	for i := range n.rrs {
-		b, ok := appendPacked(ed.scratch[:0], n.rrs[i:i+1]) // the RR with its owner
-		ed.scratch = b
+	for _, rr := range n.rrs {
+		b, ok := ed.pk.pack(rr) // the RR with its owner
 		if !ok || len(b) < len(owner) || string(b[:len(owner)]) != string(owner) || len(out)+len(b)-len(owner) > size {
 			return nil
 		}
