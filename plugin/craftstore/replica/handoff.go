@@ -43,7 +43,7 @@ func (r *Replica) HandOff(timeout time.Duration) (uint64, error) {
 	r.node.TransferLeadership(ctx, r.cfg.ID, to)
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
-	for {
+	for n := 1; ; n++ {
 		if lead := r.leader.Load(); lead != 0 && lead != r.cfg.ID {
 			return lead, nil
 		}
@@ -53,6 +53,16 @@ func (r *Replica) HandOff(timeout time.Duration) (uint64, error) {
 			return 0, errors.New("leadership did not move in time")
 		case <-r.donec:
 			return 0, errors.New("member stopped")
+		}
+		if n%10 == 0 {
+			// raft gives a transfer up after an election timeout (the
+			// transferee did not catch up and campaign in time, on a busy
+			// machine): while this member still leads, ask again.
+			if st := r.node.Status(); st.RaftState == raft.StateLeader && st.LeadTransferee == 0 {
+				if to := transferee(st); to != 0 {
+					r.node.TransferLeadership(ctx, r.cfg.ID, to)
+				}
+			}
 		}
 	}
 }
