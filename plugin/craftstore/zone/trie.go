@@ -23,10 +23,9 @@ type trie struct {
 	n    int // names
 }
 
-// edit is a write's token. It is not zero-sized: pointers to distinct
-// zero-sized values may be equal.
+// edit is a write's token. It must not be zero-sized (pointers to distinct
+// zero-sized values may be equal): it holds the write's packer.
 type edit struct {
-	_  byte
 	pk packer // packs the write's RRs (packNode)
 }
 

@@ -25,27 +25,12 @@ import (
 
 // packRRs packs rrs uncompressed, as Msg.Pack does; nil if it cannot.
 func packRRs(rrs []dns.RR) []byte {
-	if len(rrs) == 0 {
-		return nil
-	}
-	b, ok := appendPacked(nil, rrs)
-	if !ok {
+	var p packer
+	b, ok := p.pack(rrs)
+	if !ok || len(b) == 0 {
 		return nil
 	}
 	return b
-}
-
-// appendPacked appends rrs, packed uncompressed, to buf. It packs them as
-// the answer section of a message (Msg.Pack) and not with dns.PackRR,
-// which writes each RR's Rdlength: the zone's RRs are read concurrently,
-// by queries and by other zones holding the same RRs, and never written.
-func appendPacked(buf []byte, rrs []dns.RR) ([]byte, bool) {
-	m := dns.Msg{Answer: rrs}
-	b, err := m.PackBuffer(nil)
-	if err != nil || len(b) < 12 {
-		return buf, false
-	}
-	return append(buf, b[12:]...), true
 }
 
 // maxPacked bounds the RRsets of a packed answer: a CNAME chain longer
@@ -209,20 +194,21 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 // length (2 octets), instead of a slice: the node stays 64 bytes, one
 // cache line, which is what a query costs (TestNodeSize).
 
-// packer packs one RR at a time as appendPacked does, reusing its message
-// and buffer: a write packs each RR it stores without garbage.
+// packer packs RRs uncompressed as the answer section of a message
+// (Msg.PackBuffer), reusing its message and buffer, and not with
+// dns.PackRR, which writes each RR's Rdlength: the zone's RRs are read
+// concurrently, by queries and by other zones holding the same RRs, and
+// never written. A write packs each RR it stores without garbage.
 type packer struct {
 	msg dns.Msg
-	one [1]dns.RR
 	buf []byte
 }
 
-// pack returns rr packed (owner included), valid until the next call.
-func (p *packer) pack(rr dns.RR) ([]byte, bool) {
-	p.one[0] = rr
-	p.msg.Answer = p.one[:]
+// pack returns rrs packed (owners included), valid until the next call.
+func (p *packer) pack(rrs []dns.RR) ([]byte, bool) {
+	p.msg.Answer = rrs
 	b, err := p.msg.PackBuffer(p.buf[:cap(p.buf)])
-	p.one[0] = nil
+	p.msg.Answer = nil
 	if err != nil || len(b) < 12 {
 		return nil, false
 	}
@@ -253,8 +239,8 @@ func packNode(n *node, ed *edit) *byte {
 		return nil
 	}
 	out := make([]byte, 2, size)
-	for _, rr := range n.rrs {
-		b, ok := ed.pk.pack(rr) // the RR with its owner
+	for i := range n.rrs {
+		b, ok := ed.pk.pack(n.rrs[i : i+1]) // the RR with its owner
 		if !ok || len(b) < len(owner) || string(b[:len(owner)]) != string(owner) || len(out)+len(b)-len(owner) > size {
 			return nil
 		}

@@ -15,9 +15,10 @@ import (
 )
 
 // slowReply is the response craftstore gives through Lookup, as CoreDNS's
-// server sends it (ScrubWriter: SizeAndDo, Scrub, then an uncompressed
+// server sends it over UDP (or TCP when tcp is set) from
+// test.ResponseWriter (ScrubWriter: SizeAndDo, Scrub, then an uncompressed
 // Pack), or nil when the server would truncate or compress it.
-func slowReply(t *testing.T, z *Zone, r *dns.Msg) []byte {
+func slowReply(t *testing.T, z *Zone, r *dns.Msg, tcp bool) []byte {
 	t.Helper()
 	m := new(dns.Msg)
 	m.SetReply(r)
@@ -25,7 +26,7 @@ func slowReply(t *testing.T, z *Zone, r *dns.Msg) []byte {
 		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
 	}
 	z.Lookup(m, strings.ToLower(r.Question[0].Name), r.Question[0].Qtype)
-	state := request.Request{Req: r, W: &test.ResponseWriter{}}
+	state := request.Request{Req: r, W: &test.ResponseWriter{TCP: tcp}}
 	state.SizeAndDo(m)
 	state.Scrub(m)
 	if m.Truncated || m.Compress {
@@ -109,7 +110,7 @@ cn 300 IN CNAME UP
 				r.Id = uint16(i*len(forms) + j)
 				form(r)
 				total++
-				want := slowReply(t, z, r)
+				want := slowReply(t, z, r, false)
 				got, rcode, ok := z.AppendReply(make([]byte, 0, 64), r, replySize(r))
 				if !ok {
 					slow++
@@ -173,28 +174,9 @@ func TestAppendReplyTruncates(t *testing.T) {
 	}
 	r.SetEdns0(4096, false)
 	out, _, ok := z.AppendReply(nil, r, 65535)
-	if !ok || !bytes.Equal(out, slowReplyTCP(t, z, r)) {
+	if !ok || !bytes.Equal(out, slowReply(t, z, r, true)) {
 		t.Fatalf("over TCP the RRset is answered in full (ok %t)", ok)
 	}
-}
-
-// slowReplyTCP is slowReply for a query over TCP: never truncated.
-func slowReplyTCP(t *testing.T, z *Zone, r *dns.Msg) []byte {
-	t.Helper()
-	m := new(dns.Msg)
-	m.SetReply(r)
-	if opt := r.IsEdns0(); opt != nil {
-		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
-	}
-	z.Lookup(m, strings.ToLower(r.Question[0].Name), r.Question[0].Qtype)
-	state := request.Request{Req: r, W: &test.ResponseWriter{TCP: true}}
-	state.SizeAndDo(m)
-	state.Scrub(m)
-	b, err := m.Pack()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // TestNodeSize keeps a node in one cache line: a query reads its name,
