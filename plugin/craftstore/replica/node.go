@@ -11,6 +11,8 @@ import (
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 )
 
 // run is the Ready loop: persist, send, apply, advance.
@@ -93,7 +95,7 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 	if p.snapshot && !r.retry("load an installed snapshot", tick, r.afterSnapshot) {
 		return false
 	}
-	for _, e := range p.effects {
+	for _, e := range coalesce(p.effects) {
 		if !r.retry("apply a change to the zone views", tick, func() error { return r.applyEffect(e) }) {
 			return false
 		}
@@ -330,6 +332,49 @@ func (r *Replica) maybeSnapshot(tx *bolt.Tx, index uint64) error {
 		}
 	}
 	return nil
+}
+
+// coalesce merges each run of consecutive record changes to one zone into
+// one change, so that a Ready's commits reach a zone's view as one write:
+// one new version, whose trie paths shared by several commits are copied
+// once, not once per commit. Readers then see the state after the run's
+// last commit, a committed state, as before. A change's names hold each
+// name's whole RRset after it, so that later names replace earlier ones and
+// the merged list, applied in order, gives the same view. Other effects
+// (transactions, reloads, deletions, members) end a run and stay as they
+// are. Effects are not modified; merged ones are new.
+func coalesce(effects []*effect) []*effect {
+	if len(effects) < 2 {
+		return effects
+	}
+	out := make([]*effect, 0, len(effects))
+	copied := false // out's last effect is a merged copy
+	for _, e := range effects {
+		last := len(out) - 1
+		if last < 0 || !plainChange(e) || !plainChange(out[last]) || out[last].zone != e.zone {
+			out = append(out, e)
+			copied = false
+			continue
+		}
+		if !copied {
+			cp := *out[last]
+			cp.names = append([]zone.NameRecords(nil), cp.names...)
+			out[last] = &cp
+			copied = true
+		}
+		m := out[last]
+		m.names = append(m.names, e.names...)
+		if e.hasBase {
+			m.base, m.hasBase = e.base, true
+		}
+	}
+	return out
+}
+
+// plainChange reports whether e only changes records of a zone (opChange).
+func plainChange(e *effect) bool {
+	return e.zone != "" && e.tx == nil && e.member == nil && e.removed == 0 &&
+		!e.deleted && !e.reload && !e.seeded
 }
 
 // applyEffect brings the views and the transport in line with an applied entry.
