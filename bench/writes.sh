@@ -13,13 +13,15 @@
 #     on CPU $SERVER_CPU, everything else on CPU $LOAD_CPU (dnsperf at nice
 #     -10 when run as root); dnsperf as fast
 #     as it goes (qps) and at READ_RATE queries/s (latency), first idle, then
-#     while READ_CLIENTS clients add READ_BATCH records per request;
+#     while READ_CLIENTS clients add READ_BATCH records per request (at
+#     WRITE_RATE records/s together, steady, when set);
 #  3. checks that every member holds the same number of records, and that
 #     it is the seeded zone plus at least every acknowledged record.
 #
 # Knobs (environment): RECORDS (10000), CONC (1,16,64), BATCH (1,10), STEP
 # (5), WRITE_TO (leader), READ_ON (leader follower; empty: no reads), READ_DURATION (8),
-# READ_RATE (5000), READ_CLIENTS (16), READ_BATCH (10), RAFT_TLS (0; 1: the
+# READ_RATE (5000), READ_CLIENTS (16), READ_BATCH (10), WRITE_RATE (0: as
+# fast as the clients go), RAFT_TLS (0; 1: the
 # members' Raft transport is mutual TLS, raft_tls, with certificates made
 # for the run), KEEP=1. bench/writes-tls.sh runs it without and with TLS.
 
@@ -35,6 +37,7 @@ READ_DURATION=${READ_DURATION:-8}
 READ_RATE=${READ_RATE:-5000}
 READ_CLIENTS=${READ_CLIENTS:-16}
 READ_BATCH=${READ_BATCH:-10}
+WRITE_RATE=${WRITE_RATE:-0}
 RAFT_TLS=${RAFT_TLS:-0}
 
 need dnsperf dig curl jq taskset ss
@@ -184,7 +187,7 @@ reads() {
 if [ -n "$READ_ON" ]; then
 	echo
 	echo "reads on one member (alone on CPU $SERVER_CPU; other members, writeload, dnsperf on CPU $LOAD_CPU), ${READ_DURATION}s runs"
-	echo "write load: $READ_CLIENTS clients x $READ_BATCH records/request to the leader"
+	echo "write load: $READ_CLIENTS clients x $READ_BATCH records/request to the leader$([ "$WRITE_RATE" != 0 ] && echo ", $WRITE_RATE records/s in all")"
 	printf '%-9s %-6s %-5s %9s %8s %8s %8s %6s %5s   %s\n' member load mode qps avg_ms p99_ms max_ms 'cpu%' lost 'writes during the run'
 fi
 for who in $READ_ON; do
@@ -195,7 +198,7 @@ for who in $READ_ON; do
 			awk '{ printf "%9s %8s %8s %8s %6s %5s", $1, $2, $3, $4, $5, $6 }')"
 	done
 	taskset -c "$LOAD_CPU" "$WORK/writeload" -api "http://127.0.0.1:${api[L]}" -c "$READ_CLIENTS" -batch "$READ_BATCH" \
-		-d "$((2 * READ_DURATION + 3))s" -header=false -prefix "r$who" >"$WORK/bg.$who.out" &
+		-rate "$WRITE_RATE" -d "$((2 * READ_DURATION + 3))s" -header=false -prefix "r$who" >"$WORK/bg.$who.out" &
 	wl=$!
 	sleep 1
 	if [ -n "${PPROF:-}" ]; then

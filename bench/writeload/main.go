@@ -5,7 +5,9 @@
 // step: that many clients (goroutines over keep-alive connections, client i
 // talking to the i-th of the -api addresses, round robin) each POST
 // /v1/zones/ZONE/records in a loop with -batch new A records per request,
-// for -d or until -max requests in the step, whichever comes first. Only
+// for -d or until -max requests in the step, whichever comes first; with
+// -rate, the clients together send at most that many records per second,
+// evenly spaced (a steady load: the clients wait for their turn). Only
 // answers 200 count as committed; every other answer is counted by status.
 // Names are unique per run (-prefix), so every request adds records.
 //
@@ -40,6 +42,7 @@ func main() {
 		prefix  = flag.String("prefix", "w"+strconv.FormatInt(time.Now().Unix()%100000, 10), "first label prefix of the names added")
 		token   = flag.String("token", "", "bearer token of the API")
 		header  = flag.Bool("header", true, "print the column header")
+		rate    = flag.Float64("rate", 0, "records per second sent by all clients together (0: as fast as they go)")
 	)
 	flag.Parse()
 	urls := strings.Split(*apis, ",")
@@ -59,7 +62,7 @@ func main() {
 		for _, b := range bs {
 			step++
 			l := &load{urls: urls, zone: strings.TrimSuffix(*zone, "."), clients: c, batch: b,
-				dur: *dur, max: *max, prefix: fmt.Sprintf("%s-s%d", *prefix, step), token: *token}
+				dur: *dur, max: *max, rate: *rate, prefix: fmt.Sprintf("%s-s%d", *prefix, step), token: *token}
 			fmt.Println(l.run())
 		}
 	}
@@ -73,6 +76,7 @@ type load struct {
 	batch   int
 	dur     time.Duration
 	max     int
+	rate    float64 // records/s; 0: no limit
 	prefix  string
 	token   string
 }
@@ -95,16 +99,25 @@ func (l *load) run() string {
 		sent    int
 		results = make([]result, l.clients)
 	)
-	take := func() bool { // one more request in this step?
+	start := time.Now()
+	take := func() bool { // one more request in this step? (waits for its turn at -rate)
 		mu.Lock()
-		defer mu.Unlock()
 		if sent >= l.max {
+			mu.Unlock()
 			return false
 		}
+		n := sent
 		sent++
+		mu.Unlock()
+		if l.rate > 0 {
+			due := start.Add(time.Duration(float64(n*l.batch) / l.rate * float64(time.Second)))
+			if !due.Before(start.Add(l.dur)) {
+				return false
+			}
+			time.Sleep(time.Until(due))
+		}
 		return true
 	}
-	start := time.Now()
 	end := start.Add(l.dur)
 	for i := range l.clients {
 		wg.Add(1)
