@@ -102,8 +102,13 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 
 // Term returns the term of entry i, which must be in the range
 // [FirstIndex()-1, LastIndex()]: raft.ErrCompacted below it,
-// raft.ErrUnavailable above it.
+// raft.ErrUnavailable above it. It answers from the terms cached at the
+// last commit that changed the log, without a transaction: raft asks for
+// the term before every append it sends.
 func (s *Storage) Term(i uint64) (uint64, error) {
+	if term, ok, err := s.bounds.Load().term(i); ok {
+		return term, err
+	}
 	var term uint64
 	err := s.db.View(func(tx *bolt.Tx) error {
 		st, err := loadMarker(tx)

@@ -18,6 +18,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
+	"sync"
 	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
@@ -41,16 +43,53 @@ var (
 type Storage struct {
 	db *bolt.DB
 
-	// bounds caches the log bounds of the latest committed transaction that
-	// changed them. It is replaced, never mutated, by a commit hook.
+	// bounds caches the log bounds and terms of the latest committed
+	// transaction that changed them. It is replaced, never mutated, by a
+	// commit hook.
 	bounds atomic.Pointer[bounds]
+
+	// written is the log's terms as the latest transaction that changed the
+	// log left them, for the next one to start from. Write transactions
+	// are serialized by bbolt.
+	written struct {
+		sync.Mutex
+		tx        *bolt.Tx // the transaction; nil before the first
+		runs      []termRun
+		committed bool // tx committed (its hook ran)
+	}
 }
 
 // bounds describes the log of one committed state.
 type bounds struct {
-	txid      int    // bbolt transaction that produced this state
-	compacted uint64 // index of the last compacted entry: FirstIndex() - 1
-	last      uint64 // index of the last entry, compacted if the log is empty
+	txid          int    // bbolt transaction that produced this state
+	compacted     uint64 // index of the last compacted entry: FirstIndex() - 1
+	compactedTerm uint64
+	last          uint64    // index of the last entry, compacted if the log is empty
+	runs          []termRun // the terms of the entries (compacted, last]
+}
+
+// termRun is a run of log entries of one term, from index first up to the
+// next run's first (or the last index). Terms only grow along a log, so a
+// log of thousands of entries has a handful of runs: Term answers from
+// them without a transaction.
+type termRun struct{ first, term uint64 }
+
+// term returns the term of entry i in b, ok false if b cannot tell (it
+// always can, for the bounds the Storage publishes).
+func (b *bounds) term(i uint64) (term uint64, ok bool, err error) {
+	switch {
+	case i < b.compacted:
+		return 0, true, raft.ErrCompacted
+	case i == b.compacted:
+		return b.compactedTerm, true, nil
+	case i > b.last:
+		return 0, true, raft.ErrUnavailable
+	}
+	k := sort.Search(len(b.runs), func(k int) bool { return b.runs[k].first > i }) - 1
+	if k < 0 {
+		return 0, false, nil
+	}
+	return b.runs[k].term, true, nil
 }
 
 // logState is the log as seen from inside one transaction.
@@ -59,6 +98,7 @@ type logState struct {
 	compacted     uint64
 	compactedTerm uint64
 	last          uint64
+	runs          []termRun // terms of (compacted, last], set by the writes that change them
 }
 
 // Open returns a Storage over db, creating its buckets if they are missing.
@@ -96,7 +136,11 @@ func Open(db *bolt.DB) (*Storage, error) {
 		if k, _ := st.log.Cursor().First(); k != nil && decodeIndex(k) != st.compacted+1 {
 			return fmt.Errorf("log starts at %d, expected %d after the compacted entry", decodeIndex(k), st.compacted+1)
 		}
-		s.bounds.Store(&bounds{txid: tx.ID(), compacted: st.compacted, last: st.last})
+		runs, err := st.scanRuns()
+		if err != nil {
+			return err
+		}
+		s.bounds.Store(&bounds{txid: tx.ID(), compacted: st.compacted, compactedTerm: st.compactedTerm, last: st.last, runs: runs})
 		return nil
 	})
 	if err != nil {
@@ -154,10 +198,59 @@ func (st *logState) term(i uint64) (uint64, error) {
 	return entryTerm(v)
 }
 
-// publish makes the bounds in st the cached ones once tx commits.
+// scanRuns reads the terms of the entries (st.compacted, st.last].
+func (st *logState) scanRuns() ([]termRun, error) {
+	var runs []termRun
+	c := st.log.Cursor()
+	for k, v := c.Seek(encodeIndex(st.compacted + 1)); k != nil; k, v = c.Next() {
+		term, err := entryTerm(v)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d: %w", decodeIndex(k), err)
+		}
+		runs = addRun(runs, decodeIndex(k), term)
+	}
+	return runs, nil
+}
+
+// addRun returns runs with entry i of term appended (i follows the last
+// entry of runs).
+func addRun(runs []termRun, i, term uint64) []termRun {
+	if n := len(runs); n > 0 && runs[n-1].term == term {
+		return runs
+	}
+	return append(runs, termRun{first: i, term: term})
+}
+
+// runsIn returns the terms of the log as the write transaction tx sees
+// them (st, read from tx): those the previous log change left, when it
+// committed, else read from tx (after a rollback).
+func (s *Storage) runsIn(tx *bolt.Tx, st *logState) ([]termRun, error) {
+	s.written.Lock()
+	defer s.written.Unlock()
+	switch {
+	case s.written.tx == tx || (s.written.tx != nil && s.written.committed):
+		return s.written.runs, nil
+	case s.written.tx == nil:
+		if b := s.bounds.Load(); b.compacted == st.compacted && b.last == st.last {
+			return b.runs, nil // as Open found them
+		}
+	}
+	return st.scanRuns()
+}
+
+// publish makes the bounds in st the cached ones once tx commits, and the
+// terms in st those the next write transaction starts from.
 func (s *Storage) publish(tx *bolt.Tx, st *logState) {
-	b := &bounds{txid: tx.ID(), compacted: st.compacted, last: st.last}
+	b := &bounds{txid: tx.ID(), compacted: st.compacted, compactedTerm: st.compactedTerm, last: st.last, runs: st.runs}
+	s.written.Lock()
+	s.written.tx, s.written.runs, s.written.committed = tx, st.runs, false
+	s.written.Unlock()
 	tx.OnCommit(func() {
+		s.written.Lock()
+		if s.written.tx == tx {
+			s.written.committed = true
+		}
+		s.written.Unlock()
 		// Commit hooks run after bbolt released the writer lock, so a later
 		// transaction's hook may already have run: never go backwards.
 		for {

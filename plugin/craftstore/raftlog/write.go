@@ -3,6 +3,7 @@ package raftlog
 import (
 	"errors"
 	"fmt"
+	"sort"
 
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
@@ -68,6 +69,18 @@ func (s *Storage) Append(tx *bolt.Tx, ents []*pb.Entry) error {
 		return fmt.Errorf("raftlog: missing log entry [last: %d, append at: %d]", st.last, ents[0].GetIndex())
 	}
 
+	base, err := s.runsIn(tx, st)
+	if err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	// The runs before ents[0], then those of ents: shared with the
+	// previous state when ents only extend its last run.
+	keep := sort.Search(len(base), func(j int) bool { return base[j].first >= ents[0].GetIndex() })
+	runs := base[:keep:keep]
+	for _, e := range ents {
+		runs = addRun(runs, e.GetIndex(), e.GetTerm())
+	}
+
 	// Entries in [ents[0].Index, last] are overwritten by Put; only the part
 	// of a conflicting suffix beyond the new last index has to go. Deleting
 	// by key costs O(entries deleted) tree descents, never a walk of the log.
@@ -93,7 +106,7 @@ func (s *Storage) Append(tx *bolt.Tx, ents []*pb.Entry) error {
 			return fmt.Errorf("raftlog: writing entry %d: %w", e.GetIndex(), err)
 		}
 	}
-	st.last = last
+	st.last, st.runs = last, runs
 	s.publish(tx, st)
 	return nil
 }
@@ -170,7 +183,7 @@ func (s *Storage) ApplySnapshot(tx *bolt.Tx, snap *pb.Snapshot) error {
 	if err := putProto(st.meta, confStateKey, cs); err != nil {
 		return err
 	}
-	st.compacted, st.compactedTerm, st.last = md.GetIndex(), md.GetTerm(), md.GetIndex()
+	st.compacted, st.compactedTerm, st.last, st.runs = md.GetIndex(), md.GetTerm(), md.GetIndex(), nil
 	if err := st.meta.Put(compactedKey, encodeCompacted(st.compacted, st.compactedTerm)); err != nil {
 		return fmt.Errorf("raftlog: writing compacted marker: %w", err)
 	}
@@ -241,10 +254,23 @@ func (s *Storage) Compact(tx *bolt.Tx, index uint64) error {
 	if err != nil {
 		return fmt.Errorf("raftlog: compact %d: %w", index, err)
 	}
+	base, err := s.runsIn(tx, st)
+	if err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
 	if err := deleteRange(st.log, st.compacted+1, index); err != nil {
 		return err
 	}
-	st.compacted, st.compactedTerm = index, term
+	// The runs of (index, last]: the one holding index+1 now starts there.
+	st.compacted, st.compactedTerm, st.runs = index, term, nil
+	if index < st.last {
+		j := sort.Search(len(base), func(j int) bool { return base[j].first > index+1 }) - 1
+		if j >= 0 {
+			st.runs = append(append(make([]termRun, 0, len(base)-j), termRun{first: index + 1, term: base[j].term}), base[j+1:]...)
+		} else if st.runs, err = st.scanRuns(); err != nil { // not reached: base covers the log
+			return fmt.Errorf("raftlog: %w", err)
+		}
+	}
 	if err := st.meta.Put(compactedKey, encodeCompacted(index, term)); err != nil {
 		return fmt.Errorf("raftlog: writing compacted marker: %w", err)
 	}
