@@ -102,6 +102,11 @@ func (n *tnode) mine(ed *edit) *tnode {
 	if n.ed == ed {
 		return n
 	}
+	if len(n.ents) >= 1<<trieBits {
+		// A full node takes no more entries (a collision list that does
+		// grows in insert): room for one more would double it.
+		return newTnode(ed, n.bitmap, n.ents, 0)
+	}
 	return newTnode(ed, n.bitmap, n.ents, 1)
 }
 
@@ -153,16 +158,15 @@ func newTnode(ed *edit, bitmap uint64, ents []tent, extra int) *tnode {
 		})
 		t = &b.t
 		t.ents = b.a[:0]
-	default:
+	case n <= 64:
 		b := new(struct {
 			t tnode
 			a [64]tent
 		})
 		t = &b.t
-		t.ents = b.a[:0:64]
-		if n > 64 {
-			t.ents = make([]tent, 0, n) // a collision list longer than 64
-		}
+		t.ents = b.a[:0]
+	default: // a collision list longer than 64
+		t = &tnode{ents: make([]tent, 0, n)}
 	}
 	t.bitmap, t.ed = bitmap, ed
 	t.ents = append(t.ents, ents...)

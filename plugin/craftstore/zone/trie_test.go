@@ -64,18 +64,27 @@ func TestTrie(t *testing.T) {
 		}
 	}
 
-	// The list at the bottom: names that share 60 bits of hash.
+	// The list at the bottom: names that share 60 bits of hash, more than
+	// a node's 64 slots, written by several edits (a later edit copies the
+	// list, full or not, and grows it).
+	const colliding = 70
 	ed := &edit{}
 	var bottom *tnode
-	for i := range 5 {
+	for i := range colliding {
+		if i%16 == 0 {
+			ed = &edit{}
+		}
 		bottom, _ = assoc(bottom, ed, trieLeaf, 42, fmt.Sprint(i), &node{name: fmt.Sprint(i), kids: uint32(i)})
 	}
-	for i := range 5 {
+	if len(bottom.ents) != colliding {
+		t.Fatalf("collision list of %d names, want %d", len(bottom.ents), colliding)
+	}
+	for i := range colliding {
 		if n := (&trie{root: &tnode{bitmap: 1, ents: []tent{{child: bottom}}}}).findAt(bottom, fmt.Sprint(i)); n == nil || n.kids != uint32(i) {
 			t.Fatalf("collision list: %d not found", i)
 		}
 	}
-	for i := range 5 {
+	for i := range colliding {
 		bottom, _ = assoc(bottom, &edit{}, trieLeaf, 42, fmt.Sprint(i), nil)
 	}
 	if bottom != nil {
