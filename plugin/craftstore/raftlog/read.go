@@ -109,6 +109,12 @@ func (s *Storage) Term(i uint64) (uint64, error) {
 	if term, ok, err := s.bounds.Load().term(i); ok {
 		return term, err
 	}
+	return s.storedTerm(i)
+}
+
+// storedTerm reads the term of entry i from the log in bbolt, with Term's
+// errors.
+func (s *Storage) storedTerm(i uint64) (uint64, error) {
 	var term uint64
 	err := s.db.View(func(tx *bolt.Tx) error {
 		st, err := loadMarker(tx)
