@@ -1,6 +1,7 @@
 package zone
 
 import (
+	"net"
 	"slices"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
@@ -111,6 +112,8 @@ func (v *view) set(key string, rrs []dns.RR) {
 	if len(rrs) == 0 {
 		if n != nil && n.kids == 0 && n != v.apex {
 			v.remove(key)
+		} else if n != nil {
+			n.name = key // an empty non-terminal: not the old data's allocation
 		}
 		return
 	}
@@ -127,7 +130,14 @@ func (v *view) count(n *node) {
 		return
 	}
 	n.flags |= nodeFlags(n.rrs, n == v.apex)
-	n.wire = packNode(n, v.ed)
+	if w, name := packNode(n, v.ed); w != nil {
+		// n.rrs is this write's own array (Set's sorted copy, Load's
+		// appends): its RRs can be replaced in place.
+		n.wire, n.name = w, name
+		for i, rr := range n.rrs {
+			n.rrs[i] = withOwner(rr, name)
+		}
+	}
 	v.records += len(n.rrs)
 	v.named++
 	if n.flags&fCut != 0 {
@@ -243,3 +253,62 @@ func dedup(rrs []dns.RR) []dns.RR {
 }
 
 func byType(a, b dns.RR) int { return int(a.Header().Rrtype) - int(b.Header().Rrtype) }
+
+// withOwner returns rr, or for the common types a copy of it whose owner is
+// name (equal to rr's, the node's name in its packed allocation) and whose
+// address is held in the copy itself: a name holding one A record is then
+// three objects for the collector to mark (node, packed octets, RR), not
+// six. rr itself is left alone: other zones may hold it.
+func withOwner(rr dns.RR, name string) dns.RR {
+	switch rr := rr.(type) {
+	case *dns.A:
+		c := new(struct {
+			rr dns.A
+			ip [net.IPv4len]byte
+		})
+		c.rr = *rr
+		if ip := rr.A.To4(); ip != nil {
+			c.ip = [net.IPv4len]byte(ip)
+			c.rr.A = c.ip[:]
+		}
+		c.rr.Hdr.Name = name
+		return &c.rr
+	case *dns.AAAA:
+		c := new(struct {
+			rr dns.AAAA
+			ip [net.IPv6len]byte
+		})
+		c.rr = *rr
+		if len(rr.AAAA) == net.IPv6len {
+			c.ip = [net.IPv6len]byte(rr.AAAA)
+			c.rr.AAAA = c.ip[:]
+		}
+		c.rr.Hdr.Name = name
+		return &c.rr
+	case *dns.CNAME:
+		c := *rr
+		c.Hdr.Name = name
+		return &c
+	case *dns.MX:
+		c := *rr
+		c.Hdr.Name = name
+		return &c
+	case *dns.TXT:
+		c := *rr
+		c.Hdr.Name = name
+		return &c
+	case *dns.NS:
+		c := *rr
+		c.Hdr.Name = name
+		return &c
+	case *dns.PTR:
+		c := *rr
+		c.Hdr.Name = name
+		return &c
+	case *dns.SRV:
+		c := *rr
+		c.Hdr.Name = name
+		return &c
+	}
+	return rr
+}

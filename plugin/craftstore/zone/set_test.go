@@ -2,8 +2,10 @@ package zone
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/coredns/coredns/plugin/test"
 
@@ -244,4 +246,59 @@ func wildFlags(z *Zone) int {
 		walk(r)
 	}
 	return n
+}
+
+// TestWithOwner checks that the zone keeps each packed name's RRs as copies
+// that share the node's name, the RRs they were given left alone, and that
+// the copies are the same RRs.
+func TestWithOwner(t *testing.T) {
+	in := rrs(t,
+		"a.example.org. 300 IN A 192.0.2.1",
+		"a.example.org. 300 IN AAAA 2001:db8::1",
+		"a.example.org. 300 IN MX 10 mail.example.org.",
+		"a.example.org. 300 IN TXT \"hello\" \"world\"",
+		"a.example.org. 300 IN SRV 0 5 5060 sip.example.org.",
+		"a.example.org. 300 IN NS ns.elsewhere.",
+		"a.example.org. 300 IN PTR p.example.org.",
+		"a.example.org. 300 IN HINFO cpu os",
+		"b.example.org. 300 IN CNAME a.example.org.",
+		"c.example.org. 300 IN A 192.0.2.3",
+	)
+	want := make([]string, len(in))
+	for i, rr := range in {
+		want[i] = rr.String()
+	}
+	z := load(t, "example.org.", exampleOrg)
+	z.Load(in)
+	for i, rr := range in {
+		if rr.String() != want[i] {
+			t.Errorf("the zone changed an RR it was given: %s, was %s", rr, want[i])
+		}
+	}
+	v := z.load()
+	kept := 0
+	for _, name := range []string{"a.example.org.", "b.example.org.", "c.example.org."} {
+		n := v.names.get(name)
+		if n == nil || n.wire == nil {
+			t.Fatalf("%s: no packed node", name)
+		}
+		for _, rr := range n.rrs {
+			kept++
+			if !slices.ContainsFunc(want, func(s string) bool { return s == rr.String() }) {
+				t.Errorf("%s: the zone holds %s, not given", name, rr)
+			}
+			if slices.Contains(in, rr) {
+				if _, ok := rr.(*dns.HINFO); !ok {
+					t.Errorf("%s: %s is the RR given, not a copy", name, rr)
+				}
+				continue
+			}
+			if unsafe.StringData(rr.Header().Name) != unsafe.StringData(n.name) {
+				t.Errorf("%s: the copy of %s does not share the node's name", name, rr)
+			}
+		}
+	}
+	if kept != len(in) {
+		t.Errorf("the zone holds %d of the %d RRs", kept, len(in))
+	}
 }

@@ -216,38 +216,41 @@ func (p *packer) pack(rrs []dns.RR) ([]byte, bool) {
 	return b[12:], true
 }
 
-// packNode returns the packed form of n's RRs, or nil. It allocates the
-// packed octets once, at their size; ed is the write's, whose packer it
-// uses.
-func packNode(n *node, ed *edit) *byte {
+// packNode returns the packed form of n's RRs, and n's name in the same
+// allocation (after the RRs): a query reads both, and the collector marks
+// one object, not two. It returns nil and "" when n has no RRs or they do
+// not pack. ed is the write's, whose packer it uses.
+func packNode(n *node, ed *edit) (*byte, string) {
 	if len(n.rrs) == 0 {
-		return nil
+		return nil, ""
 	}
 	var nb [256]byte
 	owner, ok := appendWireName(nb[:0], n.name)
 	if !ok {
-		return nil
+		return nil, ""
 	}
 	size := 2
 	for _, rr := range n.rrs {
 		if rr.Header().Name != n.name {
-			return nil
+			return nil, ""
 		}
 		size += dns.Len(rr) - len(owner)
 	}
 	if size-2 > 0xffff {
-		return nil
+		return nil, ""
 	}
-	out := make([]byte, 2, size)
+	out := make([]byte, 2, size+len(n.name))
 	for i := range n.rrs {
 		b, ok := ed.pk.pack(n.rrs[i : i+1]) // the RR with its owner
 		if !ok || len(b) < len(owner) || string(b[:len(owner)]) != string(owner) || len(out)+len(b)-len(owner) > size {
-			return nil
+			return nil, ""
 		}
 		out = append(out, b[len(owner):]...)
 	}
 	binary.BigEndian.PutUint16(out, uint16(len(out)-2))
-	return &out[0]
+	name := out[len(out):]
+	name = append(name, n.name...)
+	return &out[0], unsafe.String(unsafe.SliceData(name), len(name))
 }
 
 // wireOf returns the packed RRs of n, nil if it has none.
