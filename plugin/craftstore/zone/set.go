@@ -124,19 +124,20 @@ func (v *view) set(key string, rrs []dns.RR) {
 	v.count(n)
 }
 
-// count adds n's data to the zone's counters and sets its data flags.
+// count adds n's data to the zone's counters and sets its data flags. It
+// replaces n in v with the node made for queries (dataNode), when its RRs
+// pack.
 func (v *view) count(n *node) {
 	if len(n.rrs) == 0 {
 		return
 	}
 	n.flags |= nodeFlags(n.rrs, n == v.apex)
-	if w, name := packNode(n, v.ed); w != nil {
-		// n.rrs is this write's own array (Set's sorted copy, Load's
-		// appends): its RRs can be replaced in place.
-		n.wire, n.name = w, name
-		for i, rr := range n.rrs {
-			n.rrs[i] = withOwner(rr, name)
+	if d := dataNode(n, v.ed); d != nil {
+		v.names.set(v.ed, d.name, d)
+		if n == v.apex {
+			v.apex = d
 		}
+		n = d
 	}
 	v.records += len(n.rrs)
 	v.named++
@@ -255,24 +256,18 @@ func dedup(rrs []dns.RR) []dns.RR {
 func byType(a, b dns.RR) int { return int(a.Header().Rrtype) - int(b.Header().Rrtype) }
 
 // withOwner returns rr, or for the common types a copy of it whose owner is
-// name (equal to rr's, the node's name in its packed allocation) and whose
-// address is held in the copy itself: a name holding one A record is then
-// three objects for the collector to mark (node, packed octets, RR), not
-// six. rr itself is left alone: other zones may hold it.
+// name (equal to rr's: the node's name, in its block) and whose address is
+// held in the copy itself. rr itself is left alone: other zones may hold
+// it.
 func withOwner(rr dns.RR, name string) dns.RR {
 	switch rr := rr.(type) {
 	case *dns.A:
-		c := new(struct {
-			rr dns.A
-			ip [net.IPv4len]byte
-		})
-		c.rr = *rr
-		if ip := rr.A.To4(); ip != nil {
-			c.ip = [net.IPv4len]byte(ip)
-			c.rr.A = c.ip[:]
+		if rr.A.To4() == nil {
+			return rr
 		}
-		c.rr.Hdr.Name = name
-		return &c.rr
+		c := new(aRR)
+		c.set(rr, name)
+		return &c.A
 	case *dns.AAAA:
 		c := new(struct {
 			rr dns.AAAA

@@ -2,6 +2,7 @@ package zone
 
 import (
 	"encoding/binary"
+	"net"
 	"slices"
 	"strings"
 	"unsafe"
@@ -216,41 +217,152 @@ func (p *packer) pack(rrs []dns.RR) ([]byte, bool) {
 	return b[12:], true
 }
 
-// packNode returns the packed form of n's RRs, and n's name in the same
-// allocation (after the RRs): a query reads both, and the collector marks
-// one object, not two. It returns nil and "" when n has no RRs or they do
-// not pack. ed is the write's, whose packer it uses.
-func packNode(n *node, ed *edit) (*byte, string) {
+// dataNode returns a copy of n (this write's, holding RRs) made for
+// queries: n's fields, its packed RRs, its name after them, and when n
+// holds a single RR that RR too, all in one allocation (a block, below). A
+// query reads the node, the name and the packed RRs from adjacent memory,
+// and the collector marks one object per name where it marked six. The
+// RRs kept are copies that share the node's name (withOwner); those given
+// are left alone. It returns nil when n's RRs do not pack (see above).
+func dataNode(n *node, ed *edit) *node {
 	if len(n.rrs) == 0 {
-		return nil, ""
+		return nil
 	}
 	var nb [256]byte
 	owner, ok := appendWireName(nb[:0], n.name)
 	if !ok {
-		return nil, ""
+		return nil
 	}
 	size := 2
 	for _, rr := range n.rrs {
 		if rr.Header().Name != n.name {
-			return nil, ""
+			return nil
 		}
 		size += dns.Len(rr) - len(owner)
 	}
 	if size-2 > 0xffff {
-		return nil, ""
+		return nil
 	}
-	out := make([]byte, 2, size+len(n.name))
+	var one *dns.A
+	if a, ok := n.rrs[0].(*dns.A); ok && len(n.rrs) == 1 && a.A.To4() != nil {
+		one = a
+	}
+	b, slot, a, tail := newBlock(size+len(n.name), one != nil)
+	if b == nil {
+		// Too large for a block: the node, its RRs and its octets apart.
+		b, tail = new(node), make([]byte, size+len(n.name))
+	}
+	out := tail[:2]
 	for i := range n.rrs {
-		b, ok := ed.pk.pack(n.rrs[i : i+1]) // the RR with its owner
-		if !ok || len(b) < len(owner) || string(b[:len(owner)]) != string(owner) || len(out)+len(b)-len(owner) > size {
-			return nil, ""
+		p, ok := ed.pk.pack(n.rrs[i : i+1]) // the RR with its owner
+		if !ok || len(p) < len(owner) || string(p[:len(owner)]) != string(owner) || len(out)+len(p)-len(owner) > size {
+			return nil
 		}
-		out = append(out, b[len(owner):]...)
+		out = append(out, p[len(owner):]...)
 	}
 	binary.BigEndian.PutUint16(out, uint16(len(out)-2))
-	name := out[len(out):]
-	name = append(name, n.name...)
-	return &out[0], unsafe.String(unsafe.SliceData(name), len(name))
+	name := append(out[len(out):len(out)], n.name...)
+	*b = node{
+		name:  unsafe.String(unsafe.SliceData(name), len(name)),
+		wire:  &out[0],
+		kids:  n.kids,
+		flags: n.flags,
+		ed:    ed,
+	}
+	switch {
+	case a != nil:
+		a.set(one, b.name)
+		slot[0] = &a.A
+		b.rrs = slot[:]
+	case slot != nil && len(n.rrs) == 1:
+		slot[0] = withOwner(n.rrs[0], b.name)
+		b.rrs = slot[:]
+	default:
+		// n.rrs is this write's own array (Set's sorted copy, Load's
+		// appends): its RRs can be replaced in place.
+		for i, rr := range n.rrs {
+			n.rrs[i] = withOwner(rr, b.name)
+		}
+		b.rrs = n.rrs
+	}
+	return b
+}
+
+// aRR is an A record with its address: one allocation.
+type aRR struct {
+	dns.A
+	ip [net.IPv4len]byte
+}
+
+// set makes r a copy of rr (its address IPv4) owned by name.
+func (r *aRR) set(rr *dns.A, name string) {
+	r.A = *rr
+	r.ip = [net.IPv4len]byte(rr.A.To4())
+	r.A.A = r.ip[:]
+	r.Hdr.Name = name
+}
+
+// block is a node allocated with room for one RR and a tail of octets (T
+// is a byte array); blockA has room for an A record too.
+type block[T any] struct {
+	n    node
+	slot [1]dns.RR
+	tail T
+}
+
+type blockA[T any] struct {
+	n    node
+	slot [1]dns.RR
+	a    aRR
+	tail T
+}
+
+func newPlain[T any]() (*node, *[1]dns.RR, *aRR, []byte) {
+	b := new(block[T])
+	return &b.n, &b.slot, nil, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
+}
+
+func newWithA[T any]() (*node, *[1]dns.RR, *aRR, []byte) {
+	b := new(blockA[T])
+	return &b.n, &b.slot, &b.a, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
+}
+
+// newBlock returns a node in a block whose tail holds at least n octets,
+// with an A record's room when withA; nil when n is large. The tails'
+// sizes make the blocks fill the runtime's size classes.
+func newBlock(n int, withA bool) (*node, *[1]dns.RR, *aRR, []byte) {
+	if withA {
+		switch {
+		case n <= 36:
+			return newWithA[[36]byte]()
+		case n <= 52:
+			return newWithA[[52]byte]()
+		case n <= 68:
+			return newWithA[[68]byte]()
+		case n <= 84:
+			return newWithA[[84]byte]()
+		case n <= 116:
+			return newWithA[[116]byte]()
+		}
+		// A long name: its A record apart.
+	}
+	switch {
+	case n <= 32:
+		return newPlain[[32]byte]()
+	case n <= 48:
+		return newPlain[[48]byte]()
+	case n <= 64:
+		return newPlain[[64]byte]()
+	case n <= 96:
+		return newPlain[[96]byte]()
+	case n <= 128:
+		return newPlain[[128]byte]()
+	case n <= 176:
+		return newPlain[[176]byte]()
+	case n <= 272:
+		return newPlain[[272]byte]()
+	}
+	return nil, nil, nil, nil
 }
 
 // wireOf returns the packed RRs of n, nil if it has none.
