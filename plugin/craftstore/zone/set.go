@@ -89,11 +89,11 @@ func (z *Zone) Load(rrs []dns.RR) {
 // exist.
 func (v *view) mine(key string) *node {
 	n := v.names.get(key)
-	if n == nil || n.ed == v.ed {
+	if n == nil || n.ed == v.ed.id {
 		return n
 	}
 	c := *n
-	c.ed = v.ed
+	c.ed = v.ed.id
 	c.rrs = c.rrs[:len(c.rrs):len(c.rrs)] // an append must not write into the original's array
 	v.names.set(v.ed, key, &c)
 	if n == v.apex {
@@ -164,13 +164,13 @@ func (v *view) uncount(n *node) {
 		v.dnames--
 	}
 	n.flags &^= fCut | fCNAME | fDNAME
-	n.wire = nil
+	n.wlen = 0
 }
 
 // insert adds an empty node for key, and empty non-terminals for its
 // missing ancestors, maintaining the child counts. key is below the apex.
 func (v *view) insert(key string) *node {
-	n := &node{name: key, ed: v.ed}
+	n := &node{name: key, ed: v.ed.id}
 	v.names.set(v.ed, key, n)
 	pk := parentKey(key)
 	p := v.mine(pk)
@@ -265,9 +265,14 @@ func withOwner(rr dns.RR, name string) dns.RR {
 		if rr.A.To4() == nil {
 			return rr
 		}
-		c := new(aRR)
-		c.set(rr, name)
-		return &c.A
+		c := new(struct {
+			rr dns.A
+			ip [net.IPv4len]byte
+		})
+		c.rr = *rr
+		c.ip = [net.IPv4len]byte(rr.A.To4())
+		c.rr.A, c.rr.Hdr.Name = c.ip[:], name
+		return &c.rr
 	case *dns.AAAA:
 		c := new(struct {
 			rr dns.AAAA

@@ -279,7 +279,7 @@ func TestWithOwner(t *testing.T) {
 	kept := 0
 	for _, name := range []string{"a.example.org.", "b.example.org.", "c.example.org."} {
 		n := v.names.get(name)
-		if n == nil || n.wire == nil {
+		if n == nil || n.wlen == 0 {
 			t.Fatalf("%s: no packed node", name)
 		}
 		for _, rr := range n.rrs {

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"slices"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -23,16 +24,23 @@ type trie struct {
 	n    int // names
 }
 
-// edit is a write's token. It must not be zero-sized (pointers to distinct
-// zero-sized values may be equal): it holds the write's packer.
+// edit is a write's token. The nodes a write makes hold its id, not a
+// pointer to it: a pointer more in every node would be one more for the
+// garbage collector to follow in every cycle.
 type edit struct {
-	pk packer // packs the write's RRs (packNode)
+	id uint64 // unique in the process, never 0
+	pk packer // packs the write's RRs (dataNode)
 }
+
+// edits numbers the writes.
+var edits atomic.Uint64
+
+func newEdit() *edit { return &edit{id: edits.Add(1)} }
 
 type tnode struct {
 	bitmap uint64 // which of the 64 slots hold an entry; unused at the bottom
 	ents   []tent // the entries of the set slots, in slot order
-	ed     *edit  // the write that made this node
+	ed     uint64 // the id of the write that made this node
 }
 
 // tent is a name (its node, which holds the name) or a sub-trie (child):
@@ -99,7 +107,7 @@ func (t *trie) set(ed *edit, key string, val *node) {
 // mine returns n if ed made it, else a copy of n that ed makes, with room
 // for one more entry.
 func (n *tnode) mine(ed *edit) *tnode {
-	if n.ed == ed {
+	if n.ed == ed.id {
 		return n
 	}
 	if len(n.ents) >= 1<<trieBits {
@@ -168,7 +176,7 @@ func newTnode(ed *edit, bitmap uint64, ents []tent, extra int) *tnode {
 	default: // a collision list longer than 64
 		t = &tnode{ents: make([]tent, 0, n)}
 	}
-	t.bitmap, t.ed = bitmap, ed
+	t.bitmap, t.ed = bitmap, ed.id
 	t.ents = append(t.ents, ents...)
 	return t
 }

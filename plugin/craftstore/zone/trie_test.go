@@ -21,7 +21,7 @@ func TestTrie(t *testing.T) {
 	}
 	var snaps []snap
 	for round := range 40 {
-		ed := &edit{}
+		ed := newEdit()
 		for range 500 {
 			k := fmt.Sprintf("n%d.example.org.", rnd.IntN(3000))
 			if rnd.IntN(3) == 0 {
@@ -68,11 +68,11 @@ func TestTrie(t *testing.T) {
 	// a node's 64 slots, written by several edits (a later edit copies the
 	// list, full or not, and grows it).
 	const colliding = 70
-	ed := &edit{}
+	ed := newEdit()
 	var bottom *tnode
 	for i := range colliding {
 		if i%16 == 0 {
-			ed = &edit{}
+			ed = newEdit()
 		}
 		bottom, _ = assoc(bottom, ed, trieLeaf, 42, fmt.Sprint(i), &node{name: fmt.Sprint(i), kids: uint32(i)})
 	}
@@ -85,7 +85,7 @@ func TestTrie(t *testing.T) {
 		}
 	}
 	for i := range colliding {
-		bottom, _ = assoc(bottom, &edit{}, trieLeaf, 42, fmt.Sprint(i), nil)
+		bottom, _ = assoc(bottom, newEdit(), trieLeaf, 42, fmt.Sprint(i), nil)
 	}
 	if bottom != nil {
 		t.Fatalf("collision list not empty after removing every name: %+v", bottom)

@@ -95,7 +95,7 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 			break
 		}
 		if set := encl.packedSet(q.Qtype); set.count > 0 {
-			if encl.wire == nil {
+			if encl.wlen == 0 {
 				return buf, 0, false // RRs not packed (owner spelt otherwise): Lookup
 			}
 			sets[nsets], nsets, ancount = set, nsets+1, ancount+int(set.count)
@@ -116,7 +116,7 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 		}
 		cname := encl.rrset(dns.TypeCNAME)
 		c, ok := cname[0].(*dns.CNAME)
-		if !ok || encl.wire == nil {
+		if !ok || encl.wlen == 0 {
 			return buf, 0, false
 		}
 		sets[nsets], nsets, ancount = encl.packedSet(dns.TypeCNAME), nsets+1, ancount+len(cname)
@@ -180,8 +180,8 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 	return buf, rcode, true
 }
 
-// A node's RRs are kept packed too (node.wire, made when the node's data is
-// set), each RR without its owner name, in the node's order:
+// A node's RRs are kept packed too (made when the node's data is set), each
+// RR without its owner name, in the node's order:
 //
 //	per RR: type, class, TTL, RDLENGTH, RDATA.
 //
@@ -191,9 +191,11 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 // canonical name (in upper case, say) has no wire, and its RRs are packed
 // when answered.
 //
-// The node keeps a pointer to the packed octets, which start with their
-// length (2 octets), instead of a slice: the node stays 64 bytes, one
-// cache line, which is what a query costs (TestNodeSize).
+// The packed octets come right before the node's name, in one allocation
+// (dataNode), and the node keeps their length (wlen) instead of a pointer
+// to them: the node stays under 64 bytes, one cache line, which is what a
+// query costs (TestNodeSize), and holds one pointer less for the garbage
+// collector to follow.
 
 // packer packs RRs uncompressed as the answer section of a message
 // (Msg.PackBuffer), reusing its message and buffer, and not with
@@ -233,26 +235,26 @@ func dataNode(n *node, ed *edit) *node {
 	if !ok {
 		return nil
 	}
-	size := 2
+	size := 0
 	for _, rr := range n.rrs {
 		if rr.Header().Name != n.name {
 			return nil
 		}
 		size += dns.Len(rr) - len(owner)
 	}
-	if size-2 > 0xffff {
+	if size > 0xffff {
 		return nil
 	}
 	var one *dns.A
 	if a, ok := n.rrs[0].(*dns.A); ok && len(n.rrs) == 1 && a.A.To4() != nil {
 		one = a
 	}
-	b, slot, a, tail := newBlock(size+len(n.name), one != nil)
+	b, slot, a, ip, tail := newBlock(size+len(n.name), one != nil)
 	if b == nil {
 		// Too large for a block: the node, its RRs and its octets apart.
 		b, tail = new(node), make([]byte, size+len(n.name))
 	}
-	out := tail[:2]
+	out := tail[:0]
 	for i := range n.rrs {
 		p, ok := ed.pk.pack(n.rrs[i : i+1]) // the RR with its owner
 		if !ok || len(p) < len(owner) || string(p[:len(owner)]) != string(owner) || len(out)+len(p)-len(owner) > size {
@@ -260,19 +262,20 @@ func dataNode(n *node, ed *edit) *node {
 		}
 		out = append(out, p[len(owner):]...)
 	}
-	binary.BigEndian.PutUint16(out, uint16(len(out)-2))
 	name := append(out[len(out):len(out)], n.name...)
 	*b = node{
 		name:  unsafe.String(unsafe.SliceData(name), len(name)),
-		wire:  &out[0],
+		wlen:  uint16(len(out)),
 		kids:  n.kids,
 		flags: n.flags,
-		ed:    ed,
+		ed:    ed.id,
 	}
 	switch {
 	case a != nil:
-		a.set(one, b.name)
-		slot[0] = &a.A
+		*a = *one
+		*ip = [net.IPv4len]byte(one.A.To4())
+		a.A, a.Hdr.Name = ip[:], b.name
+		slot[0] = a
 		b.rrs = slot[:]
 	case slot != nil && len(n.rrs) == 1:
 		slot[0] = withOwner(n.rrs[0], b.name)
@@ -288,20 +291,6 @@ func dataNode(n *node, ed *edit) *node {
 	return b
 }
 
-// aRR is an A record with its address: one allocation.
-type aRR struct {
-	dns.A
-	ip [net.IPv4len]byte
-}
-
-// set makes r a copy of rr (its address IPv4) owned by name.
-func (r *aRR) set(rr *dns.A, name string) {
-	r.A = *rr
-	r.ip = [net.IPv4len]byte(rr.A.To4())
-	r.A.A = r.ip[:]
-	r.Hdr.Name = name
-}
-
 // block is a node allocated with room for one RR and a tail of octets (T
 // is a byte array); blockA has room for an A record too.
 type block[T any] struct {
@@ -313,66 +302,68 @@ type block[T any] struct {
 type blockA[T any] struct {
 	n    node
 	slot [1]dns.RR
-	a    aRR
+	a    dns.A
+	ip   [net.IPv4len]byte // a's address
 	tail T
 }
 
-func newPlain[T any]() (*node, *[1]dns.RR, *aRR, []byte) {
+func newPlain[T any]() (*node, *[1]dns.RR, *dns.A, *[net.IPv4len]byte, []byte) {
 	b := new(block[T])
-	return &b.n, &b.slot, nil, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
+	return &b.n, &b.slot, nil, nil, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
 }
 
-func newWithA[T any]() (*node, *[1]dns.RR, *aRR, []byte) {
+func newWithA[T any]() (*node, *[1]dns.RR, *dns.A, *[net.IPv4len]byte, []byte) {
 	b := new(blockA[T])
-	return &b.n, &b.slot, &b.a, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
+	return &b.n, &b.slot, &b.a, &b.ip, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
 }
 
 // newBlock returns a node in a block whose tail holds at least n octets,
 // with an A record's room when withA; nil when n is large. The tails'
 // sizes make the blocks fill the runtime's size classes.
-func newBlock(n int, withA bool) (*node, *[1]dns.RR, *aRR, []byte) {
+func newBlock(n int, withA bool) (*node, *[1]dns.RR, *dns.A, *[net.IPv4len]byte, []byte) {
 	if withA {
 		switch {
-		case n <= 36:
-			return newWithA[[36]byte]()
-		case n <= 52:
-			return newWithA[[52]byte]()
-		case n <= 68:
-			return newWithA[[68]byte]()
-		case n <= 84:
-			return newWithA[[84]byte]()
-		case n <= 116:
-			return newWithA[[116]byte]()
+		case n <= 28:
+			return newWithA[[28]byte]()
+		case n <= 44:
+			return newWithA[[44]byte]()
+		case n <= 60:
+			return newWithA[[60]byte]()
+		case n <= 76:
+			return newWithA[[76]byte]()
+		case n <= 92:
+			return newWithA[[92]byte]()
+		case n <= 124:
+			return newWithA[[124]byte]()
 		}
 		// A long name: its A record apart.
 	}
 	switch {
-	case n <= 32:
-		return newPlain[[32]byte]()
-	case n <= 48:
-		return newPlain[[48]byte]()
-	case n <= 64:
-		return newPlain[[64]byte]()
-	case n <= 96:
-		return newPlain[[96]byte]()
-	case n <= 128:
-		return newPlain[[128]byte]()
-	case n <= 176:
-		return newPlain[[176]byte]()
-	case n <= 272:
-		return newPlain[[272]byte]()
+	case n <= 40:
+		return newPlain[[40]byte]()
+	case n <= 56:
+		return newPlain[[56]byte]()
+	case n <= 72:
+		return newPlain[[72]byte]()
+	case n <= 104:
+		return newPlain[[104]byte]()
+	case n <= 136:
+		return newPlain[[136]byte]()
+	case n <= 184:
+		return newPlain[[184]byte]()
+	case n <= 280:
+		return newPlain[[280]byte]()
 	}
-	return nil, nil, nil, nil
+	return nil, nil, nil, nil, nil
 }
 
-// wireOf returns the packed RRs of n, nil if it has none.
+// wireOf returns the packed RRs of n, nil if it has none: the wlen octets
+// before its name.
 func (n *node) wireOf() []byte {
-	if n.wire == nil {
+	if n.wlen == 0 {
 		return nil
 	}
-	head := unsafe.Slice(n.wire, 2)
-	l := int(binary.BigEndian.Uint16(head))
-	return unsafe.Slice(n.wire, 2+l)[2:]
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.StringData(n.name)), -int(n.wlen))), n.wlen)
 }
 
 // appendWireName appends name (presentation form, fully qualified) in wire

@@ -2,6 +2,7 @@ package zone
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -184,6 +185,31 @@ func TestAppendReplyTruncates(t *testing.T) {
 func TestNodeSize(t *testing.T) {
 	if s := unsafe.Sizeof(node{}); s > 64 {
 		t.Errorf("a node is %d bytes, over one 64-byte cache line", s)
+	}
+}
+
+// TestBlockSizes checks that a block has room for the octets asked for and
+// fills one of the runtime's size classes: a block a few bytes over a class
+// takes the next one, and wastes the difference in every name.
+func TestBlockSizes(t *testing.T) {
+	classes := []uintptr{112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320, 352}
+	for _, withA := range []bool{false, true} {
+		for n := 1; ; n++ {
+			b, slot, a, ip, tail := newBlock(n, withA)
+			if b == nil {
+				if n <= 256 {
+					t.Errorf("no block for %d octets", n)
+				}
+				break
+			}
+			if len(tail) < n || slot == nil || (a != nil) != (withA && n <= 124) || (ip != nil) != (a != nil) {
+				t.Fatalf("block for %d octets (A %t): tail %d, slot %v, A %v", n, withA, len(tail), slot != nil, a != nil)
+			}
+			size := uintptr(unsafe.Pointer(unsafe.SliceData(tail))) + uintptr(len(tail)) - uintptr(unsafe.Pointer(b))
+			if !slices.Contains(classes, size) {
+				t.Errorf("block for %d octets (A %t): %d bytes, not a size class", n, withA, size)
+			}
+		}
 	}
 }
 

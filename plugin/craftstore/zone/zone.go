@@ -63,10 +63,10 @@ type view struct {
 type node struct {
 	name  string   // canonical
 	rrs   []dns.RR // all RRs at the name, sorted by type; nil for an ENT
-	wire  *byte    // rrs packed, after their length (wire.go); nil if not
+	ed    uint64   // the id of the write that made this node: only it may change it
 	kids  uint32   // number of child names in the trie: the ENT reference count
+	wlen  uint16   // length of rrs packed, right before name (wire.go); 0 if not
 	flags uint8
-	ed    *edit // the write that made this node: only it may change it
 }
 
 const (
@@ -80,8 +80,8 @@ const (
 // New returns an empty zone for origin (any case; stored canonical lower-case FQDN).
 func New(origin string) *Zone {
 	o := dnsname.Lower(dns.Fqdn(origin))
-	ed := &edit{}
-	v := &view{origin: o, apex: &node{name: o, ed: ed}, ed: ed}
+	ed := newEdit()
+	v := &view{origin: o, apex: &node{name: o, ed: ed.id}, ed: ed}
 	v.names.set(ed, o, v.apex)
 	z := &Zone{origin: o}
 	z.v.Store(v)
@@ -97,7 +97,7 @@ func (z *Zone) write(fn func(v *view)) {
 	z.wmu.Lock()
 	defer z.wmu.Unlock()
 	next := *z.v.Load()
-	next.ed = &edit{}
+	next.ed = newEdit()
 	fn(&next)
 	z.v.Store(&next)
 }
