@@ -102,31 +102,52 @@ func (v *view) mine(key string) *node {
 	return &c
 }
 
-// set replaces the data at key.
+// set replaces the data at key. The node that holds the new data is made
+// once, in its block (dataNode), from a draft on the stack: the old node is
+// not copied first.
 func (v *view) set(key string, rrs []dns.RR) {
-	n := v.mine(key)
-	if n != nil {
+	old := v.names.get(key)
+	if len(rrs) == 0 {
+		if old == nil || len(old.rrs) == 0 {
+			return
+		}
+		n := v.mine(key)
 		v.uncount(n)
 		n.rrs = nil
-	}
-	if len(rrs) == 0 {
-		if n != nil && n.kids == 0 && n != v.apex {
+		if n.kids == 0 && n != v.apex {
 			v.remove(key)
-		} else if n != nil {
+		} else {
 			n.name = key // an empty non-terminal: not the old data's allocation
 		}
 		return
 	}
-	if n == nil {
-		n = v.insert(key)
+	draft := node{name: key, rrs: rrs, ed: v.ed.id}
+	apex := old != nil && old == v.apex
+	if old != nil {
+		v.discount(old)
+		draft.kids, draft.flags = old.kids, old.flags&^(fCut|fCNAME|fDNAME)
 	}
-	n.rrs = rrs
-	v.count(n)
+	draft.flags |= nodeFlags(rrs, apex)
+	n := dataNode(&draft, v.ed)
+	if n == nil {
+		c := draft // RRs that do not pack: a plain node
+		n = &c
+	}
+	switch {
+	case old == nil:
+		v.link(key, n)
+	case apex:
+		v.apex = n
+		fallthrough
+	default:
+		v.names.set(v.ed, key, n)
+	}
+	v.tally(n)
 }
 
-// count adds n's data to the zone's counters and sets its data flags. It
-// replaces n in v with the node made for queries (dataNode), when its RRs
-// pack.
+// count adds n's data (Load's) to the zone's counters and sets its data
+// flags. It replaces n in v with the node made for queries (dataNode), when
+// its RRs pack.
 func (v *view) count(n *node) {
 	if len(n.rrs) == 0 {
 		return
@@ -139,6 +160,11 @@ func (v *view) count(n *node) {
 		}
 		n = d
 	}
+	v.tally(n)
+}
+
+// tally adds n's data to the zone's counters.
+func (v *view) tally(n *node) {
 	v.records += len(n.rrs)
 	v.named++
 	if n.flags&fCut != 0 {
@@ -149,9 +175,8 @@ func (v *view) count(n *node) {
 	}
 }
 
-// uncount removes n's data from the zone's counters and clears its data
-// flags; n.rrs is left alone.
-func (v *view) uncount(n *node) {
+// discount removes n's data from the zone's counters; n is left alone.
+func (v *view) discount(n *node) {
 	if len(n.rrs) == 0 {
 		return
 	}
@@ -163,6 +188,15 @@ func (v *view) uncount(n *node) {
 	if n.flags&fDNAME != 0 {
 		v.dnames--
 	}
+}
+
+// uncount removes n's data from the zone's counters and clears its data
+// flags; n.rrs is left alone.
+func (v *view) uncount(n *node) {
+	if len(n.rrs) == 0 {
+		return
+	}
+	v.discount(n)
 	n.flags &^= fCut | fCNAME | fDNAME
 	n.wlen = 0
 }
@@ -171,6 +205,14 @@ func (v *view) uncount(n *node) {
 // missing ancestors, maintaining the child counts. key is below the apex.
 func (v *view) insert(key string) *node {
 	n := &node{name: key, ed: v.ed.id}
+	v.link(key, n)
+	return n
+}
+
+// link adds n (this write's) at key, which does not exist, and empty
+// non-terminals for its missing ancestors, maintaining the child counts.
+// key is below the apex.
+func (v *view) link(key string, n *node) {
 	v.names.set(v.ed, key, n)
 	pk := parentKey(key)
 	p := v.mine(pk)
@@ -181,7 +223,6 @@ func (v *view) insert(key string) *node {
 	if isWildcard(key) {
 		p.flags |= fWild
 	}
-	return n
 }
 
 // remove deletes the node at key, which holds no data and has no children,
