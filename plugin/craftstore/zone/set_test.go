@@ -235,9 +235,9 @@ func wildFlags(z *Zone) int {
 	var walk func(t *tnode)
 	walk = func(t *tnode) {
 		for _, e := range t.ents {
-			if e.child != nil {
-				walk(e.child)
-			} else if e.val.flags&fWild != 0 {
+			if c := e.child(); c != nil {
+				walk(c)
+			} else if e.val().flags&fWild != 0 {
 				n++
 			}
 		}

@@ -43,11 +43,49 @@ type tnode struct {
 	ed     uint64 // the id of the write that made this node
 }
 
-// tent is a name (its node, which holds the name) or a sub-trie (child):
-// 16 bytes, so that the nodes a write copies stay small.
+// tent is a name (its node, which holds the name) or a sub-trie: 16
+// bytes, so that the nodes a write copies stay small. A sub-trie's entry
+// holds the sub-trie's bitmap too, and a trie node's entries follow its
+// header at entsAt: a lookup reads a level's entry without reading the
+// level's header, one cache line a level instead of two.
 type tent struct {
-	child *tnode
-	val   *node
+	p    unsafe.Pointer // *tnode when bits is not 0, else *node
+	bits uint64         // the sub-trie's bitmap (1 for a collision list); 0: a name
+}
+
+// child returns the sub-trie of e, nil if e is a name.
+func (e tent) child() *tnode {
+	if e.bits == 0 {
+		return nil
+	}
+	return (*tnode)(e.p)
+}
+
+// val returns the name of e, nil if e is a sub-trie.
+func (e tent) val() *node {
+	if e.bits != 0 {
+		return nil
+	}
+	return (*node)(e.p)
+}
+
+func nameEnt(v *node) tent { return tent{p: unsafe.Pointer(v)} }
+
+func childEnt(c *tnode) tent {
+	b := c.bitmap
+	if b == 0 {
+		b = 1 // a collision list, which has no bitmap
+	}
+	return tent{p: unsafe.Pointer(c), bits: b}
+}
+
+// entsAt is where a trie node's entries start in its allocation (newTnode),
+// for every node above the collision lists.
+const entsAt = unsafe.Offsetof(tnode1{}.a)
+
+type tnode1 struct {
+	t tnode
+	a [1]tent
 }
 
 var trieSeed = maphash.MakeSeed()
@@ -71,29 +109,33 @@ func (t *trie) getBytes(key []byte) *node {
 
 func (t *trie) find(h uint64, key string) *node {
 	n := t.root
-	for shift := uint(0); n != nil; shift += trieBits {
+	if n == nil {
+		return nil
+	}
+	p, bitmap := unsafe.Pointer(n), n.bitmap
+	for shift := uint(0); ; shift += trieBits {
 		if shift >= trieLeaf {
+			n := (*tnode)(p)
 			for i := range n.ents {
-				if n.ents[i].val.name == key {
-					return n.ents[i].val
+				if v := n.ents[i].val(); v.name == key {
+					return v
 				}
 			}
 			return nil
 		}
 		bit := uint64(1) << ((h >> shift) & trieSlots)
-		if n.bitmap&bit == 0 {
+		if bitmap&bit == 0 {
 			return nil
 		}
-		e := &n.ents[bits.OnesCount64(n.bitmap&(bit-1))]
-		if e.child == nil {
-			if e.val.name == key {
-				return e.val
+		e := (*tent)(unsafe.Add(p, entsAt+uintptr(bits.OnesCount64(bitmap&(bit-1)))*unsafe.Sizeof(tent{})))
+		if e.bits == 0 {
+			if v := (*node)(e.p); v.name == key {
+				return v
 			}
 			return nil
 		}
-		n = e.child
+		p, bitmap = e.p, e.bits
 	}
-	return nil
 }
 
 // set makes key map to val (nil: removes key) in t, changing in place only
@@ -185,7 +227,13 @@ func newTnode(ed *edit, bitmap uint64, ents []tent, extra int) *tnode {
 // m has no room.
 func (m *tnode) insert(ed *edit, i int, e tent) *tnode {
 	if len(m.ents) == cap(m.ents) {
-		m = newTnode(ed, m.bitmap, m.ents, 1+len(m.ents)) // doubles
+		grow := len(m.ents) + 1 // doubles
+		if len(m.ents) < 1<<trieBits {
+			// Up to a full node, its entries with it (entsAt); only a
+			// collision list grows past that.
+			grow = min(grow, 1<<trieBits-len(m.ents))
+		}
+		m = newTnode(ed, m.bitmap, m.ents, grow)
 	}
 	m.ents = slices.Insert(m.ents, i, e)
 	return m
@@ -202,7 +250,7 @@ func assoc(n *tnode, ed *edit, shift uint, h uint64, key string, val *node) (*tn
 	}
 	if shift >= trieLeaf {
 		for i := range n.ents {
-			if n.ents[i].val.name != key {
+			if n.ents[i].val().name != key {
 				continue
 			}
 			m := n.mine(ed)
@@ -213,14 +261,14 @@ func assoc(n *tnode, ed *edit, shift uint, h uint64, key string, val *node) (*tn
 				}
 				return m, -1
 			}
-			m.ents[i].val = val
+			m.ents[i] = nameEnt(val)
 			return m, 0
 		}
 		if val == nil {
 			return n, 0
 		}
 		m := n.mine(ed)
-		return m.insert(ed, len(m.ents), tent{val: val}), 1
+		return m.insert(ed, len(m.ents), nameEnt(val)), 1
 	}
 	bit := uint64(1) << ((h >> shift) & trieSlots)
 	i := bits.OnesCount64(n.bitmap & (bit - 1))
@@ -228,43 +276,47 @@ func assoc(n *tnode, ed *edit, shift uint, h uint64, key string, val *node) (*tn
 		if val == nil {
 			return n, 0
 		}
-		m := n.mine(ed).insert(ed, i, tent{val: val})
+		m := n.mine(ed).insert(ed, i, nameEnt(val))
 		m.bitmap |= bit
 		return m, 1
 	}
 	e := n.ents[i]
-	switch {
-	case e.child != nil:
-		c, delta := assoc(e.child, ed, shift+trieBits, h, key, val)
-		if c == e.child {
+	if c0 := e.child(); c0 != nil {
+		c, delta := assoc(c0, ed, shift+trieBits, h, key, val)
+		if c == c0 && childEnt(c) == e {
+			// Unchanged, or changed in place without a new bitmap. A
+			// child changed in place is ed's, so n is ed's too (ed
+			// copied the path to it): a new bitmap is written in n.
 			return n, delta
 		}
 		m := n.mine(ed)
 		switch {
 		case c == nil:
 			return m.drop(i, bit), delta
-		case len(c.ents) == 1 && c.ents[0].child == nil:
+		case len(c.ents) == 1 && c.ents[0].bits == 0:
 			m.ents[i] = c.ents[0] // one name left below: it moves up
 		default:
-			m.ents[i].child = c
+			m.ents[i] = childEnt(c)
 		}
 		return m, delta
-	case e.val.name == key:
+	}
+	if old := e.val(); old.name == key {
 		m := n.mine(ed)
 		if val == nil {
 			return m.drop(i, bit), -1
 		}
-		m.ents[i].val = val
+		m.ents[i] = nameEnt(val)
 		return m, 0
 	}
 	// Another name holds the slot: both go one level down.
 	if val == nil {
 		return n, 0
 	}
-	c, _ := assoc(nil, ed, shift+trieBits, maphash.String(trieSeed, e.val.name), e.val.name, e.val)
+	old := e.val()
+	c, _ := assoc(nil, ed, shift+trieBits, maphash.String(trieSeed, old.name), old.name, old)
 	c, _ = assoc(c, ed, shift+trieBits, h, key, val)
 	m := n.mine(ed)
-	m.ents[i] = tent{child: c}
+	m.ents[i] = childEnt(c)
 	return m, 1
 }
 

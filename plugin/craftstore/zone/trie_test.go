@@ -2,8 +2,10 @@ package zone
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestTrie: random sets and removals agree with a map; a version taken
@@ -36,6 +38,7 @@ func TestTrie(t *testing.T) {
 		if tr.n != len(want) {
 			t.Fatalf("round %d: %d names, want %d", round, tr.n, len(want))
 		}
+		checkTrie(t, tr.root, 0)
 		for k, v := range want {
 			if got := tr.get(k); got != v {
 				t.Fatalf("round %d: %s: got %p, want %p", round, k, got, v)
@@ -57,6 +60,7 @@ func TestTrie(t *testing.T) {
 		snaps = append(snaps, snap{tr, w})
 	}
 	for i, s := range snaps {
+		checkTrie(t, s.t.root, 0)
 		for k, v := range s.want {
 			if s.t.get(k) != v {
 				t.Fatalf("version %d changed by a later write: %s", i, k)
@@ -80,7 +84,7 @@ func TestTrie(t *testing.T) {
 		t.Fatalf("collision list of %d names, want %d", len(bottom.ents), colliding)
 	}
 	for i := range colliding {
-		if n := (&trie{root: &tnode{bitmap: 1, ents: []tent{{child: bottom}}}}).findAt(bottom, fmt.Sprint(i)); n == nil || n.kids != uint32(i) {
+		if n := findAt(bottom, fmt.Sprint(i)); n == nil || n.kids != uint32(i) {
 			t.Fatalf("collision list: %d not found", i)
 		}
 	}
@@ -93,11 +97,45 @@ func TestTrie(t *testing.T) {
 }
 
 // findAt looks key up in the collision list n.
-func (t *trie) findAt(n *tnode, key string) *node {
+func findAt(n *tnode, key string) *node {
 	for i := range n.ents {
-		if n.ents[i].val.name == key {
-			return n.ents[i].val
+		if v := n.ents[i].val(); v.name == key {
+			return v
 		}
 	}
 	return nil
+}
+
+// checkTrie checks what find relies on: above the collision lists, a trie
+// node's entries are where entsAt says and its bitmap has a bit per entry,
+// and an entry for a sub-trie holds the sub-trie's bitmap (1 for a list).
+func checkTrie(t *testing.T, n *tnode, shift uint) {
+	t.Helper()
+	if n == nil {
+		return
+	}
+	if shift >= trieLeaf {
+		for _, e := range n.ents {
+			if e.bits != 0 {
+				t.Fatalf("collision list at shift %d holds a sub-trie", shift)
+			}
+		}
+		return
+	}
+	if len(n.ents) == 0 || bits.OnesCount64(n.bitmap) != len(n.ents) {
+		t.Fatalf("trie node at shift %d: %d entries, bitmap %x", shift, len(n.ents), n.bitmap)
+	}
+	if got := uintptr(unsafe.Pointer(unsafe.SliceData(n.ents))) - uintptr(unsafe.Pointer(n)); got != entsAt {
+		t.Fatalf("trie node at shift %d: entries at %d from its start, not %d", shift, got, entsAt)
+	}
+	for _, e := range n.ents {
+		c := e.child()
+		if c == nil {
+			continue
+		}
+		if want := childEnt(c).bits; e.bits != want {
+			t.Fatalf("entry at shift %d: bitmap %x, its sub-trie's %x", shift, e.bits, want)
+		}
+		checkTrie(t, c, shift+trieBits)
+	}
 }
