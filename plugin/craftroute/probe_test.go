@@ -85,8 +85,13 @@ func TestProbeKeepsDeadDown(t *testing.T) {
 	if got := memberMetric(probeCount.WithLabelValues(m.Shard, m.Addr, "fail")); got < 2 {
 		t.Errorf("expected probes_total{result=fail} ≥ 2, got %v", got)
 	}
-	if good.soa.Load() > 1 {
-		t.Errorf("expected the live member probed only by the first round, got %d probes", good.soa.Load())
+	// The live member is probed by the first round, and again only while
+	// it is down: after a probe of it failed, which on a loaded machine
+	// (the race detector, other packages' tests) one that took longer than
+	// the 20 ms interval does. Not every round.
+	live := s.Members[1]
+	if got, failed := good.soa.Load(), memberMetric(probeCount.WithLabelValues(live.Shard, live.Addr, "fail")); float64(got) > 1+failed {
+		t.Errorf("expected the live member probed only by the first round and after a failed probe of it, got %d probes, %v failed", got, failed)
 	}
 
 	stop()
