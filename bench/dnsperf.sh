@@ -8,7 +8,10 @@
 #
 # Knobs (environment): RECORDS (100000), QUERIES (200000 lines), DURATION
 # (seconds per run, 10), ROUNDS (3), WARMUP (seconds of queries each server
-# answers before the rounds, not measured: 5), CLIENTS (dnsperf -c, 4), OUTSTANDING
+# answers before the rounds, not measured: 5), BASE_BINARY (another build:
+# a second craftstore member, "base", from that binary takes its turn in
+# every round after craftstore, and the ratios of each round's runs
+# compare the two builds side by side; unset: none), CLIENTS (dnsperf -c, 4), OUTSTANDING
 # (dnsperf -q, 200), SERVER_CPU (0), LOAD_CPU (1), COREDNS_BINARY, KEEP=1.
 #
 # It fails when a server does not start or load the zone, when any answer
@@ -48,6 +51,25 @@ EOF
 start craftstore "$SERVER_CPU"
 cs_pid=$LAST_PID
 
+# (a') BASE_BINARY: the same member from another build.
+if [ -n "${BASE_BINARY:-}" ]; then
+	[ -x "$BASE_BINARY" ] || die "BASE_BINARY $BASE_BINARY is not an executable"
+	base_dns=$(free_port) base_api=$(free_port) base_ready=$(free_port)
+	cat >"$WORK/base.Corefile" <<EOF
+example.org:$base_dns {
+    bind 127.0.0.1
+    craftstore {
+        data $WORK/base
+        api 127.0.0.1:$base_api
+    }
+    ready 127.0.0.1:$base_ready
+}
+EOF
+	cp "$BASE_BINARY" "$WORK/coredns.base"
+	COREDNS=$WORK/coredns.base start base "$SERVER_CPU"
+	base_pid=$LAST_PID
+fi
+
 # (b) the file plugin, same zone file.
 file_dns=$(free_port)
 cat >"$WORK/file.Corefile" <<EOF
@@ -72,13 +94,22 @@ EOF
 start whoami "$SERVER_CPU"
 who_pid=$LAST_PID
 
-wait_http "$cs_pid" craftstore "http://127.0.0.1:$cs_ready/ready"
-put=$(curl -sS --max-time 300 -X PUT -H 'Content-Type: text/dns' --data-binary @"$WORK/zone" \
-	-w ' %{http_code} %{time_total}' "http://127.0.0.1:$cs_api/v1/zones/example.org") ||
-	die "PUT of the zone failed: $put"
-case "$put" in *' 200 '*) ;; *) die "PUT of the zone failed: $put" ;; esac
-echo "# craftstore: PUT /v1/zones/example.org: $(echo ${put% * *}) in ${put##* }s" >&2
-wait_dns "$cs_pid" craftstore "$cs_dns" host-1.example.org A
+# put_zone NAME PID READY_PORT API_PORT DNS_PORT: the zone into a member.
+put_zone() {
+	wait_http "$2" "$1" "http://127.0.0.1:$3/ready"
+	put=$(curl -sS --max-time 300 -X PUT -H 'Content-Type: text/dns' --data-binary @"$WORK/zone" \
+		-w ' %{http_code} %{time_total}' "http://127.0.0.1:$4/v1/zones/example.org") ||
+		die "PUT of the zone into $1 failed: $put"
+	case "$put" in *' 200 '*) ;; *) die "PUT of the zone into $1 failed: $put" ;; esac
+	echo "# $1: PUT /v1/zones/example.org: $(echo ${put% * *}) in ${put##* }s" >&2
+	wait_dns "$2" "$1" "$5" host-1.example.org A
+}
+put_zone craftstore "$cs_pid" "$cs_ready" "$cs_api" "$cs_dns"
+servers="craftstore file whoami"
+if [ -n "${BASE_BINARY:-}" ]; then
+	put_zone base "$base_pid" "$base_ready" "$base_api" "$base_dns"
+	servers="craftstore base file whoami"
+fi
 wait_dns "$file_pid" file "$file_dns" host-1.example.org A
 wait_dns "$who_pid" whoami "$who_dns" example.org A
 
@@ -92,6 +123,10 @@ sample() {
 if ! diff <(sample "$cs_dns") <(sample "$file_dns") >"$WORK/sample.diff"; then
 	head -n 20 "$WORK/sample.diff" >&2
 	die "craftstore and file answer differently (diff above; $WORK/sample.diff with KEEP=1)"
+fi
+if [ -n "${BASE_BINARY:-}" ] && ! diff <(sample "$base_dns") <(sample "$file_dns") >"$WORK/sample.diff"; then
+	head -n 20 "$WORK/sample.diff" >&2
+	die "base and file answer differently (diff above; $WORK/sample.diff with KEEP=1)"
 fi
 
 # run NAME PORT PID ROUND: one dnsperf run; appends "qps us_per_query cpu%
@@ -149,7 +184,7 @@ run() {
 # every server's caches fill. Without, craftstore's first round was 5-10%
 # above its others.
 if [ "$WARMUP" -gt 0 ]; then
-	for p in "$cs_dns" "$file_dns" "$who_dns"; do
+	for p in "$cs_dns" ${base_dns:-} "$file_dns" "$who_dns"; do
 		taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "$p" -d "$WORK/queries" -l "$WARMUP" -n 50 \
 			-c "$CLIENTS" -q "$OUTSTANDING" -t 2 >"$WORK/warmup.dnsperf" 2>&1 ||
 			{ cat "$WORK/warmup.dnsperf" >&2; die "dnsperf (warm-up) against port $p failed"; }
@@ -158,19 +193,20 @@ fi
 
 for round in $(seq "$ROUNDS"); do
 	run craftstore "$cs_dns" "$cs_pid" "$round"
+	[ -z "${BASE_BINARY:-}" ] || run base "$base_dns" "$base_pid" "$round"
 	run file "$file_dns" "$file_pid" "$round"
 	run whoami "$who_dns" "$who_pid" "$round"
 done
 
 col() { median $(awk -v c="$2" '{ print $c }' "$WORK/$1.results"); }
-for s in craftstore file whoami; do
+for s in $servers; do
 	eval "${s}_qps=\$(col $s 1) ${s}_us=\$(col $s 2) ${s}_cpu=\$(col $s 3) ${s}_other=\$(col $s 4) ${s}_size=\$(col $s 5)"
 done
 
 echo
 echo "dnsperf, $RECORDS records, ${DURATION}s x $ROUNDS rounds, medians; server on CPU $SERVER_CPU, dnsperf -c $CLIENTS -q $OUTSTANDING on CPU $LOAD_CPU"
 printf '%-12s %10s %14s %8s %9s %8s\n' server qps 'us CPU/query' 'CPU %' 'others %' 'resp B'
-for s in craftstore file whoami; do
+for s in $servers; do
 	eval "printf '%-12s %10.0f %14.2f %8.0f %9.0f %8.0f\n' $s \$${s}_qps \$${s}_us \$${s}_cpu \$${s}_other \$${s}_size"
 done
 printf '%-20s qps x%s, CPU/query x%s\n' craftstore/file: \
@@ -179,7 +215,7 @@ printf '%-20s qps x%s, CPU/query x%s\n' craftstore/whoami: \
 	"$(calc %.2f "$craftstore_qps / $whoami_qps")" "$(calc %.2f "$craftstore_us / $whoami_us")"
 # The machine's speed drifts (a shared host): the ratio of runs next to
 # each other in one round is steadier than the ratio of medians.
-for other in file whoami; do
+for other in ${BASE_BINARY:+base} file whoami; do
 	ratios=$(paste -d' ' "$WORK/craftstore.results" "$WORK/$other.results" | awk '{ printf "%.2f ", $2 / $10 }')
 	printf '%-20s CPU/query per round: %s(median x%s)\n' "craftstore/$other:" "$ratios" "$(median $ratios)"
 done
