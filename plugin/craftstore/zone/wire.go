@@ -293,18 +293,22 @@ func dataNode(n *node, ed *edit) *node {
 
 // block is a node allocated with room for one RR and a tail of octets (T
 // is a byte array); blockA has room for an A record too.
+//
+// The tail comes right after the node: what a query reads of a block (the
+// node, then the name and the packed RRs) is its first bytes, in adjacent
+// cache lines.
 type block[T any] struct {
 	n    node
-	slot [1]dns.RR
 	tail T
+	slot [1]dns.RR
 }
 
 type blockA[T any] struct {
 	n    node
+	tail T
+	ip   [net.IPv4len]byte // a's address
 	slot [1]dns.RR
 	a    dns.A
-	ip   [net.IPv4len]byte // a's address
-	tail T
 }
 
 func newPlain[T any]() (*node, *[1]dns.RR, *dns.A, *[net.IPv4len]byte, []byte) {

@@ -205,7 +205,14 @@ func TestBlockSizes(t *testing.T) {
 			if len(tail) < n || slot == nil || (a != nil) != (withA && n <= 124) || (ip != nil) != (a != nil) {
 				t.Fatalf("block for %d octets (A %t): tail %d, slot %v, A %v", n, withA, len(tail), slot != nil, a != nil)
 			}
-			size := uintptr(unsafe.Pointer(unsafe.SliceData(tail))) + uintptr(len(tail)) - uintptr(unsafe.Pointer(b))
+			// The block ends with the last of its fields, rounded up to
+			// its alignment (8).
+			base := uintptr(unsafe.Pointer(b))
+			end := max(uintptr(unsafe.Pointer(unsafe.SliceData(tail)))+uintptr(len(tail)), uintptr(unsafe.Pointer(slot))+unsafe.Sizeof(*slot))
+			if a != nil {
+				end = max(end, uintptr(unsafe.Pointer(a))+unsafe.Sizeof(*a), uintptr(unsafe.Pointer(ip))+unsafe.Sizeof(*ip))
+			}
+			size := (end - base + 7) &^ 7
 			if !slices.Contains(classes, size) {
 				t.Errorf("block for %d octets (A %t): %d bytes, not a size class", n, withA, size)
 			}
