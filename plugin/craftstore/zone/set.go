@@ -125,7 +125,7 @@ func (v *view) set(key string, rrs []dns.RR) {
 	apex := old != nil && old == v.apex
 	if old != nil {
 		v.discount(old)
-		draft.kids, draft.flags = old.kids, old.flags&^(fCut|fCNAME|fDNAME)
+		draft.kids, draft.flags = old.kids, old.flags&^fData
 	}
 	draft.flags |= nodeFlags(rrs, apex)
 	n := dataNode(&draft, v.ed)
@@ -197,7 +197,7 @@ func (v *view) uncount(n *node) {
 		return
 	}
 	v.discount(n)
-	n.flags &^= fCut | fCNAME | fDNAME
+	n.flags &^= fData
 	n.wlen = 0
 }
 
@@ -310,46 +310,49 @@ func withOwner(rr dns.RR, name string) dns.RR {
 			rr dns.A
 			ip [net.IPv4len]byte
 		})
-		c.rr = *rr
-		c.ip = [net.IPv4len]byte(rr.A.To4())
-		c.rr.A, c.rr.Hdr.Name = c.ip[:], name
+		copyA(&c.rr, &c.ip, rr, name)
 		return &c.rr
 	case *dns.AAAA:
+		if len(rr.AAAA) != net.IPv6len {
+			return withName(rr, name)
+		}
 		c := new(struct {
 			rr dns.AAAA
 			ip [net.IPv6len]byte
 		})
-		c.rr = *rr
-		if len(rr.AAAA) == net.IPv6len {
-			c.ip = [net.IPv6len]byte(rr.AAAA)
-			c.rr.AAAA = c.ip[:]
-		}
-		c.rr.Hdr.Name = name
+		c.rr, c.ip = *rr, [net.IPv6len]byte(rr.AAAA)
+		c.rr.AAAA, c.rr.Hdr.Name = c.ip[:], name
 		return &c.rr
 	case *dns.CNAME:
-		c := *rr
-		c.Hdr.Name = name
-		return &c
+		return withName(rr, name)
 	case *dns.MX:
-		c := *rr
-		c.Hdr.Name = name
-		return &c
+		return withName(rr, name)
 	case *dns.TXT:
-		c := *rr
-		c.Hdr.Name = name
-		return &c
+		return withName(rr, name)
 	case *dns.NS:
-		c := *rr
-		c.Hdr.Name = name
-		return &c
+		return withName(rr, name)
 	case *dns.PTR:
-		c := *rr
-		c.Hdr.Name = name
-		return &c
+		return withName(rr, name)
 	case *dns.SRV:
-		c := *rr
-		c.Hdr.Name = name
-		return &c
+		return withName(rr, name)
 	}
 	return rr
+}
+
+// withName returns a copy of rr owned by name.
+func withName[T any, P interface {
+	*T
+	dns.RR
+}](rr P, name string) dns.RR {
+	c := P(new(T))
+	*c = *rr
+	c.Header().Name = name
+	return c
+}
+
+// copyA makes dst a copy of src (whose address is IPv4) owned by name, its
+// address held in ip.
+func copyA(dst *dns.A, ip *[net.IPv4len]byte, src *dns.A, name string) {
+	*dst, *ip = *src, [net.IPv4len]byte(src.A.To4())
+	dst.A, dst.Hdr.Name = ip[:], name
 }

@@ -272,9 +272,7 @@ func dataNode(n *node, ed *edit) *node {
 	}
 	switch {
 	case a != nil:
-		*a = *one
-		*ip = [net.IPv4len]byte(one.A.To4())
-		a.A, a.Hdr.Name = ip[:], b.name
+		copyA(a, ip, one, b.name)
 		slot[0] = a
 		b.rrs = slot[:]
 	case slot != nil && len(n.rrs) == 1:

@@ -75,6 +75,8 @@ const (
 	fWild                      // a child named "*" exists (data or ENT)
 	fLoading                   // being filled by Load
 	fDNAME                     // holds a DNAME (RFC 6672)
+
+	fData = fCut | fCNAME | fDNAME // the flags nodeFlags derives from a node's RRs
 )
 
 // New returns an empty zone for origin (any case; stored canonical lower-case FQDN).
