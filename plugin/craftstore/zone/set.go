@@ -111,14 +111,19 @@ func (v *view) set(key string, rrs []dns.RR) {
 		if old == nil || len(old.rrs) == 0 {
 			return
 		}
-		n := v.mine(key)
-		v.uncount(n)
-		n.rrs = nil
-		if n.kids == 0 && n != v.apex {
+		v.discount(old)
+		if old.kids == 0 && old != v.apex {
 			v.remove(key)
-		} else {
-			n.name = key // an empty non-terminal: not the old data's allocation
+			return
 		}
+		// An empty non-terminal: a new plain node, neither the old data's
+		// allocation nor a change to it (a block of this write may be one
+		// the collector does not scan: wire.go).
+		e := &node{name: key, kids: old.kids, flags: old.flags &^ fData, ed: v.ed.id}
+		if old == v.apex {
+			v.apex = e
+		}
+		v.names.set(v.ed, key, e)
 		return
 	}
 	draft := node{name: key, rrs: rrs, ed: v.ed.id}

@@ -2,7 +2,11 @@ package zone
 
 import (
 	"bytes"
+	"fmt"
+	"net"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -234,5 +238,118 @@ func TestAppendWireName(t *testing.T) {
 		if ok && !bytes.Equal(got[1:], buf[:end]) {
 			t.Errorf("%q: appendWireName %x, PackDomainName %x", name, got[1:], buf[:end])
 		}
+	}
+}
+
+// TestNoscanBlocks checks the blocks holding a single A record, which the
+// collector does not scan (newWithA): after every write each one holds
+// only pointers into itself, and after collections that reuse freed
+// memory every name still answers its own address. The writes take the
+// paths that change a node of their own: a name set twice and a name
+// deleted while it has children (an empty non-terminal), in one write and
+// in another.
+func TestNoscanBlocks(t *testing.T) {
+	want := map[string]int{}
+	z := New("example.org.")
+	for step, ops := range [][]string{
+		{"a=1", "b.a=2", "-a", "c=3", "c=4"},
+		{"d=5", "x.e=6"},
+		{"e.d=7", "-b.a"},
+		{"-d", "a=8", "e=9"},
+		{"-e", "y.c=10", "-c", "c=11"},
+	} {
+		// Names in memory of their own, which only the zone keeps after Set.
+		changes := make([]NameRecords, len(ops))
+		for i, op := range ops {
+			label, ip, _ := strings.Cut(strings.TrimPrefix(op, "-"), "=")
+			name := strings.Clone(label + ".example.org.")
+			changes[i].Name = name
+			if op[0] == '-' {
+				delete(want, name)
+				continue
+			}
+			n, _ := strconv.Atoi(ip)
+			want[name] = n
+			changes[i].RRs = []dns.RR{&dns.A{
+				Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
+				A:   net.IPv4(192, 0, 2, byte(n)).To4(),
+			}}
+		}
+		z.Set(changes)
+		changes = nil
+		churn()
+		checkNoscan(t, z, want, step)
+	}
+	// Load's blocks.
+	z = New("example.org.")
+	z.Load(hosts(1000, "example.org."))
+	churn()
+	for i := range 1000 {
+		name := fmt.Sprintf("host%d.example.org.", i)
+		got := z.RRs(name, dns.TypeA)
+		if len(got) != 1 || got[0].Header().Name != name || !got[0].(*dns.A).A.Equal(net.IPv4(10, 0, byte(i>>8), byte(i))) {
+			t.Fatalf("Load: %s: %v", name, got)
+		}
+	}
+	checkNoscan(t, z, nil, -1)
+}
+
+// churn collects twice, filling the memory freed in between with other data.
+func churn() {
+	runtime.GC()
+	var keep [][]byte
+	for i := range 20000 {
+		keep = append(keep, bytes.Repeat([]byte{0xee}, 8+i%200))
+	}
+	runtime.GC()
+	runtime.KeepAlive(keep)
+}
+
+// checkNoscan checks every name of want (name: last octet of its address)
+// and that every A record block of z holds only pointers into itself.
+func checkNoscan(t *testing.T, z *Zone, want map[string]int, step int) {
+	t.Helper()
+	for name, i := range want {
+		got := z.RRs(name, dns.TypeA)
+		if len(got) != 1 || got[0].Header().Name != name || !got[0].(*dns.A).A.Equal(net.IPv4(192, 0, 2, byte(i))) {
+			t.Fatalf("step %d: %s: %v, want 192.0.2.%d", step, name, got, i)
+		}
+	}
+	blocks := 0
+	var walk func(n *tnode)
+	walk = func(n *tnode) {
+		for _, e := range n.ents {
+			if c := e.child(); c != nil {
+				walk(c)
+				continue
+			}
+			v := e.val()
+			if z.load().names.get(v.name) != v {
+				t.Fatalf("step %d: the node of %q is not found by its name", step, v.name)
+			}
+			if len(v.rrs) != 1 {
+				continue
+			}
+			rr, ok := v.rrs[0].(*dns.A)
+			lo, hi := uintptr(unsafe.Pointer(v)), uintptr(unsafe.Pointer(rr))+unsafe.Sizeof(*rr)
+			if !ok || uintptr(unsafe.Pointer(rr)) < lo || hi-lo > 512 {
+				continue // not a blockA
+			}
+			blocks++
+			for what, p := range map[string]unsafe.Pointer{
+				"name":  unsafe.Pointer(unsafe.StringData(v.name)),
+				"rrs":   unsafe.Pointer(unsafe.SliceData(v.rrs)),
+				"owner": unsafe.Pointer(unsafe.StringData(rr.Hdr.Name)),
+				"ip":    unsafe.Pointer(unsafe.SliceData(rr.A)),
+			} {
+				if uintptr(p) < lo || uintptr(p) >= hi {
+					t.Fatalf("step %d: %s: the block's %s points outside it", step, v.name, what)
+				}
+			}
+		}
+	}
+	walk(z.load().names.root)
+	if blocks == 0 {
+		t.Fatalf("step %d: no A record blocks", step) // a name whose child came later is a plain copy
 	}
 }
