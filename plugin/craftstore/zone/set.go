@@ -94,6 +94,7 @@ func (v *view) mine(key string) *node {
 	}
 	c := *n
 	c.ed = v.ed.id
+	c.flags &^= fBlock                    // a plain node, its data in n's block
 	c.rrs = c.rrs[:len(c.rrs):len(c.rrs)] // an append must not write into the original's array
 	v.names.set(v.ed, key, &c)
 	if n == v.apex {
@@ -119,7 +120,7 @@ func (v *view) set(key string, rrs []dns.RR) {
 		// An empty non-terminal: a new plain node, neither the old data's
 		// allocation nor a change to it (a block of this write may be one
 		// the collector does not scan: wire.go).
-		e := &node{name: key, kids: old.kids, flags: old.flags &^ fData, ed: v.ed.id}
+		e := &node{name: key, kids: old.kids, flags: old.flags &^ fOwn, ed: v.ed.id}
 		if old == v.apex {
 			v.apex = e
 		}
@@ -130,7 +131,7 @@ func (v *view) set(key string, rrs []dns.RR) {
 	apex := old != nil && old == v.apex
 	if old != nil {
 		v.discount(old)
-		draft.kids, draft.flags = old.kids, old.flags&^fData
+		draft.kids, draft.flags = old.kids, old.flags&^fOwn
 	}
 	draft.flags |= nodeFlags(rrs, apex)
 	n := dataNode(&draft, v.ed)

@@ -2,7 +2,6 @@ package zone
 
 import (
 	"encoding/binary"
-	"net"
 	"slices"
 	"strings"
 	"unsafe"
@@ -220,12 +219,13 @@ func (p *packer) pack(rrs []dns.RR) ([]byte, bool) {
 }
 
 // dataNode returns a copy of n (this write's, holding RRs) made for
-// queries: n's fields, its packed RRs, its name after them, and when n
-// holds a single RR that RR too, all in one allocation (a block, below). A
-// query reads the node, the name and the packed RRs from adjacent memory,
-// and the collector marks one object per name where it marked six. The
-// RRs kept are copies that share the node's name (withOwner); those given
-// are left alone. It returns nil when n's RRs do not pack (see above).
+// queries: n's fields, its packed RRs, its name after them, and copies of
+// its RRs, all in one allocation: a block (block.go) when its RRs are all of
+// the common types, else a typed block holding a single RR or none (below).
+// A query reads the node, the name and the packed RRs from adjacent memory.
+// The RRs kept are copies that share the node's name (the typed block's:
+// withOwner); those given are left alone. It returns nil when n's RRs do
+// not pack (see above).
 func dataNode(n *node, ed *edit) *node {
 	if len(n.rrs) == 0 {
 		return nil
@@ -245,13 +245,19 @@ func dataNode(n *node, ed *edit) *node {
 	if size > 0xffff {
 		return nil
 	}
-	var one *dns.A
-	if a, ok := n.rrs[0].(*dns.A); ok && len(n.rrs) == 1 && a.A.To4() != nil {
-		one = a
-	}
-	b, slot, a, ip, tail := newBlock(size+len(n.name), one != nil)
-	if b == nil {
-		// Too large for a block: the node, its RRs and its octets apart.
+	var (
+		b     *node
+		tail  []byte
+		slot  *[1]dns.RR
+		rrs   []dns.RR
+		fill  *blockFill
+		flags = n.flags
+	)
+	if bsize, octetsAt, ok := blockSize(size+len(n.name), n.rrs); ok {
+		b, tail, rrs, fill = newBlockNode(size+len(n.name), n.rrs, bsize, octetsAt)
+		flags |= fBlock
+	} else if b, slot, tail = newBlock(size + len(n.name)); b == nil {
+		// Too large for a typed block: the node, its RRs and its octets apart.
 		b, tail = new(node), make([]byte, size+len(n.name))
 	}
 	out := tail[:0]
@@ -267,14 +273,16 @@ func dataNode(n *node, ed *edit) *node {
 		name:  unsafe.String(unsafe.SliceData(name), len(name)),
 		wlen:  uint16(len(out)),
 		kids:  n.kids,
-		flags: n.flags,
+		flags: flags,
 		ed:    ed.id,
 	}
 	switch {
-	case a != nil:
-		copyA(a, ip, one, b.name)
-		slot[0] = a
-		b.rrs = slot[:]
+	case fill != nil:
+		rrs = rrs[:len(n.rrs)]
+		for i, rr := range n.rrs {
+			rrs[i] = fill.copy(rr, b.name)
+		}
+		b.rrs = rrs
 	case slot != nil && len(n.rrs) == 1:
 		slot[0] = withOwner(n.rrs[0], b.name)
 		b.rrs = slot[:]
@@ -290,7 +298,7 @@ func dataNode(n *node, ed *edit) *node {
 }
 
 // block is a node allocated with room for one RR and a tail of octets (T
-// is a byte array); blockA has room for an A record too.
+// is a byte array), for names whose RRs a block (block.go) does not hold.
 //
 // The tail comes right after the node: what a query reads of a block (the
 // node, then the name and the packed RRs) is its first bytes, in adjacent
@@ -301,53 +309,15 @@ type block[T any] struct {
 	slot [1]dns.RR
 }
 
-type blockA[T any] struct {
-	n    node
-	tail T
-	ip   [net.IPv4len]byte // a's address
-	slot [1]dns.RR
-	a    dns.A
-}
-
-func newPlain[T any]() (*node, *[1]dns.RR, *dns.A, *[net.IPv4len]byte, []byte) {
+func newPlain[T any]() (*node, *[1]dns.RR, []byte) {
 	b := new(block[T])
-	return &b.n, &b.slot, nil, nil, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
+	return &b.n, &b.slot, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
 }
 
-// newWithA allocates a blockA as memory the collector does not scan (a
-// []uint64's): every pointer it will hold points into itself (the node's
-// name and RRs, the RR, its owner and address), so the block is kept
-// exactly as long as something outside points into it, and the collector
-// marks it without reading it. Set, Load and delete never store a pointer
-// to anything else in a node they did not allocate as a plain node
-// (TestNoscanBlocks).
-func newWithA[T any]() (*node, *[1]dns.RR, *dns.A, *[net.IPv4len]byte, []byte) {
-	words := make([]uint64, (unsafe.Sizeof(*(*blockA[T])(nil))+7)/8)
-	b := (*blockA[T])(unsafe.Pointer(unsafe.SliceData(words)))
-	return &b.n, &b.slot, &b.a, &b.ip, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
-}
-
-// newBlock returns a node in a block whose tail holds at least n octets,
-// with an A record's room when withA; nil when n is large. The tails'
-// sizes make the blocks fill the runtime's size classes.
-func newBlock(n int, withA bool) (*node, *[1]dns.RR, *dns.A, *[net.IPv4len]byte, []byte) {
-	if withA {
-		switch {
-		case n <= 28:
-			return newWithA[[28]byte]()
-		case n <= 44:
-			return newWithA[[44]byte]()
-		case n <= 60:
-			return newWithA[[60]byte]()
-		case n <= 76:
-			return newWithA[[76]byte]()
-		case n <= 92:
-			return newWithA[[92]byte]()
-		case n <= 124:
-			return newWithA[[124]byte]()
-		}
-		// A long name: its A record apart.
-	}
+// newBlock returns a node in a typed block whose tail holds at least n
+// octets; nil when n is large. The tails' sizes make the blocks fill the
+// runtime's size classes.
+func newBlock(n int) (*node, *[1]dns.RR, []byte) {
 	switch {
 	case n <= 40:
 		return newPlain[[40]byte]()
@@ -364,7 +334,7 @@ func newBlock(n int, withA bool) (*node, *[1]dns.RR, *dns.A, *[net.IPv4len]byte,
 	case n <= 280:
 		return newPlain[[280]byte]()
 	}
-	return nil, nil, nil, nil, nil
+	return nil, nil, nil
 }
 
 // wireOf returns the packed RRs of n, nil if it has none: the wlen octets

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"reflect"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -197,29 +197,24 @@ func TestNodeSize(t *testing.T) {
 // takes the next one, and wastes the difference in every name.
 func TestBlockSizes(t *testing.T) {
 	classes := []uintptr{112, 128, 144, 160, 176, 192, 208, 224, 240, 256, 288, 320, 352}
-	for _, withA := range []bool{false, true} {
-		for n := 1; ; n++ {
-			b, slot, a, ip, tail := newBlock(n, withA)
-			if b == nil {
-				if n <= 256 {
-					t.Errorf("no block for %d octets", n)
-				}
-				break
+	for n := 1; ; n++ {
+		b, slot, tail := newBlock(n)
+		if b == nil {
+			if n <= 256 {
+				t.Errorf("no block for %d octets", n)
 			}
-			if len(tail) < n || slot == nil || (a != nil) != (withA && n <= 124) || (ip != nil) != (a != nil) {
-				t.Fatalf("block for %d octets (A %t): tail %d, slot %v, A %v", n, withA, len(tail), slot != nil, a != nil)
-			}
-			// The block ends with the last of its fields, rounded up to
-			// its alignment (8).
-			base := uintptr(unsafe.Pointer(b))
-			end := max(uintptr(unsafe.Pointer(unsafe.SliceData(tail)))+uintptr(len(tail)), uintptr(unsafe.Pointer(slot))+unsafe.Sizeof(*slot))
-			if a != nil {
-				end = max(end, uintptr(unsafe.Pointer(a))+unsafe.Sizeof(*a), uintptr(unsafe.Pointer(ip))+unsafe.Sizeof(*ip))
-			}
-			size := (end - base + 7) &^ 7
-			if !slices.Contains(classes, size) {
-				t.Errorf("block for %d octets (A %t): %d bytes, not a size class", n, withA, size)
-			}
+			break
+		}
+		if len(tail) < n || slot == nil {
+			t.Fatalf("block for %d octets: tail %d, slot %v", n, len(tail), slot != nil)
+		}
+		// The block ends with the last of its fields, rounded up to
+		// its alignment (8).
+		base := uintptr(unsafe.Pointer(b))
+		end := max(uintptr(unsafe.Pointer(unsafe.SliceData(tail)))+uintptr(len(tail)), uintptr(unsafe.Pointer(slot))+unsafe.Sizeof(*slot))
+		size := (end - base + 7) &^ 7
+		if !slices.Contains(classes, size) {
+			t.Errorf("block for %d octets: %d bytes, not a size class", n, size)
 		}
 	}
 }
@@ -241,39 +236,44 @@ func TestAppendWireName(t *testing.T) {
 	}
 }
 
-// TestNoscanBlocks checks the blocks holding a single A record, which the
-// collector does not scan (newWithA): after every write each one holds
-// only pointers into itself, and after collections that reuse freed
-// memory every name still answers its own address. The writes take the
-// paths that change a node of their own: a name set twice and a name
-// deleted while it has children (an empty non-terminal), in one write and
-// in another.
+// TestNoscanBlocks checks the blocks the collector does not scan
+// (block.go): after every write each one holds only pointers into itself,
+// and after collections that reuse freed memory every name still holds
+// its RRs. The writes take the paths that change a node of their own: a
+// name set twice and a name deleted while it has children (an empty
+// non-terminal), in one write and in another.
 func TestNoscanBlocks(t *testing.T) {
-	want := map[string]int{}
+	want := map[string][]string{}
 	z := New("example.org.")
 	for step, ops := range [][]string{
-		{"a=1", "b.a=2", "-a", "c=3", "c=4"},
-		{"d=5", "x.e=6"},
-		{"e.d=7", "-b.a"},
-		{"-d", "a=8", "e=9"},
-		{"-e", "y.c=10", "-c", "c=11"},
+		{"a=A 192.0.2.1", "b.a=A 192.0.2.2", "-a", "c=A 192.0.2.3", "c=A 192.0.2.4"},
+		{"d=AAAA 2001:db8::5;A 192.0.2.5", "x.e=CNAME target.example.net.", "m=MX 10 mail.example.net.;MX 20 mx2.example.org."},
+		{"e.d=TXT \"v=spf1 -all\" \"two\";TXT \"\"", "-b.a", "s=SRV 0 5 443 srv.example.org.", "p=PTR host.example.org."},
+		{"-d", "a=NS ns1.example.net.;NS ns2.example.net.", "e=A 192.0.2.9;A 192.0.2.19"},
+		{"-e", "y.c=A 192.0.2.10", "-c", "c=A 192.0.2.11", "m=MX 0 .", "h=HINFO \"cpu\" \"os\""},
 	} {
-		// Names in memory of their own, which only the zone keeps after Set.
+		// Names and RRs in memory of their own, which only the zone
+		// keeps after Set.
 		changes := make([]NameRecords, len(ops))
 		for i, op := range ops {
-			label, ip, _ := strings.Cut(strings.TrimPrefix(op, "-"), "=")
+			label, data, _ := strings.Cut(strings.TrimPrefix(op, "-"), "=")
 			name := strings.Clone(label + ".example.org.")
 			changes[i].Name = name
 			if op[0] == '-' {
 				delete(want, name)
 				continue
 			}
-			n, _ := strconv.Atoi(ip)
-			want[name] = n
-			changes[i].RRs = []dns.RR{&dns.A{
-				Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300},
-				A:   net.IPv4(192, 0, 2, byte(n)).To4(),
-			}}
+			var texts []string
+			for _, d := range strings.Split(data, ";") {
+				rr, err := dns.NewRR(name + " 300 IN " + d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				changes[i].RRs = append(changes[i].RRs, rr)
+				texts = append(texts, rr.String())
+			}
+			slices.Sort(texts)
+			want[name] = texts
 		}
 		z.Set(changes)
 		changes = nil
@@ -305,14 +305,18 @@ func churn() {
 	runtime.KeepAlive(keep)
 }
 
-// checkNoscan checks every name of want (name: last octet of its address)
-// and that every A record block of z holds only pointers into itself.
-func checkNoscan(t *testing.T, z *Zone, want map[string]int, step int) {
+// checkNoscan checks every name of want (name: its RRs' text, sorted) and
+// that every block of z (fBlock) holds only pointers into itself.
+func checkNoscan(t *testing.T, z *Zone, want map[string][]string, step int) {
 	t.Helper()
-	for name, i := range want {
-		got := z.RRs(name, dns.TypeA)
-		if len(got) != 1 || got[0].Header().Name != name || !got[0].(*dns.A).A.Equal(net.IPv4(192, 0, 2, byte(i))) {
-			t.Fatalf("step %d: %s: %v, want 192.0.2.%d", step, name, got, i)
+	for name, texts := range want {
+		var got []string
+		for _, rr := range z.RRs(name, 0) {
+			got = append(got, rr.String())
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, texts) {
+			t.Fatalf("step %d: %s holds %q, want %q", step, name, got, texts)
 		}
 	}
 	blocks := 0
@@ -327,29 +331,96 @@ func checkNoscan(t *testing.T, z *Zone, want map[string]int, step int) {
 			if z.load().names.get(v.name) != v {
 				t.Fatalf("step %d: the node of %q is not found by its name", step, v.name)
 			}
-			if len(v.rrs) != 1 {
+			if v.flags&fBlock == 0 {
 				continue
 			}
-			rr, ok := v.rrs[0].(*dns.A)
-			lo, hi := uintptr(unsafe.Pointer(v)), uintptr(unsafe.Pointer(rr))+unsafe.Sizeof(*rr)
-			if !ok || uintptr(unsafe.Pointer(rr)) < lo || hi-lo > 512 {
-				continue // not a blockA
-			}
 			blocks++
-			for what, p := range map[string]unsafe.Pointer{
-				"name":  unsafe.Pointer(unsafe.StringData(v.name)),
-				"rrs":   unsafe.Pointer(unsafe.SliceData(v.rrs)),
-				"owner": unsafe.Pointer(unsafe.StringData(rr.Hdr.Name)),
-				"ip":    unsafe.Pointer(unsafe.SliceData(rr.A)),
-			} {
-				if uintptr(p) < lo || uintptr(p) >= hi {
+			size, _, ok := blockSize(int(v.wlen)+len(v.name), v.rrs)
+			if !ok {
+				t.Fatalf("step %d: %s: a block of RRs a block does not take: %v", step, v.name, v.rrs)
+			}
+			lo, hi := uintptr(unsafe.Pointer(v)), uintptr(unsafe.Pointer(v))+size
+			in := func(what string, p uintptr) {
+				if p != 0 && (p < lo || p >= hi) {
 					t.Fatalf("step %d: %s: the block's %s points outside it", step, v.name, what)
 				}
+			}
+			in("name", uintptr(unsafe.Pointer(unsafe.StringData(v.name))))
+			in("RRs", uintptr(unsafe.Pointer(unsafe.SliceData(v.rrs))))
+			for _, rr := range v.rrs {
+				pointers(reflect.ValueOf(rr), dns.TypeToString[rr.Header().Rrtype], in)
 			}
 		}
 	}
 	walk(z.load().names.root)
 	if blocks == 0 {
-		t.Fatalf("step %d: no A record blocks", step) // a name whose child came later is a plain copy
+		t.Fatalf("step %d: no blocks", step)
+	}
+}
+
+// pointers calls in with every pointer v holds (a pointer to a struct, its
+// strings, slices and their elements), named by its path.
+func pointers(v reflect.Value, path string, in func(string, uintptr)) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		in(path, v.Pointer())
+		pointers(v.Elem(), path, in)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			pointers(v.Field(i), path+"."+v.Type().Field(i).Name, in)
+		}
+	case reflect.String:
+		if v.Len() > 0 {
+			in(path, uintptr(unsafe.Pointer(unsafe.StringData(v.String()))))
+		}
+	case reflect.Slice:
+		in(path, v.Pointer())
+		for i := range v.Len() {
+			pointers(v.Index(i), path+"[]", in)
+		}
+	case reflect.Interface, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		in(path+" (a "+v.Kind().String()+")", 1) // outside any block
+	}
+}
+
+// TestBlockTypes checks that the RR types a block holds have the pointers
+// blockFill.copy copies, and no others: a field that miekg/dns adds with a
+// pointer would point outside the block, to memory the collector frees.
+func TestBlockTypes(t *testing.T) {
+	for _, c := range []struct {
+		rr   dns.RR
+		want []string
+	}{
+		{new(dns.A), []string{"Hdr.Name", "A"}},
+		{new(dns.AAAA), []string{"Hdr.Name", "AAAA"}},
+		{new(dns.CNAME), []string{"Hdr.Name", "Target"}},
+		{new(dns.NS), []string{"Hdr.Name", "Ns"}},
+		{new(dns.PTR), []string{"Hdr.Name", "Ptr"}},
+		{new(dns.MX), []string{"Hdr.Name", "Mx"}},
+		{new(dns.SRV), []string{"Hdr.Name", "Target"}},
+		{new(dns.TXT), []string{"Hdr.Name", "Txt"}},
+	} {
+		var got []string
+		var fields func(t reflect.Type, path string)
+		fields = func(t reflect.Type, path string) {
+			for i := range t.NumField() {
+				f := t.Field(i)
+				switch f.Type.Kind() {
+				case reflect.Struct:
+					fields(f.Type, path+f.Name+".")
+				case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+					reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Array:
+					if f.Type.Kind() == reflect.Array && f.Type.Elem().Kind() != reflect.Uint8 {
+						got = append(got, path+f.Name)
+					}
+				default:
+					got = append(got, path+f.Name)
+				}
+			}
+		}
+		fields(reflect.TypeOf(c.rr).Elem(), "")
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%T: fields with pointers %v, blockFill.copy copies %v", c.rr, got, c.want)
+		}
 	}
 }

@@ -75,8 +75,10 @@ const (
 	fWild                      // a child named "*" exists (data or ENT)
 	fLoading                   // being filled by Load
 	fDNAME                     // holds a DNAME (RFC 6672)
+	fBlock                     // a block the collector does not scan (block.go): it points only into itself
 
 	fData = fCut | fCNAME | fDNAME // the flags nodeFlags derives from a node's RRs
+	fOwn  = fData | fBlock         // the flags of a node's data and allocation, not for another node
 )
 
 // New returns an empty zone for origin (any case; stored canonical lower-case FQDN).
