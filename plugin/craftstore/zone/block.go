@@ -111,9 +111,9 @@ type blockFill struct {
 // newBlockNode allocates the block of a node with a tail of tail octets
 // and rrs (blockSize's ok must have been true), and returns its node, its
 // tail, its RR slice (empty: fill it with copy) and the filler.
-func newBlockNode(tail int, rrs []dns.RR, size, octetsAt uintptr) (*node, []byte, []dns.RR, *blockFill) {
+func newBlockNode(tail int, rrs []dns.RR, size, octetsAt uintptr) (*node, []byte, []dns.RR, blockFill) {
 	mem := unsafe.Pointer(unsafe.SliceData(make([]uint64, (size+7)/8)))
-	f := &blockFill{mem: mem, l: blockLayout{off: unsafe.Sizeof(node{})}, octets: octetsAt}
+	f := blockFill{mem: mem, l: blockLayout{off: unsafe.Sizeof(node{})}, octets: octetsAt}
 	t := unsafe.Slice((*byte)(unsafe.Add(mem, f.l.take(uintptr(tail), 1))), tail)
 	slots := unsafe.Slice((*dns.RR)(unsafe.Add(mem, f.l.take(uintptr(len(rrs))*unsafe.Sizeof(dns.RR(nil)), 8))), len(rrs))
 	return (*node)(mem), t, slots[:0], f
@@ -145,54 +145,60 @@ func (f *blockFill) at(size uintptr) unsafe.Pointer {
 }
 
 // copy returns a copy of rr (a type blockRR takes) in the block, owned by
-// name (the block's). The struct is copied whole, then each of its
-// pointers is pointed at a copy in the block of what it pointed to.
+// name (the block's). The struct is copied whole (blockCopy), then each of
+// its pointers is pointed at a copy in the block of what it pointed to.
 func (f *blockFill) copy(rr dns.RR, name string) dns.RR {
 	switch rr := rr.(type) {
 	case *dns.A:
-		c := (*dns.A)(f.at(unsafe.Sizeof(*rr)))
-		*c = *rr
-		c.Hdr.Name, c.A = name, f.ip(rr.A.To4())
+		c := blockCopy(f, rr, name, 0)
+		c.A = f.ip(rr.A.To4())
 		return c
 	case *dns.AAAA:
-		c := (*dns.AAAA)(f.at(unsafe.Sizeof(*rr)))
-		*c = *rr
-		c.Hdr.Name, c.AAAA = name, f.ip(rr.AAAA)
+		c := blockCopy(f, rr, name, 0)
+		c.AAAA = f.ip(rr.AAAA)
 		return c
 	case *dns.CNAME:
-		c := (*dns.CNAME)(f.at(unsafe.Sizeof(*rr)))
-		*c = *rr
-		c.Hdr.Name, c.Target = name, f.str(rr.Target)
+		c := blockCopy(f, rr, name, 0)
+		c.Target = f.str(rr.Target)
 		return c
 	case *dns.NS:
-		c := (*dns.NS)(f.at(unsafe.Sizeof(*rr)))
-		*c = *rr
-		c.Hdr.Name, c.Ns = name, f.str(rr.Ns)
+		c := blockCopy(f, rr, name, 0)
+		c.Ns = f.str(rr.Ns)
 		return c
 	case *dns.PTR:
-		c := (*dns.PTR)(f.at(unsafe.Sizeof(*rr)))
-		*c = *rr
-		c.Hdr.Name, c.Ptr = name, f.str(rr.Ptr)
+		c := blockCopy(f, rr, name, 0)
+		c.Ptr = f.str(rr.Ptr)
 		return c
 	case *dns.MX:
-		c := (*dns.MX)(f.at(unsafe.Sizeof(*rr)))
-		*c = *rr
-		c.Hdr.Name, c.Mx = name, f.str(rr.Mx)
+		c := blockCopy(f, rr, name, 0)
+		c.Mx = f.str(rr.Mx)
 		return c
 	case *dns.SRV:
-		c := (*dns.SRV)(f.at(unsafe.Sizeof(*rr)))
-		*c = *rr
-		c.Hdr.Name, c.Target = name, f.str(rr.Target)
+		c := blockCopy(f, rr, name, 0)
+		c.Target = f.str(rr.Target)
 		return c
 	case *dns.TXT:
-		c := (*dns.TXT)(f.at(unsafe.Sizeof(*rr) + uintptr(len(rr.Txt))*unsafe.Sizeof("")))
-		*c = *rr
+		// The strings' headers come right after the struct.
+		c := blockCopy(f, rr, name, uintptr(len(rr.Txt))*unsafe.Sizeof(""))
 		txt := unsafe.Slice((*string)(unsafe.Add(unsafe.Pointer(c), unsafe.Sizeof(*rr))), len(rr.Txt))
 		for i, s := range rr.Txt {
 			txt[i] = f.str(s)
 		}
-		c.Hdr.Name, c.Txt = name, txt
+		c.Txt = txt
 		return c
 	}
 	panic("zone: blockFill.copy of a type blockRR does not take")
+}
+
+// blockCopy places a copy of rr's struct in the block, with extra bytes
+// after it, owned by name. Its other pointers still point where rr's do:
+// the caller points them into the block.
+func blockCopy[T any, P interface {
+	*T
+	dns.RR
+}](f *blockFill, rr P, name string, extra uintptr) P {
+	c := P((*T)(f.at(unsafe.Sizeof(*rr) + extra)))
+	*c = *rr
+	c.Header().Name = name
+	return c
 }

@@ -46,3 +46,21 @@ func check(t *testing.T, z *Zone, cases []test.Case) {
 		}
 	}
 }
+
+// eachNode calls f with every node (data or empty non-terminal) of z's
+// current version, in trie order.
+func eachNode(z *Zone, f func(*node)) {
+	var walk func(t *tnode)
+	walk = func(t *tnode) {
+		for _, e := range t.ents {
+			if c := e.child(); c != nil {
+				walk(c)
+			} else {
+				f(e.val())
+			}
+		}
+	}
+	if r := z.load().names.root; r != nil {
+		walk(r)
+	}
+}

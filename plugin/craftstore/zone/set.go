@@ -316,7 +316,8 @@ func withOwner(rr dns.RR, name string) dns.RR {
 			rr dns.A
 			ip [net.IPv4len]byte
 		})
-		copyA(&c.rr, &c.ip, rr, name)
+		c.rr, c.ip = *rr, [net.IPv4len]byte(rr.A.To4())
+		c.rr.A, c.rr.Hdr.Name = c.ip[:], name
 		return &c.rr
 	case *dns.AAAA:
 		if len(rr.AAAA) != net.IPv6len {
@@ -354,11 +355,4 @@ func withName[T any, P interface {
 	*c = *rr
 	c.Header().Name = name
 	return c
-}
-
-// copyA makes dst a copy of src (whose address is IPv4) owned by name, its
-// address held in ip.
-func copyA(dst *dns.A, ip *[net.IPv4len]byte, src *dns.A, name string) {
-	*dst, *ip = *src, [net.IPv4len]byte(src.A.To4())
-	dst.A, dst.Hdr.Name = ip[:], name
 }

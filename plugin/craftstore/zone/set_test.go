@@ -232,19 +232,11 @@ func TestLongChain(t *testing.T) {
 // child.
 func wildFlags(z *Zone) int {
 	n := 0
-	var walk func(t *tnode)
-	walk = func(t *tnode) {
-		for _, e := range t.ents {
-			if c := e.child(); c != nil {
-				walk(c)
-			} else if e.val().flags&fWild != 0 {
-				n++
-			}
+	eachNode(z, func(v *node) {
+		if v.flags&fWild != 0 {
+			n++
 		}
-	}
-	if r := z.load().names.root; r != nil {
-		walk(r)
-	}
+	})
 	return n
 }
 

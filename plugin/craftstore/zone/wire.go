@@ -250,7 +250,7 @@ func dataNode(n *node, ed *edit) *node {
 		tail  []byte
 		slot  *[1]dns.RR
 		rrs   []dns.RR
-		fill  *blockFill
+		fill  blockFill // fill.mem is nil for a typed block
 		flags = n.flags
 	)
 	if bsize, octetsAt, ok := blockSize(size+len(n.name), n.rrs); ok {
@@ -277,7 +277,7 @@ func dataNode(n *node, ed *edit) *node {
 		ed:    ed.id,
 	}
 	switch {
-	case fill != nil:
+	case fill.mem != nil:
 		rrs = rrs[:len(n.rrs)]
 		for i, rr := range n.rrs {
 			rrs[i] = fill.copy(rr, b.name)

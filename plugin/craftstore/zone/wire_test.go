@@ -320,39 +320,30 @@ func checkNoscan(t *testing.T, z *Zone, want map[string][]string, step int) {
 		}
 	}
 	blocks := 0
-	var walk func(n *tnode)
-	walk = func(n *tnode) {
-		for _, e := range n.ents {
-			if c := e.child(); c != nil {
-				walk(c)
-				continue
-			}
-			v := e.val()
-			if z.load().names.get(v.name) != v {
-				t.Fatalf("step %d: the node of %q is not found by its name", step, v.name)
-			}
-			if v.flags&fBlock == 0 {
-				continue
-			}
-			blocks++
-			size, _, ok := blockSize(int(v.wlen)+len(v.name), v.rrs)
-			if !ok {
-				t.Fatalf("step %d: %s: a block of RRs a block does not take: %v", step, v.name, v.rrs)
-			}
-			lo, hi := uintptr(unsafe.Pointer(v)), uintptr(unsafe.Pointer(v))+size
-			in := func(what string, p uintptr) {
-				if p != 0 && (p < lo || p >= hi) {
-					t.Fatalf("step %d: %s: the block's %s points outside it", step, v.name, what)
-				}
-			}
-			in("name", uintptr(unsafe.Pointer(unsafe.StringData(v.name))))
-			in("RRs", uintptr(unsafe.Pointer(unsafe.SliceData(v.rrs))))
-			for _, rr := range v.rrs {
-				pointers(reflect.ValueOf(rr), dns.TypeToString[rr.Header().Rrtype], in)
+	eachNode(z, func(v *node) {
+		if z.load().names.get(v.name) != v {
+			t.Fatalf("step %d: the node of %q is not found by its name", step, v.name)
+		}
+		if v.flags&fBlock == 0 {
+			return
+		}
+		blocks++
+		size, _, ok := blockSize(int(v.wlen)+len(v.name), v.rrs)
+		if !ok {
+			t.Fatalf("step %d: %s: a block of RRs a block does not take: %v", step, v.name, v.rrs)
+		}
+		lo, hi := uintptr(unsafe.Pointer(v)), uintptr(unsafe.Pointer(v))+size
+		in := func(what string, p uintptr) {
+			if p != 0 && (p < lo || p >= hi) {
+				t.Fatalf("step %d: %s: the block's %s points outside it", step, v.name, what)
 			}
 		}
-	}
-	walk(z.load().names.root)
+		in("name", uintptr(unsafe.Pointer(unsafe.StringData(v.name))))
+		in("RRs", uintptr(unsafe.Pointer(unsafe.SliceData(v.rrs))))
+		for _, rr := range v.rrs {
+			pointers(reflect.ValueOf(rr), dns.TypeToString[rr.Header().Rrtype], in)
+		}
+	})
 	if blocks == 0 {
 		t.Fatalf("step %d: no blocks", step)
 	}
