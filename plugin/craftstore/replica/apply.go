@@ -3,6 +3,7 @@ package replica
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/zoneapi"
@@ -151,23 +152,14 @@ func applyChange(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 	if zb == nil {
 		return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
 	}
-	names := map[string][]dns.RR{}
-	var order []string
+	w := newWorkset(zb)
+	names := w.names
 	load := func(name string) ([]dns.RR, error) {
 		name = strings.ToLower(dns.Fqdn(name))
 		if !dns.IsSubDomain(c.Zone, name) {
 			return nil, Errorf(ErrInvalid, "name %q is outside zone %q", name, c.Zone)
 		}
-		if rrs, ok := names[name]; ok {
-			return rrs, nil
-		}
-		rrs, err := rrsAt(zb, name)
-		if err != nil {
-			return nil, err
-		}
-		names[name] = rrs
-		order = append(order, name)
-		return rrs, nil
+		return w.get(name)
 	}
 	apex, err := load(c.Zone)
 	if err != nil {
@@ -221,19 +213,20 @@ func applyChange(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 		names[key] = addRR(rrs, rr)
 	}
 
-	for _, name := range order {
+	for _, name := range w.order {
 		if err := checkName(name, names[name]); err != nil {
 			return Result{}, nil, err
 		}
 	}
-	if err := checkDNAMEs(zb, c.Zone, names, order); err != nil {
+	if err := checkDNAMEs(zb, c.Zone, names, w.order); err != nil {
 		return Result{}, nil, err
 	}
 	apex = names[c.Zone]
 	if err := checkApex(c.Zone, apex); err != nil {
 		return Result{}, nil, err
 	}
-	serial := bumpSerial(apex, oldSerial, newSOA)
+	apex, serial := bumpSerial(apex, oldSerial, newSOA)
+	names[c.Zone] = apex
 	if o.dry {
 		return Result{Serial: serial}, nil, nil
 	}
@@ -242,7 +235,7 @@ func applyChange(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 		return Result{}, nil, err
 	}
 
-	e, err := writeNames(g, zb, c.Zone, names, order)
+	e, err := writeNames(g, c.Zone, w)
 	if err != nil {
 		return Result{}, nil, err
 	}
@@ -250,20 +243,18 @@ func applyChange(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 }
 
 // writeNames stores the new RRs of the names a change touched, journals the
-// difference for IXFR, and returns the effect on the views.
-func writeNames(g, zb *bolt.Bucket, origin string, names map[string][]dns.RR, order []string) (*effect, error) {
-	e := &effect{zone: origin, names: make([]zone.NameRecords, 0, len(order))}
+// difference from what was stored for IXFR, and returns the effect on the
+// views.
+func writeNames(g *bolt.Bucket, origin string, w *workset) (*effect, error) {
+	e := &effect{zone: origin, names: make([]zone.NameRecords, 0, len(w.order))}
 	var removed, added []dns.RR
-	for _, name := range order {
-		before, err := rrsAt(zb, name)
-		if err != nil {
+	for _, name := range w.order {
+		rrs := w.names[name]
+		removed, added = diffRRs(removed, added, w.stored[name], rrs)
+		if err := putRRs(w.zb, name, rrs); err != nil {
 			return nil, err
 		}
-		removed, added = diffRRs(removed, added, before, names[name])
-		if err := putRRs(zb, name, names[name]); err != nil {
-			return nil, err
-		}
-		e.names = append(e.names, zone.NameRecords{Name: name, RRs: names[name]})
+		e.names = append(e.names, zone.NameRecords{Name: name, RRs: rrs})
 	}
 	if err := journalAppend(g, origin, removed, added); err != nil {
 		return nil, err
@@ -460,22 +451,25 @@ func checkApex(origin string, apex []dns.RR) error {
 	return nil
 }
 
-// bumpSerial sets the SOA serial in apex (on a copy of the SOA) to old+1, or
-// to the serial of an added SOA when that one is newer than old (RFC 1982
-// serial number arithmetic), and returns the new serial.
-func bumpSerial(apex []dns.RR, old uint32, added *dns.SOA) uint32 {
+// bumpSerial returns apex with its SOA serial set to old+1, or to the
+// serial of an added SOA when that one is newer than old (RFC 1982 serial
+// number arithmetic), and the new serial. The SOA and the slice are copies:
+// apex itself, which may be the apex as stored (a write's before-image),
+// does not change.
+func bumpSerial(apex []dns.RR, old uint32, added *dns.SOA) ([]dns.RR, uint32) {
 	serial := old + 1
 	if added != nil && serialNewer(added.Serial, old) {
 		serial = added.Serial
 	}
-	for i, rr := range apex {
+	out := slices.Clone(apex)
+	for i, rr := range out {
 		if soa, ok := rr.(*dns.SOA); ok {
 			cp := dns.Copy(soa).(*dns.SOA)
 			cp.Serial = serial
-			apex[i] = cp
+			out[i] = cp
 		}
 	}
-	return serial
+	return out, serial
 }
 
 // serialNewer reports whether serial a is newer than b (RFC 1982 §3.2).

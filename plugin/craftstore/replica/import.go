@@ -115,7 +115,7 @@ func applyImportCommit(g *bolt.Bucket, c *command) (Result, *effect, error) {
 			return Result{}, nil, err
 		}
 		if prev, ok := soaSerial(oldApex); ok && !serialNewer(serial, prev) {
-			serial = bumpSerial(apex, prev, nil)
+			apex, serial = bumpSerial(apex, prev, nil)
 			bumped = true
 		}
 		if err := zones.DeleteBucket([]byte(c.Zone)); err != nil {

@@ -111,11 +111,18 @@ func metaType(t uint16) bool { return zoneapi.MetaType(t) }
 func dnssecType(t uint16) bool { return zoneapi.SignedType(t) }
 
 // workset holds the RRs of the names one entry touches, read once from the
-// zone's bucket and written back at the end.
+// zone's bucket and written back at the end (writeNames). The writes
+// replace a name's slice in names, never change a slice or an RR in place:
+// stored keeps what was read, the journal's before-image.
 type workset struct {
-	zb    *bolt.Bucket
-	names map[string][]dns.RR
-	order []string
+	zb     *bolt.Bucket
+	names  map[string][]dns.RR // the names' RRs as the entry leaves them
+	stored map[string][]dns.RR // the names' RRs as read
+	order  []string            // the names in the order first read
+}
+
+func newWorkset(zb *bolt.Bucket) *workset {
+	return &workset{zb: zb, names: map[string][]dns.RR{}, stored: map[string][]dns.RR{}}
 }
 
 func (w *workset) get(name string) ([]dns.RR, error) {
@@ -128,6 +135,7 @@ func (w *workset) get(name string) ([]dns.RR, error) {
 		return nil, err
 	}
 	w.names[name] = rrs
+	w.stored[name] = rrs
 	w.order = append(w.order, name)
 	return rrs, nil
 }
@@ -151,7 +159,7 @@ func applyUpdate(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 			return Result{Rcode: dns.RcodeFormatError}, nil, nil
 		}
 	}
-	w := &workset{zb: zb, names: map[string][]dns.RR{}}
+	w := newWorkset(zb)
 	apex, err := w.get(c.Zone)
 	if err != nil {
 		return Result{}, nil, err
@@ -196,7 +204,8 @@ func applyUpdate(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 	if explicitSOA {
 		serial, _ = soaSerial(apex)
 	} else {
-		serial = bumpSerial(apex, oldSerial, nil)
+		apex, serial = bumpSerial(apex, oldSerial, nil)
+		w.names[c.Zone] = apex
 	}
 	if o.dry {
 		return Result{Rcode: dns.RcodeSuccess, Serial: serial}, nil, nil
@@ -204,7 +213,7 @@ func applyUpdate(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 	if err := noteSerial(g, c.Zone, oldSerial, serial, explicitSOA); err != nil {
 		return Result{}, nil, err
 	}
-	e, err := writeNames(g, zb, c.Zone, w.names, w.order)
+	e, err := writeNames(g, c.Zone, w)
 	if err != nil {
 		return Result{}, nil, err
 	}
