@@ -59,7 +59,8 @@ func CanonicalKey(name string) []byte {
 	if name == "." {
 		return []byte{0}
 	}
-	idx := dns.Split(name)
+	var starts [16]int // room for the usual names without an allocation
+	idx := labelStarts(name, starts[:0])
 	k := make([]byte, 0, len(name)+1)
 	for i := len(idx) - 1; i >= 0; i-- {
 		end := len(name) - 1
@@ -70,4 +71,24 @@ func CanonicalKey(name string) []byte {
 		k = append(k, 0)
 	}
 	return k
+}
+
+// labelStarts appends to idx the offsets at which the labels of name (fully
+// qualified, not the root) start, as dns.Split returns them: a dot escaped
+// by a backslash is inside a label.
+func labelStarts(name string, idx []int) []int {
+	start := true
+	for i := 0; i < len(name)-1; i++ {
+		if start {
+			idx = append(idx, i)
+			start = false
+		}
+		switch name[i] {
+		case '\\':
+			i++ // the escaped byte (the first digit of a \DDD: not a dot)
+		case '.':
+			start = true
+		}
+	}
+	return idx
 }

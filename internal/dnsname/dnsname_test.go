@@ -1,6 +1,7 @@
 package dnsname
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -35,6 +36,17 @@ func TestCanonicalKey(t *testing.T) {
 	}
 	if string(CanonicalKey("WWW.Example.ORG")) != string(CanonicalKey("www.example.org.")) || string(CanonicalKey(".")) != "\x00" {
 		t.Error("expected keys of names that differ in case only to be equal, and the root's to be one zero byte")
+	}
+	// Labels split where dns.Split splits them, escaped dots and
+	// backslashes included.
+	for _, name := range []string{"org.", "www.example.org.", `a\.example.org.`, `a\\.example.org.`, `a\\\.b.org.`,
+		`a\046example.org.`, `\..org.`, `x\\.`, "a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.t.example.org.", "*.example.org."} {
+		if got, want := labelStarts(name, nil), dns.Split(name); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: expected labels at %v, got %v", name, want, got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { CanonicalKey("www.example.org.") }); n != 1 {
+		t.Errorf("expected the key to be the only allocation, got %v", n)
 	}
 }
 

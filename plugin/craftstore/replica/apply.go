@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
@@ -154,9 +155,10 @@ func applyChange(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 	}
 	w := newWorkset(zb)
 	names := w.names
+	zoneName := dnsname.Lower(dns.Fqdn(c.Zone))
 	load := func(name string) ([]dns.RR, error) {
 		name = strings.ToLower(dns.Fqdn(name))
-		if !dns.IsSubDomain(c.Zone, name) {
+		if !dnsname.In(name, zoneName) {
 			return nil, Errorf(ErrInvalid, "name %q is outside zone %q", name, c.Zone)
 		}
 		return w.get(name)

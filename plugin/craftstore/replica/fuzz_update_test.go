@@ -2,6 +2,7 @@ package replica
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -182,6 +183,9 @@ func FuzzUpdate(f *testing.F) {
 			if res.Rcode != dns.RcodeSuccess {
 				return errRollback
 			}
+			if soa1.Serial != soa0.Serial {
+				checkJournal(t, g, origin, soa0, soa1, before, after)
+			}
 			if _, _, err := applyUpdate(g, cmd, applyOpts{skipPrereqs: true}); err != nil {
 				t.Fatalf("apply again: %v", err)
 			}
@@ -191,4 +195,47 @@ func FuzzUpdate(f *testing.F) {
 			return errRollback
 		})
 	})
+}
+
+// checkJournal: the journal's last change, the one an IXFR from soa0 gets,
+// leads from the zone before (its SOA soa0, its other records before) to
+// the zone after (soa1, after): the old SOA and what went, then the new SOA
+// and what came (RFC 1995 section 4).
+func checkJournal(t *testing.T, g *bolt.Bucket, origin string, soa0, soa1 *dns.SOA, before, after []string) {
+	t.Helper()
+	n := 0
+	ok, err := journalChanges(g, origin, soa0.Serial, soa1.Serial, func(removed, added []dns.RR) error {
+		n++
+		if len(removed) == 0 || len(added) == 0 || removed[0].String() != soa0.String() || added[0].String() != soa1.String() {
+			t.Fatalf("the journal's change does not lead from SOA %d to SOA %d: -%v +%v", soa0.Serial, soa1.Serial, removed, added)
+		}
+		zone := map[string]bool{}
+		for _, s := range before {
+			zone[s] = true
+		}
+		for _, rr := range removed[1:] {
+			if !zone[rr.String()] {
+				t.Fatalf("the journal removes %s, which the zone did not hold", rr)
+			}
+			delete(zone, rr.String())
+		}
+		for _, rr := range added[1:] {
+			if zone[rr.String()] {
+				t.Fatalf("the journal adds %s, which the zone held", rr)
+			}
+			zone[rr.String()] = true
+		}
+		want := map[string]bool{}
+		for _, s := range after {
+			want[s] = true
+		}
+		if !maps.Equal(zone, want) {
+			t.Fatalf("the journal's change (-%v +%v) leads from\n%s\nto another zone than\n%s", removed, added,
+				strings.Join(before, "\n"), strings.Join(after, "\n"))
+		}
+		return nil
+	})
+	if err != nil || !ok || n != 1 {
+		t.Fatalf("the journal covers %d → %d: %v, %d changes, error %v", soa0.Serial, soa1.Serial, ok, n, err)
+	}
 }
