@@ -12,8 +12,9 @@
 #  2. reads under writes, for READ_ON (leader, follower): that member alone
 #     on CPU $SERVER_CPU, everything else on CPU $LOAD_CPU (dnsperf at nice
 #     -10 when run as root); dnsperf as fast
-#     as it goes (qps) and at READ_RATE queries/s (latency), first idle, then
-#     while READ_CLIENTS clients add READ_BATCH records per request (at
+#     as it goes (qps) and at READ_RATE queries/s (latency), first idle
+#     (once every member has applied the same index: the group at rest),
+#     then while READ_CLIENTS clients add READ_BATCH records per request (at
 #     WRITE_RATE records/s together, steady, when set);
 #  3. checks that every member holds the same number of records, and that
 #     it is the seeded zone plus at least every acknowledged record.
@@ -21,7 +22,8 @@
 # Knobs (environment): RECORDS (10000), CONC (1,16,64), BATCH (1,10), STEP
 # (5), WRITE_TO (leader), READ_ON (leader follower; empty: no reads), READ_DURATION (8),
 # READ_RATE (5000), READ_CLIENTS (16), READ_BATCH (10), WRITE_RATE (0: as
-# fast as the clients go), RAFT_TLS (0; 1: the
+# fast as the clients go), READ_RT (0; 1: dnsperf real-time at a fixed
+# rate), RAFT_TLS (0; 1: the
 # members' Raft transport is mutual TLS, raft_tls, with certificates made
 # for the run), KEEP=1. bench/writes-tls.sh runs it without and with TLS.
 
@@ -39,6 +41,7 @@ READ_CLIENTS=${READ_CLIENTS:-16}
 READ_BATCH=${READ_BATCH:-10}
 WRITE_RATE=${WRITE_RATE:-0}
 RAFT_TLS=${RAFT_TLS:-0}
+READ_RT=${READ_RT:-0}
 
 need dnsperf dig curl jq taskset ss
 
@@ -81,6 +84,26 @@ for i in 1 2 3; do
 	wait_http "${pid[i]}" "m$i" "http://127.0.0.1:${ready[i]}/ready"
 	wait_dns "${pid[i]}" "m$i" "${dns[i]}" host-1.example.org A
 done
+
+# applied I prints the Raft index member I has applied.
+applied() { curl -fsS --max-time 5 "http://127.0.0.1:${api[$1]}/v1/cluster" | jq -r .applied; }
+
+# settle waits (up to 60 s) until every member has applied the same index
+# and it stays there for a second: the idle runs measure a group at rest,
+# not the leader feeding followers that are still catching up on the
+# writes step.
+settle() {
+	local end=$((SECONDS + 60)) a prev=
+	while [ $SECONDS -lt $end ]; do
+		a="$(applied 1) $(applied 2) $(applied 3)"
+		if [ "$a" = "$prev" ] && [ "$(echo "$a" | tr ' ' '\n' | sort -u | wc -l)" = 1 ]; then
+			return
+		fi
+		prev=$a
+		sleep 1
+	done
+	echo "# the group did not settle in 60 s (applied: $a)" >&2
+}
 
 # leader prints the member id of the leader as member 1 sees it.
 leader() { curl -fsS --max-time 5 "http://127.0.0.1:${api[1]}/v1/cluster" | jq -r .leader; }
@@ -153,12 +176,15 @@ reads() {
 	t0=$(cpu_ticks "${pid[i]}")
 	[ -n "${PPROF:-}" ] && durations "$i" >"$out.h0"
 	local boost=$BOOST
-	# At a fixed rate dnsperf waits most of the time: as root it runs
-	# real-time (SCHED_FIFO) so that its own waits for the busy CPU do not
-	# count as the member's latency; at max it would starve that CPU.
-	if [ "$mode" = rate ] && [ "$(id -u)" = 0 ] && [ "${READ_RT:-1}" = 1 ]; then boost="chrt -f 10"; fi
-	$boost taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "${dns[i]}" -d "$WORK/queries" -l "$READ_DURATION" -n 50 \
-		-c 4 -q 200 -t 2 "${extra[@]}" >"$out.all" 2>&1 || { cat "$out.all" >&2; die "dnsperf failed"; }
+	# READ_RT=1: at a fixed rate dnsperf, which waits most of the time, runs
+	# real-time (SCHED_FIFO, as root) so that its own waits for the busy CPU
+	# do not count as the member's latency; at max it would starve that CPU.
+	# Not by default: on some machines dnsperf under SCHED_FIFO spins on
+	# its one CPU and does not end (an 8 s run was still spinning after 10
+	# minutes). Either way a run that outlasts its duration by 30 s fails.
+	if [ "$mode" = rate ] && [ "$(id -u)" = 0 ] && [ "$READ_RT" = 1 ]; then boost="chrt -f 10"; fi
+	$boost timeout -s KILL $((READ_DURATION + 30)) taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "${dns[i]}" -d "$WORK/queries" -l "$READ_DURATION" -n 50 \
+		-c 4 -q 200 -t 2 "${extra[@]}" >"$out.all" 2>&1 || { cat "$out.all" >&2; die "dnsperf failed or did not end (READ_RT=$READ_RT)"; }
 	t1=$(cpu_ticks "${pid[i]}")
 	if [ -n "${PPROF:-}" ] && [ "$mode" = rate ]; then
 		durations "$i" >"$out.h1"
@@ -193,6 +219,7 @@ fi
 for who in $READ_ON; do
 	case $who in leader) R=$L ;; follower) R=$F ;; *) die "READ_ON: $who is not leader or follower" ;; esac
 	pin "$R"
+	settle
 	for mode in max rate; do
 		printf '%-9s %-6s %-5s %s\n' "m$R/$who" idle "$mode" "$(reads "$who-idle-$mode" "$R" "$mode" |
 			awk '{ printf "%9s %8s %8s %8s %6s %5s", $1, $2, $3, $4, $5, $6 }')"
