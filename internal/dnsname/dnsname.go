@@ -74,21 +74,13 @@ func CanonicalKey(name string) []byte {
 }
 
 // labelStarts appends to idx the offsets at which the labels of name (fully
-// qualified, not the root) start, as dns.Split returns them: a dot escaped
-// by a backslash is inside a label.
+// qualified, not the root) start: dns.Split's, from dns.NextLabel (which
+// keeps a dot escaped by a backslash inside its label), without dns.Split's
+// allocation when idx has room.
 func labelStarts(name string, idx []int) []int {
-	start := true
-	for i := 0; i < len(name)-1; i++ {
-		if start {
-			idx = append(idx, i)
-			start = false
-		}
-		switch name[i] {
-		case '\\':
-			i++ // the escaped byte (the first digit of a \DDD: not a dot)
-		case '.':
-			start = true
-		}
+	idx = append(idx, 0)
+	for off, end := dns.NextLabel(name, 0); !end; off, end = dns.NextLabel(name, off) {
+		idx = append(idx, off)
 	}
 	return idx
 }
