@@ -17,7 +17,16 @@ import (
 // persisted in bbolt with fsync and applied to every member's bbolt and zone
 // view before the next. B/op and allocs/op are per change, all three
 // members together (divide by 10 for a record); -benchmem or ReportAllocs.
-func BenchmarkChange(b *testing.B) {
+func BenchmarkChange(b *testing.B) { benchChange(b, 8) }
+
+// BenchmarkChangeOne is BenchmarkChange with one client: ns/op is the
+// latency of one change, from proposal to the leader's acknowledgement
+// (the leader's fsync and a follower's, and the round trip between).
+func BenchmarkChangeOne(b *testing.B) { benchChange(b, 0) }
+
+// benchChange runs BenchmarkChange's load with parallelism clients per CPU
+// (b.SetParallelism), or with one client when parallelism is 0.
+func benchChange(b *testing.B, parallelism int) {
 	c := newTestCluster(b, 3, 0)
 	l := c.leader()
 	seed := parseTestZone(b)
@@ -35,25 +44,39 @@ func BenchmarkChange(b *testing.B) {
 		})
 	}
 	var next atomic.Int64
-	b.SetParallelism(8) // 16 clients on 2 CPUs
+	change := func(cx context.Context) error {
+		n := next.Add(1)
+		add := make([]dns.RR, 10)
+		for i := range add {
+			add[i] = &dns.A{Hdr: dns.RR_Header{Name: fmt.Sprintf("w-%d-%d.example.org.", n, i),
+				Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.IPv4(10, 1, byte(n), byte(i))}
+		}
+		_, err := l.Change(cx, "example.org.", add, nil)
+		return err
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
+	if parallelism == 0 {
 		cx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		for pb.Next() {
-			n := next.Add(1)
-			add := make([]dns.RR, 10)
-			for i := range add {
-				add[i] = &dns.A{Hdr: dns.RR_Header{Name: fmt.Sprintf("w-%d-%d.example.org.", n, i),
-					Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: net.IPv4(10, 1, byte(n), byte(i))}
-			}
-			if _, err := l.Change(cx, "example.org.", add, nil); err != nil {
-				b.Error(err)
-				return
+		for b.Loop() {
+			if err := change(cx); err != nil {
+				b.Fatal(err)
 			}
 		}
-	})
+	} else {
+		b.SetParallelism(parallelism) // 16 clients on 2 CPUs at 8
+		b.RunParallel(func(pb *testing.PB) {
+			cx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for pb.Next() {
+				if err := change(cx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
 	b.StopTimer()
 	// Every member applies what the leader acknowledged: the allocations of
 	// the followers' last applies are in the figures too.

@@ -82,6 +82,17 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 		return true
 	}
 	start := time.Now()
+	msgs := rd.Messages
+	if r.sendsEarly(rd) {
+		// A leader replicates while it persists (Raft thesis §10.2.1, as
+		// etcd's leader does), so that its fsync and its followers' run
+		// side by side. Raft counts the leader's own copy of an entry
+		// towards the commit quorum only at Advance, after persist, and
+		// its term and vote are on disk already.
+		var early []*pb.Message
+		early, msgs = splitEarly(msgs)
+		r.tr.Send(early)
+	}
 	var p pending
 	if !r.retry("persist a Raft Ready", tick, func() (err error) {
 		p, err = r.persist(rd)
@@ -89,8 +100,11 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 	}) {
 		return false
 	}
+	if hs := rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
+		r.voted.term, r.voted.vote = hs.GetTerm(), hs.GetVote()
+	}
 
-	r.tr.Send(r.mergeSnapshots(rd.Messages, p.lastIndex))
+	r.tr.Send(r.mergeSnapshots(msgs, p.lastIndex))
 
 	if p.snapshot && !r.retry("load an installed snapshot", tick, r.afterSnapshot) {
 		return false
@@ -112,6 +126,36 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 	r.markReady()
 	r.node.Advance()
 	return true
+}
+
+// sendsEarly reports whether rd's messages may go out before rd is
+// persisted: the member leads and rd changes neither its term nor its
+// vote. A follower's messages acknowledge what rd persists, and a
+// candidate's ask for votes in a term that must be on disk first.
+func (r *Replica) sendsEarly(rd raft.Ready) bool {
+	if r.leader.Load() != r.cfg.ID || len(rd.Messages) == 0 {
+		return false
+	}
+	hs := rd.HardState
+	return hs == nil || raft.IsEmptyHardState(hs) ||
+		hs.GetTerm() == r.voted.term && hs.GetVote() == r.voted.vote
+}
+
+// splitEarly parts a leader's msgs into those it may send before it
+// persists their Ready and those that wait, keeping the order within each.
+// Snapshots wait for the index this Ready applies; responses that vote or
+// acknowledge an append wait for the disk, as raft itself holds them back
+// (msgsAfterAppend) when storage writes are asynchronous.
+func splitEarly(msgs []*pb.Message) (early, after []*pb.Message) {
+	for _, m := range msgs {
+		switch m.GetType() {
+		case pb.MsgSnap, pb.MsgAppResp, pb.MsgVoteResp, pb.MsgPreVoteResp:
+			after = append(after, m)
+		default:
+			early = append(early, m)
+		}
+	}
+	return early, after
 }
 
 // persist writes rd's snapshot, entries and HardState and applies its
@@ -163,7 +207,8 @@ func (r *Replica) persist(rd raft.Ready) (pending, error) {
 // ticking the node meanwhile. A failure is a storage failure (a full disk,
 // an I/O error): the member is not ready and not healthy and answers no
 // proposals until f succeeds; its followers elect another leader, as it
-// sends nothing. retry returns false when the member stops meanwhile.
+// sends nothing more (a leader may have sent the failing Ready's appends:
+// sendsEarly). retry returns false when the member stops meanwhile.
 func (r *Replica) retry(what string, tick <-chan time.Time, f func() error) bool {
 	backoff := r.cfg.Tick
 	for {

@@ -109,6 +109,9 @@ type Replica struct {
 	confState *pb.ConfState
 	snapIndex uint64
 	staged    stagedSnapshot
+	// voted is the term and vote on disk: a leader sends a Ready's
+	// messages before persisting it only while they are unchanged.
+	voted struct{ term, vote uint64 }
 
 	applied atomic.Uint64
 	// appliedSignal is closed, and replaced, each time applied rises.
@@ -281,6 +284,7 @@ func (r *Replica) open() error {
 	r.applied.Store(appliedIndex)
 	r.commit.Store(hs.GetCommit())
 	r.term.Store(hs.GetTerm())
+	r.voted.term, r.voted.vote = hs.GetTerm(), hs.GetVote()
 	r.health.index = hs.GetCommit()
 	fresh := r.fresh && raft.IsEmptyHardState(hs)
 
