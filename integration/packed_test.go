@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -76,7 +77,7 @@ func TestPackedAnswersThroughPlugins(t *testing.T) {
 		before = responses()
 		time.Sleep(100 * time.Millisecond)
 		again := responses()
-		if before["NOERROR"] >= 1 && fmt.Sprint(before) == fmt.Sprint(again) {
+		if before["NOERROR"] >= 1 && maps.Equal(before, again) {
 			break
 		}
 		if time.Now().After(deadline) {
