@@ -50,6 +50,7 @@ cat >"$WORK/single.Corefile" <<EOC
     craftstore {
         data $WORK/single-data
         api 127.0.0.1:$s_api
+        max_zone_records $((RECORDS + 1000))
     }
 }
 EOC
@@ -69,7 +70,9 @@ cat >"$WORK/router.Corefile" <<EOC
     }
     craftroute {
 $(shard_lines)
+$(router_key "$COREDNS")
         key name
+        max_zone_records $((RECORDS + 1000))
         api 127.0.0.1:$r_api
     }
 }

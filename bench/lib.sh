@@ -39,6 +39,15 @@ cp "$BINARY" "$COREDNS"
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
+# ROUTER_KEY is router_key of the benchmarks' routers and shard members.
+ROUTER_KEY=bench-router-key-0123456789abcdef
+# router_key BINARY prints the router_key line of a craftstore or craftroute
+# block for that build (none for a build from before router_key, such as a
+# BEFORE_BINARY).
+router_key() {
+	if grep -q 'router_key is needed' "$1" 2>/dev/null; then echo "        router_key $ROUTER_KEY"; fi
+}
+
 need() {
 	local t
 	for t in "$@"; do command -v "$t" >/dev/null || die "$t is not installed"; done
@@ -191,6 +200,7 @@ $extra    craftstore {
         data $WORK/$label-data/$m
         raft 127.0.0.1:${mraft[$m]}
 $peers        api 127.0.0.1:${mapi[$m]}
+$(router_key "$bin")
 ${EXTRA_STORE:-}    }
 }
 EOC

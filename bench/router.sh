@@ -11,7 +11,10 @@
 #
 # Knobs (environment): RECORDS (100000), QUERIES (200000 lines), DURATION
 # (seconds per run, 10), ROUNDS (3), CLIENTS (dnsperf -c, 4), OUTSTANDING
-# (dnsperf -q, 200), SERVER_CPU (0), LOAD_CPU (1), COREDNS_BINARY, KEEP=1.
+# (dnsperf -q, 200), SERVER_CPU (0), LOAD_CPU (1), COREDNS_BINARY, KEEP=1,
+# BASE_BINARY (another build: its craftroute, in front of a backend of the
+# same build, runs in every round right after craftroute, and the table
+# gives craftroute/base per round: two builds side by side in one run).
 #
 # It fails when a server does not start or load the zone, when any answer
 # has an unexpected rcode, or when over 1% of the queries are lost.
@@ -43,10 +46,10 @@ echo "# zone of $RECORDS records, $QUERIES queries (none and $MISSING for missin
 	-nqueries "$QUERIES" -missing "$MISSING"
 nx_lines=$(grep -c '^nx-' "$WORK/queries.missing")
 
-# member NAME: a lone craftstore member on CPU $LOAD_CPU; sets NAME_dns,
-# NAME_api, NAME_pid.
+# member NAME [BINARY]: a lone craftstore member on CPU $LOAD_CPU (of this
+# build, or of BINARY); sets NAME_dns, NAME_api, NAME_pid.
 member() {
-	local name=$1 dns api ready
+	local name=$1 bin=${2:-$COREDNS} dns api ready
 	dns=$(free_port) api=$(free_port) ready=$(free_port)
 	cat >"$WORK/$name.Corefile" <<EOF
 example.org:$dns {
@@ -55,11 +58,12 @@ example.org:$dns {
         cluster $name
         data $WORK/$name
         api 127.0.0.1:$api
+$(router_key "$bin")
     }
     ready 127.0.0.1:$ready
 }
 EOF
-	start "$name" "$LOAD_CPU"
+	COREDNS=$bin start "$name" "$LOAD_CPU"
 	wait_http "$LAST_PID" "$name" "http://127.0.0.1:$ready/ready"
 	eval "${name}_dns=$dns ${name}_api=$api ${name}_pid=$LAST_PID"
 }
@@ -85,12 +89,36 @@ example.org:$route_dns {
     bind 127.0.0.1
     craftroute {
         shard a 127.0.0.1:$backend_dns
+$(router_key "$COREDNS")
         key name
     }
 }
 EOF
 start craftroute "$SERVER_CPU"
 route_pid=$LAST_PID
+
+# (a') BASE_BINARY: the same front and backend from another build.
+if [ -n "${BASE_BINARY:-}" ]; then
+	[ -x "$BASE_BINARY" ] || die "BASE_BINARY $BASE_BINARY is not an executable"
+	cp "$BASE_BINARY" "$WORK/coredns.base"
+	member backendbase "$WORK/coredns.base"
+	put backendbase "http://127.0.0.1:$backendbase_api"
+	wait_dns "$backendbase_pid" backendbase "$backendbase_dns" host-1.example.org A
+	base_dns=$(free_port)
+	cat >"$WORK/base.Corefile" <<EOF
+example.org:$base_dns {
+    bind 127.0.0.1
+    craftroute {
+        shard a 127.0.0.1:$backendbase_dns
+$(router_key "$WORK/coredns.base")
+        key name
+    }
+}
+EOF
+	COREDNS=$WORK/coredns.base start base "$SERVER_CPU"
+	base_pid=$LAST_PID
+	wait_dns "$base_pid" base "$base_dns" host-1.example.org A
+fi
 
 # (b) dnsdist: no packet cache (it has none unless a pool is given one).
 dd_dns=$(free_port)
@@ -173,13 +201,14 @@ run() {
 
 for round in $(seq "$ROUNDS"); do
 	run craftroute "$route_dns" "$route_pid" "$round" "$WORK/queries" 0
+	[ -z "${BASE_BINARY:-}" ] || run base "$base_dns" "$base_pid" "$round" "$WORK/queries" 0
 	run dnsdist "$dd_dns" "$dd_pid" "$round" "$WORK/queries" 0
 	run forward "$fwd_dns" "$fwd_pid" "$round" "$WORK/queries" 0
 done
 
 # Broadcasts: two shards of one member each, the zone split through the
 # router's API; the fronts of the first part are stopped.
-for p in "$route_pid" "$dd_pid" "$fwd_pid" "$backend_pid"; do kill "$p"; done
+for p in "$route_pid" "$dd_pid" "$fwd_pid" "$backend_pid" ${base_pid:-} ${backendbase_pid:-}; do kill "$p"; done
 member sha
 member shb
 split_dns=$(free_port) split_api=$(free_port) split_metrics=$(free_port)
@@ -191,6 +220,7 @@ example.org:$split_dns {
         shard b 127.0.0.1:$shb_dns
         shard_api a http://127.0.0.1:$sha_api
         shard_api b http://127.0.0.1:$shb_api
+$(router_key "$COREDNS")
         key name
         api 127.0.0.1:$split_api
     }
@@ -269,6 +299,11 @@ for s in craftroute dnsdist forward craftroute-2; do
 	eval "printf '%-24s %10.0f %14.2f %8.0f %9.0f %10s %12s\n' \"\$label\" \$${v}_qps \$${v}_us \$${v}_cpu \$${v}_other \
 		x\$(calc %.2f \"\$${v}_qps / \$dnsdist_qps\") x\$(calc %.2f \"\$${v}_us / \$dnsdist_us\")"
 done
+if [ -n "${BASE_BINARY:-}" ]; then
+	ratios=$(paste -d ' ' "$WORK/craftroute.results" "$WORK/base.results" | awk '{ printf "%.3f ", $2 / $7 }')
+	printf '%-24s %10.0f %14.2f %8.0f %9.0f   craftroute/base CPU per query, per round: %s(median %s)\n' base \
+		"$(col base 1)" "$(col base 2)" "$(col base 3)" "$(col base 4)" "$ratios" "$(median $ratios)"
+fi
 hshare=$(median $(awk '{ printf "%.4f\n", $3 / $2 }' "$WORK/broadcasts"))
 printf '* %s missing names; broadcast to both shards: %s of the queries (%s of the missing ones)\n' \
 	"$MISSING" "$bshare" "$(calc %.2f "$bshare / $nx_want")"

@@ -55,6 +55,7 @@ setup() {
     bind 127.0.0.1
     craftroute {
 $(shard_lines)
+$(router_key "$bin")
         key name
         api 127.0.0.1:$api
     }

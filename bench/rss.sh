@@ -55,6 +55,7 @@ example.org:$cs_dns {
     craftstore {
         data $WORK/craftstore
         api 127.0.0.1:$cs_api
+        max_zone_records $((RECORDS + 1000))
     }
     ready 127.0.0.1:$cs_ready
 $(pprof_line "$cs_pprof")

@@ -47,6 +47,7 @@ setup() {
     }
     craftroute {
 $(shard_lines)
+$(router_key "$bin")
         key name
         tsig $KEY
         api 127.0.0.1:$r_api

@@ -25,7 +25,7 @@ type composeProject struct {
 
 func (c *composeProject) cmd(args ...string) *exec.Cmd {
 	cmd := exec.Command("docker-compose", append([]string{"-f", c.file, "-p", c.project}, args...)...)
-	cmd.Env = append(os.Environ(), "CRAFTDNS_IMAGE="+c.image, "CRAFTDNS_API_TOKEN=compose-test-token")
+	cmd.Env = append(append(os.Environ(), "CRAFTDNS_IMAGE="+c.image), composeSecrets...)
 	return cmd
 }
 
@@ -86,14 +86,33 @@ func buildComposeImage(t *testing.T) string {
 	return image
 }
 
+// composeSecrets is the environment the compose files need: the API token
+// and the router key, which have no defaults.
+var composeSecrets = []string{"CRAFTDNS_API_TOKEN=compose-test-token", "CRAFTDNS_ROUTER_KEY=compose-test-router-key-0123456789"}
+
 // TestComposeConfig: docker-compose reads both compose files without a
-// complaint, and refuses one with a field it does not know, naming it.
+// complaint, refuses one with a field it does not know, naming it, and
+// refuses to start without the secrets, naming them (there is no example
+// token to fall back to).
 func TestComposeConfig(t *testing.T) {
 	harness.RequireTool(t, "docker-compose")
+	compose := func(env []string, args ...string) ([]byte, error) {
+		cmd := exec.Command("docker-compose", args...)
+		cmd.Env = append(os.Environ(), env...)
+		return cmd.CombinedOutput()
+	}
 	for _, f := range []string{"shard.yml", "sharded.yml"} {
 		path := filepath.Join(harness.Repo, "deploy/compose", f)
-		if out, err := exec.Command("docker-compose", "-f", path, "config", "-q").CombinedOutput(); err != nil {
+		if out, err := compose(composeSecrets, "-f", path, "config", "-q"); err != nil {
 			t.Errorf("%s: %v\n%s", f, err, out)
+		}
+		var unset []string
+		for _, v := range composeSecrets {
+			name, _, _ := strings.Cut(v, "=")
+			unset = append(unset, name+"=")
+		}
+		if out, err := compose(unset, "-f", path, "config", "-q"); err == nil || !strings.Contains(string(out), "CRAFTDNS_API_TOKEN") {
+			t.Errorf("%s without CRAFTDNS_API_TOKEN: expected an error naming it, got %v:\n%s", f, err, out)
 		}
 		text, err := os.ReadFile(path)
 		if err != nil {
@@ -104,7 +123,7 @@ func TestComposeConfig(t *testing.T) {
 		if err := os.WriteFile(badPath, []byte(bad), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command("docker-compose", "-f", badPath, "config", "-q").CombinedOutput()
+		out, err := compose(composeSecrets, "-f", badPath, "config", "-q")
 		if err == nil || !strings.Contains(string(out), "restart_policy_typo") {
 			t.Errorf("%s with an unknown field: expected an error naming it, got %v:\n%s", f, err, out)
 		}

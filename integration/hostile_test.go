@@ -261,7 +261,8 @@ func exchangeRaw(addr string, wire []byte) (*dns.Msg, error) {
 // hostilePacket returns a malformed or unusual message: a valid query,
 // NOTIFY or UPDATE with bytes flipped, cut short or lengthened, random
 // bytes, a header that announces far more records than follow, or a query
-// that carries the routers' partition option or a broken EDNS option.
+// that carries the routers' partition option, a forged change lease or a
+// broken EDNS option.
 func hostilePacket(rng *rand.Rand, origin string) []byte {
 	m := new(dns.Msg)
 	names := []string{"www." + origin, origin, "nothing." + origin, "a.b.c." + origin, "other.example."}
@@ -280,6 +281,10 @@ func hostilePacket(rng *rand.Rand, origin string) []byte {
 		m.SetEdns0(1232, false)
 		opt := m.IsEdns0()
 		opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: uint16(rng.IntN(65536)), Data: randBytes(rng, rng.IntN(300))})
+	case 4:
+		// A change lease asked for by someone without the routers' key
+		// (TestForgedLeases): the plain answer, no lease.
+		forgeLease(m, rng, 0)
 	}
 	m.Opcode = []int{dns.OpcodeQuery, dns.OpcodeQuery, dns.OpcodeQuery, m.Opcode, rng.IntN(16)}[rng.IntN(5)]
 	m.Question[0].Qclass = []uint16{dns.ClassINET, dns.ClassINET, dns.ClassCHAOS, dns.ClassANY, dns.ClassNONE, uint16(rng.IntN(65536))}[rng.IntN(6)]

@@ -95,7 +95,7 @@ func memberCorefile(zones []string, m *shardMember, peers []*shardMember, fn *fa
 		}
 		fmt.Fprintf(&b, "        peer %d %s\n", i+1, addr)
 	}
-	fmt.Fprintf(&b, "        api 127.0.0.1:%d\n        allow update. * *\n    }\n", m.api)
+	fmt.Fprintf(&b, "        api 127.0.0.1:%d\n        router_key %s\n        allow update. * *\n    }\n", m.api, routerKey)
 	fmt.Fprintf(&b, "    ready 127.0.0.1:%d {\n        monitor continuously\n    }\n    errors\n}\n", m.ready)
 	return b.String()
 }
@@ -134,10 +134,14 @@ func (s *sharded) routerCorefile(r *router) string {
 		}
 	}
 	b.WriteString("        tsig Corefile.examples/keys/update.key\n")
+	fmt.Fprintf(&b, "        router_key %s\n", routerKey)
 	fmt.Fprintf(&b, "        api 127.0.0.1:%d\n    }\n", r.api)
 	fmt.Fprintf(&b, "    prometheus 127.0.0.1:%d\n    ready 127.0.0.1:%d {\n        monitor continuously\n    }\n    errors\n}\n", r.metrics, r.rdy)
 	return b.String()
 }
+
+// routerKey is the router_key of the tests' routers and shard members.
+const routerKey = "integration-router-key-0123456789abcdef"
 
 // serverKeys returns "z1:port z2:port".
 func serverKeys(zones []string, port int) string {

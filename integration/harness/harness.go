@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -182,6 +183,26 @@ func (p *Proc) Wait(d time.Duration) (int, error) {
 	case <-time.After(d):
 		return 0, fmt.Errorf("%s still runs after %v", p.Name, d)
 	}
+}
+
+// RSS returns the resident memory of the process in bytes (VmRSS).
+func (p *Proc) RSS(t testing.TB) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmRSS for %s", p.Name)
+	return 0
 }
 
 // Restart starts the process again with the same Corefile and directory.

@@ -4,6 +4,7 @@ package corefile
 import (
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -40,6 +41,24 @@ func (a Args) One() (string, error) {
 		return "", a.c.ArgErr()
 	}
 	return a.Vals[0], nil
+}
+
+// Secret is the only argument as a secret (a token or a key): at least min
+// characters, and not a placeholder of the deployment files
+// ("change-me-before-applying" and its like), which no member or router
+// runs with.
+func (a Args) Secret(min int) (string, error) {
+	v, err := a.One()
+	if err != nil {
+		return "", err
+	}
+	if l := strings.ToLower(v); strings.Contains(l, "change-me") || strings.Contains(l, "changeme") {
+		return "", a.c.Errf("%s %q is a placeholder: set a secret of your own (openssl rand -hex 16 makes one)", a.Prop, v)
+	}
+	if len(v) < min {
+		return "", a.c.Errf("%s must be at least %d characters (openssl rand -hex 16 makes one), got %d", a.Prop, min, len(v))
+	}
+	return v, nil
 }
 
 // Duration is the only argument as a Go duration; it must be positive, or

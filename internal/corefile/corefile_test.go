@@ -62,6 +62,19 @@ func TestArgs(t *testing.T) {
 			t.Errorf("%q: expected an error with %q, got %v", line, want, err)
 		}
 	}
+	for line, want := range map[string]string{
+		"token change-me-before-applying":                "is a placeholder",
+		"router_key CHANGEME-0123456789abcdef0123456789": "is a placeholder",
+		"router_key 0123456789":                          "router_key must be at least 32 characters",
+		"token":                                          "Wrong argument count",
+	} {
+		if _, err := args(line).Secret(32); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: expected an error with %q, got %v", line, want, err)
+		}
+	}
+	if v, err := args("router_key 0123456789abcdef0123456789abcdef").Secret(32); err != nil || v != "0123456789abcdef0123456789abcdef" {
+		t.Errorf("Secret: got %q, %v", v, err)
+	}
 	if n, err := args("journal 0").Int(0); err != nil || n != 0 {
 		t.Errorf("Int(0): got %d, %v", n, err)
 	}

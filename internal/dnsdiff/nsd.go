@@ -246,3 +246,26 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// StartNSDPrimary starts NSD serving zoneText as origin on 127.0.0.1:port,
+// giving AXFR to any client on loopback (a primary to import from), and
+// returns its address. It stops on t.Cleanup. Without nsd installed the
+// test is skipped, or fails when CI is "true".
+func StartNSDPrimary(t testing.TB, origin, zoneText string, port int) (addr string) {
+	t.Helper()
+	bin := requireNSD(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "zone"), []byte(zoneText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "nsd.conf")
+	text := nsdConf(dir, port, origin, "\tverbosity: 1\n", "\tprovide-xfr: 127.0.0.1 NOKEY\n")
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if err := runNSD(t, bin, conf, addr, dns.Fqdn(origin)); err != nil {
+		t.Fatalf("starting nsd as a primary on %s: %v", addr, err)
+	}
+	return addr
+}

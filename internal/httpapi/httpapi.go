@@ -1,5 +1,6 @@
 // Package httpapi holds what the HTTP APIs of craftstore and craftroute
-// share: bearer-token authentication, JSON answers and the loopback rule.
+// share: bearer-token authentication, JSON answers, the loopback rule, the
+// Host rule and the limits of their listeners.
 package httpapi
 
 import (
@@ -11,7 +12,66 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"time"
+
+	"golang.org/x/net/netutil"
 )
+
+// Limits of every API listener: connections at once, and how long a
+// request may take to arrive, to be answered, and a connection may idle.
+// The body of a request is bounded by its handler (a zone file by
+// zoneapi.MaxZoneBody, JSON by zoneapi.MaxJSONBody).
+const (
+	MaxConns          = 256
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = 5 * time.Minute  // a zone file of zoneapi.MaxZoneBody at 1 MB/s
+	WriteTimeout      = 10 * time.Minute // a zone exported or streamed to a router
+	IdleTimeout       = 2 * time.Minute
+)
+
+// Listen listens on TCP address addr, taking at most MaxConns connections
+// at once (the others wait in the kernel's backlog).
+func Listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return netutil.LimitListener(ln, MaxConns), nil
+}
+
+// Server returns the server of an API: h behind the Host rule (Hosts),
+// with the limits above.
+func Server(addr, token string, h http.Handler) *http.Server {
+	return &http.Server{Handler: Hosts(addr, token, h), ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout: ReadTimeout, WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
+}
+
+// Hosts answers 421 (Misdirected Request) with a JSON error for a request
+// to an API without a token whose Host is none of its own: an IP address,
+// "localhost", or the host of the API's listen address addr. A web page
+// whose name an attacker makes resolve to 127.0.0.1 (DNS rebinding) then
+// reaches a loopback API with that name in Host, and is refused. An API
+// with a token takes any Host: a page cannot send the token, which it does
+// not know, and members and routers reach each other by the names of
+// their deployment (Kubernetes services).
+func Hosts(addr, token string, next http.Handler) http.Handler {
+	if token != "" {
+		return next
+	}
+	own, _, _ := net.SplitHostPort(addr)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+		if net.ParseIP(host) == nil && !strings.EqualFold(host, "localhost") && (own == "" || !strings.EqualFold(host, own)) {
+			WriteError(w, http.StatusMisdirectedRequest, fmt.Sprintf("Host %q is not this API's: ask it by IP address or localhost (an API without a token refuses other names, against DNS rebinding)", r.Host))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 // CleanPaths answers 400 with a JSON error for a request whose path is not
 // clean ("." or ".." elements, doubled or trailing slashes, "%2e%2e" too:

@@ -1,9 +1,11 @@
 package httpapi
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 func TestAuth(t *testing.T) {
@@ -71,5 +73,94 @@ func TestCleanPaths(t *testing.T) {
 		if resp.StatusCode != tc.want || (tc.want == 400 && resp.Header.Get("Content-Type") != "application/json") {
 			t.Errorf("%s: expected %d (JSON), got %d %s", tc.path, tc.want, resp.StatusCode, resp.Header.Get("Content-Type"))
 		}
+	}
+}
+
+// TestHosts: an API without a token takes requests by IP address,
+// localhost and its own host name only (DNS rebinding); with a token, any.
+func TestHosts(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, 200, "ok") })
+	for _, tc := range []struct {
+		addr, token, host string
+		want              int
+	}{
+		{"127.0.0.1:8053", "", "127.0.0.1:8053", 200},
+		{"127.0.0.1:8053", "", "[::1]:8053", 200},
+		{"127.0.0.1:8053", "", "localhost:8053", 200},
+		{"127.0.0.1:8053", "", "LocalHost", 200},
+		{"127.0.0.1:8053", "", "192.0.2.1", 200},
+		{"127.0.0.1:8053", "", "attacker.example:8053", 421},
+		{"127.0.0.1:8053", "", "attacker.example.", 421},
+		{"127.0.0.1:8053", "", "localhost.attacker.example", 421},
+		{"127.0.0.1:8053", "", "", 421},
+		{"api.internal:8053", "", "api.internal:8053", 200},
+		{"api.internal:8053", "", "other.internal:8053", 421},
+		{"0.0.0.0:8053", "s3cret", "craftdns-a-0.craftdns-a:8053", 200},
+	} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/v1/zones", nil)
+		r.Host = tc.host
+		Hosts(tc.addr, tc.token, ok).ServeHTTP(rec, r)
+		if rec.Code != tc.want {
+			t.Errorf("api %s, token %q, Host %q: expected %d, got %d", tc.addr, tc.token, tc.host, tc.want, rec.Code)
+		}
+		if rec.Code == 421 && rec.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("421 without JSON: %v", rec.Header())
+		}
+	}
+}
+
+// TestServerLimits: every API server has its time limits and its listener
+// a bound on connections.
+func TestServerLimits(t *testing.T) {
+	srv := Server("127.0.0.1:0", "", http.NotFoundHandler())
+	if srv.ReadHeaderTimeout == 0 || srv.ReadTimeout == 0 || srv.WriteTimeout == 0 || srv.IdleTimeout == 0 {
+		t.Errorf("a time limit is missing: %+v", srv)
+	}
+	ln, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, MaxConns+1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	for range MaxConns + 1 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	var held []net.Conn
+	for range MaxConns {
+		select {
+		case c := <-accepted:
+			held = append(held, c)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of %d connections accepted", len(held), MaxConns)
+		}
+	}
+	select {
+	case <-accepted:
+		t.Fatalf("connection %d accepted while %d were open", MaxConns+1, MaxConns)
+	case <-time.After(200 * time.Millisecond):
+	}
+	held[0].Close() // a slot frees: the last one is taken
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("a freed slot was not taken")
+	}
+	for _, c := range held {
+		c.Close()
 	}
 }

@@ -30,12 +30,18 @@ func FuzzOptions(f *testing.F) {
 	AttachSerial(a, "example.org.", 7, 3)
 	AttachIndex(a, 42)
 	f.Add(pack(a))
+	key := NewKey("fuzz-key")
 	l := new(dns.Msg)
 	l.SetQuestion("example.org.", dns.TypeSOA)
 	l.SetEdns0(1232, false)
-	RequestLease(l, Lease{Port: 1053, Duration: time.Second, Token: [TokenLen]byte{1, 2}})
+	lease := RequestLease(l, Lease{Port: 1053, Duration: time.Second, Token: [TokenLen]byte{1, 2}, Time: time.Now()}, key)
 	f.Add(pack(l))
-	f.Add(pack(Notice{Zone: "example.org.", Change: Records, Names: []string{"www.example.org."}, Index: 9, Serial: 4, Base: 1}.Msg("example.org.", Lease{Token: [TokenLen]byte{1}})))
+	g := new(dns.Msg)
+	g.SetReply(l)
+	GrantLease(g, lease, 7, key)
+	f.Add(pack(g))
+	notice, _ := Notice{Zone: "example.org.", Change: Records, Names: []string{"www.example.org."}, Index: 9, Serial: 4, Base: 1}.Msg("example.org.", lease, key)
+	f.Add(pack(notice))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := new(dns.Msg)
 		if m.Unpack(data) != nil {
@@ -49,13 +55,22 @@ func FuzzOptions(f *testing.F) {
 				t.Fatalf("facts %+v attached again read as %+v, %v", facts, got, err)
 			}
 		}
-		if n, token, ok := NoticeOf(m); ok {
-			again := n.Msg(m.Question[0].Name, Lease{Token: token})
-			if got, tok, ok := NoticeOf(again); !ok || tok != token || got.Zone != n.Zone || got.Index != n.Index || len(got.Names) != len(n.Names) {
+		if n, nl, ok := NoticeOf(m, key); ok {
+			again, _ := n.Msg(m.Question[0].Name, nl, key)
+			if got, gl, ok := NoticeOf(again, key); !ok || gl.Token != nl.Token || !gl.Time.Equal(nl.Time) || got.Zone != n.Zone || got.Index != n.Index || len(got.Names) != len(n.Names) {
 				t.Fatalf("notice %+v written again read as %+v (%v)", n, got, ok)
 			}
 		}
-		LeaseRequested(m)
+		if got, ok := LeaseRequested(m, key); ok {
+			if _, granted := LeaseGranted(m, got, key); granted {
+				t.Fatal("a lease request taken for its grant")
+			}
+		}
+		LeaseGranted(m, lease, key)
+		NoticeAcked(m, Notice{}, key)
+		AnswerSigned(m, key)
+		IsNotice(m)
+		IsLeaseRequest(m)
 		SerialOf(m)
 		IndexOf(m)
 		MinIndex(m)

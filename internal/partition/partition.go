@@ -221,8 +221,8 @@ func Parse(m *dns.Msg) (Facts, error) {
 	return Facts{}, ErrMissing
 }
 
-// Strip removes the partition option, and the applied index, from m's OPT
-// record.
+// Strip removes the partition option, the applied index, the serial and
+// their MAC from m's OPT record.
 func Strip(m *dns.Msg) {
 	opt := m.IsEdns0()
 	if opt == nil {
@@ -230,7 +230,7 @@ func Strip(m *dns.Msg) {
 	}
 	kept := opt.Option[:0]
 	for _, o := range opt.Option {
-		if c := o.Option(); c != Code && c != IndexCode && c != SerialCode {
+		if c := o.Option(); c != Code && c != IndexCode && c != SerialCode && c != AuthCode {
 			kept = append(kept, o)
 		}
 	}

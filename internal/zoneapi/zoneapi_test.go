@@ -209,6 +209,34 @@ func TestParseZoneMax(t *testing.T) {
 	}
 }
 
+// TestGenerated: $GENERATE lines are counted without being expanded, so
+// that a bomb of them is refused before a record is made.
+func TestGenerated(t *testing.T) {
+	for text, want := range map[string]int{
+		"$GENERATE 1-100 h$ A 192.0.2.1\n":                                    100,
+		"$generate 0-99/10 h$ A 192.0.2.1\n$GENERATE 5-5 x$ A 192.0.2.1":      11,
+		"www A 192.0.2.1\n; $GENERATE 1-9 h$ A 192.0.2.1\n":                   0,
+		"$GENERATE 9-1 h$ A 192.0.2.1\n$GENERATE x-y h$ A 192.0.2.1\n":        0,
+		"$GENERATE 1-100/0 h$ A 192.0.2.1\n":                                  0,
+		strings.Repeat("$GENERATE 0-9223372036854775806 h$ A 192.0.2.1\n", 3): 1 << 40,
+	} {
+		if got := generated(text); got != want {
+			t.Errorf("%q: expected %d, got %d", text, want, got)
+		}
+	}
+	// 150 lines of 65,536 each: refused at once, nothing made.
+	bomb := "$ORIGIN example.org.\n@ 300 IN SOA ns1 h 1 7200 3600 1209600 300\n@ 300 IN NS ns1\n" +
+		strings.Repeat("$GENERATE 0-65535 h$ 300 IN A 192.0.2.2\n", 150)
+	allocs := testing.AllocsPerRun(1, func() {
+		if _, err := ParseZoneMax("example.org.", bomb, DefaultMaxZoneRecords); err == nil {
+			t.Fatal("expected the bomb refused")
+		}
+	})
+	if allocs > 1000 {
+		t.Errorf("the refused bomb made %v allocations: it was expanded", allocs)
+	}
+}
+
 // TestStorable: a record that packs and reads back as the same wire is
 // storable; one miekg/dns cannot pack is not (the URI spelled otherwise
 // after a second read is in xfrstream's FuzzReader corpus).

@@ -72,12 +72,12 @@ func (c *Craftroute) startAPI() error {
 	}
 	l := apiListeners[key]
 	if key == "" || l == nil {
-		ln, err := net.Listen("tcp", c.cfg.api)
+		ln, err := httpapi.Listen(c.cfg.api)
 		if err != nil {
 			return fmt.Errorf("craftroute: api: %w", err)
 		}
 		l = &apiListener{key: key, ln: ln}
-		l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
+		l.srv = httpapi.Server(c.cfg.api, c.cfg.token, l)
 		if key != "" {
 			apiListeners[key] = l
 		}

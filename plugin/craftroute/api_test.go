@@ -292,6 +292,7 @@ func (f *fakeAPI) exchange(req *dns.Msg) *dns.Msg {
 	partition.Attach(m, z.Partition(m, qname, q.Qtype))
 	if serial, base, ok := z.Serial(); ok {
 		partition.AttachSerial(m, origin, serial, base)
+		partition.SignAnswer(m, testKey)
 	}
 	return m
 }
@@ -420,6 +421,21 @@ func TestAPIPutBadZone(t *testing.T) {
 	for name, f := range ff {
 		if n := len(f.requests("PUT")); n != 0 {
 			t.Errorf("shard %s got %d PUTs for a bad zone", name, n)
+		}
+	}
+}
+
+// TestAPIPutOutsideZones: the router creates no zone it would not answer
+// for (outside its server block's zones).
+func TestAPIPutOutsideZones(t *testing.T) {
+	_, ff, base := apiRouter(t, keyName, 2, "")
+	status, body := call(t, "PUT", base+"/v1/zones/example.net.", "", strings.ReplaceAll(splitZone(), splitOrigin, "example.net."))
+	if status != http.StatusForbidden || !strings.Contains(string(body), "server block") {
+		t.Errorf("expected 403 for a zone outside the router's zones, got %d %s", status, body)
+	}
+	for name, f := range ff {
+		if n := len(f.requests("PUT")); n != 0 {
+			t.Errorf("shard %s got %d PUTs for a zone outside the router's", name, n)
 		}
 	}
 }

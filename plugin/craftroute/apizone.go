@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/coredns/coredns/plugin"
+
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/txn"
@@ -78,6 +80,10 @@ func mergeZoneLists(shards []*Shard, lists [][]zoneapi.ZoneInfo) []routedZone {
 
 func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 	origin, body, err := zoneapi.ReadZone(w, r)
+	if err == nil && plugin.Zones(a.c.Zones).Matches(origin) == "" {
+		// The router would not answer for it.
+		err = zoneapi.Errorf(http.StatusForbidden, "zone %q is not in this router's server block (%s): nothing was written", origin, strings.Join(a.c.Zones, " "))
+	}
 	if err != nil {
 		fail(w, err)
 		return

@@ -104,7 +104,7 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if r.Opcode == dns.OpcodeUpdate {
 		return c.serveUpdate(ctx, w, r)
 	}
-	if _, _, ok := partition.NoticeOf(r); ok {
+	if partition.IsNotice(r) {
 		return c.serveNotice(w, r)
 	}
 	if r.Opcode == dns.OpcodeNotify && len(r.Question) == 1 && plugin.Zones(c.Zones).Matches(r.Question[0].Name) != "" {

@@ -109,8 +109,9 @@ func (ct *changeTracker) valid(name string, start uint64) bool {
 
 // leaseHolder is the router's side of the leases.
 type leaseHolder struct {
-	port  uint16 // the router's DNS port, where notices come; 0: no leases
-	qname string // the lease queries' name (a name of the router's zones)
+	key   *partition.Key // shared with the members: signs requests, checks grants and notices
+	port  uint16         // the router's DNS port, where notices come; 0: no leases
+	qname string         // the lease queries' name (a name of the router's zones)
 	// tokens are random per start and member: a notice must carry one,
 	// which names the member's shard.
 	tokens  map[*Member][partition.TokenLen]byte
@@ -192,29 +193,29 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 			wg.Go(func() {
 				req := new(dns.Msg)
 				req.SetQuestion(lh.qname, dns.TypeSOA)
-				partition.RequestLease(req, partition.Lease{Port: lh.port, Duration: leaseFor, Token: lh.tokens[m]})
 				sent := time.Now()
+				lease := partition.RequestLease(req, partition.Lease{Port: lh.port, Duration: leaseFor, Token: lh.tokens[m], Time: sent}, lh.key)
 				rctx, cancel := context.WithTimeout(ctx, leaseRenew)
 				defer cancel()
 				resp, err := m.exchange(rctx, req)
 				if err != nil {
 					return
 				}
-				if l, ok := partition.LeaseRequested(resp); !ok || l.Token != lh.tokens[m] || resp.Rcode != dns.RcodeSuccess {
-					// A member without leases (an older craftstore, or a
-					// server block that does not cover the name asked).
+				// The member's applied index when it granted covers the
+				// writes it acknowledged before: raised before the lease
+				// counts.
+				idx, ok := partition.LeaseGranted(resp, lease, lh.key)
+				if !ok || resp.Rcode != dns.RcodeSuccess {
+					// A member without the key (router_key), an older
+					// craftstore, or a server block that does not cover the
+					// name asked.
 					if _, done := lh.warned.LoadOrStore(m, true); !done {
-						log.Warningf("member %s of shard %s grants no change lease for %s (%s): the negative cache stays off",
+						log.Warningf("member %s of shard %s grants no change lease for %s (%s; is its router_key this router's?): the negative cache stays off",
 							m.Addr, s.Name, lh.qname, dns.RcodeToString[resp.Rcode])
 					}
 					return
 				}
-				// The member's applied index when it granted covers the
-				// writes it acknowledged before: raised before the lease
-				// counts.
-				if idx, ok := partition.IndexOf(resp); ok {
-					s.raise(idx)
-				}
+				s.raise(idx)
 				mu.Lock()
 				lh.until[m] = sent.Add(leaseFor)
 				mu.Unlock()
@@ -244,14 +245,23 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 	}
 }
 
+// noticeAge bounds the age of the lease request a notice names (by this
+// router's clock): a member notifies a lease for at most its duration after
+// it received the request.
+const noticeAge = leaseFor + time.Second
+
 // serveNotice answers a member's change notice: it records the change and
-// then says NOERROR, which lets the member acknowledge the write. A notice
-// without this router's lease token is refused.
+// then says NOERROR, signed, which lets the member acknowledge the write. A
+// notice not signed with the router's key, without a lease token of this
+// router or for a lease it did not ask for lately (a replay) is refused.
 func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	n, token, _ := partition.NoticeOf(r)
-	s := c.leases.shardOf(token)
-	if s == nil {
-		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "change notice without a lease token of this router")
+	n, lease, ok := partition.NoticeOf(r, c.leases.key)
+	if !ok {
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "change notice not signed with this router's key")
+	}
+	s := c.leases.shardOf(lease.Token)
+	if age := time.Since(lease.Time); s == nil || age > noticeAge || age < -time.Second {
+		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "change notice without a current lease of this router")
 	}
 	s.raise(n.Index)
 	zone := dnsname.Lower(n.Zone)
@@ -279,6 +289,7 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
+	partition.AckNotice(m, n, c.leases.key)
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
 }

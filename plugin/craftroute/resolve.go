@@ -145,11 +145,18 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 		heldRetries.Inc()
 	}
 	if err == nil {
-		if idx, ok := partition.IndexOf(resp); ok {
-			s.raise(idx) // this router's reads never go back
-		}
-		if zone, serial, base, ok := partition.SerialOf(resp); ok {
-			c.soa.observe(dnsname.Lower(zone), s.Name, serial, base, time.Now())
+		// What the router keeps of an answer, a higher index and a serial,
+		// only when the member signed it (partition/auth.go).
+		idx, raise := partition.IndexOf(resp)
+		raise = raise && idx > s.minIndex.Load()
+		zone, serial, base, observe := partition.SerialOf(resp)
+		if (raise || observe) && partition.AnswerSigned(resp, c.leases.key) {
+			if raise {
+				s.raise(idx) // this router's reads never go back
+			}
+			if observe {
+				c.soa.observe(dnsname.Lower(zone), s.Name, serial, base, time.Now())
+			}
 		}
 		if e := ede.Of(resp); e != nil && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
 			if mark, ok := ctx.Value(staleKey{}).(*atomic.Bool); ok {

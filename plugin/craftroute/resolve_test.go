@@ -17,6 +17,12 @@ import (
 
 // memShards answers partition-mode queries from in-memory zones, one per
 // shard, as craftstore members do.
+// testKey is the router key of the tests' routers and shards.
+var testKey = partition.NewKey(testSecret)
+
+// testSecret is router_key in the tests' Corefiles.
+const testSecret = "0123456789abcdef0123456789abcdef"
+
 type memShards map[string]*zone.Zone
 
 func (ms memShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Msg, error) {
@@ -40,6 +46,7 @@ func (ms memShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Ms
 	// As craftstore does.
 	if serial, base, ok := z.Serial(); ok && (facts || hasSOA(m)) {
 		partition.AttachSerial(m, z.Origin(), serial, base)
+		partition.SignAnswer(m, testKey)
 	}
 	// As over the wire: the answer's records are the router's own.
 	return m.Copy(), nil
@@ -53,6 +60,7 @@ func testRouter(t testing.TB, origin, text string, n int) (*Craftroute, *zone.Zo
 	whole.Load(rrs)
 
 	c := &Craftroute{Zones: []string{origin}, cfg: config{key: keyName}}
+	c.leases.key = testKey
 	var names []string
 	for i := range n {
 		name := fmt.Sprintf("s%d", i)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsdiff"
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -110,5 +111,42 @@ func TestSerialSum(t *testing.T) {
 	s.observe("z.", "a", 1, 1, now)
 	if got, _ := s.serial("z."); got != 1 {
 		t.Errorf("a deleted zone starts again: expected 1, got %d", got)
+	}
+}
+
+// tamperingShards changes the serial and the index in its shards' answers
+// after the member signed them, as a forger on the path would.
+type tamperingShards struct{ exchanger }
+
+func (s tamperingShards) exchange(ctx context.Context, sh *Shard, req *dns.Msg) (*dns.Msg, error) {
+	resp, err := s.exchanger.exchange(ctx, sh, req)
+	if err != nil {
+		return resp, err
+	}
+	if opt := resp.IsEdns0(); opt != nil {
+		for _, o := range opt.Option {
+			if l, ok := o.(*dns.EDNS0_LOCAL); ok && l.Code == partition.SerialCode {
+				l.Data[0] = 0xf0 // a serial far ahead
+			}
+		}
+	}
+	partition.AttachIndex(resp, 1<<40)
+	return resp, nil
+}
+
+// TestTamperedAnswerIgnored: a serial or an applied index that a member did
+// not sign (here changed after it signed) is not kept: the router presents
+// the shards' real serial and asks for no index it was not told of.
+func TestTamperedAnswerIgnored(t *testing.T) {
+	c, _ := testRouter(t, "example.org.", serveZone, 2)
+	holdLeases(c)
+	c.ex = tamperingShards{c.ex}
+	if got := presented(t, c); len(got) != 2 || got[0] != 1 || got[1] != 1 {
+		t.Errorf("expected the real serial 1 in both answers, got %v", got)
+	}
+	for _, s := range c.cfg.shards {
+		if idx := s.minIndex.Load(); idx != 0 {
+			t.Errorf("shard %s: a forged index %d was kept", s.Name, idx)
+		}
 	}
 }

@@ -136,18 +136,33 @@ func TestServeDNS(t *testing.T) {
 		t.Fatal("expected the negative answer cached")
 	}
 	notice := partition.Notice{Zone: "example.org.", Change: partition.Records, Names: []string{"nothere.example.org."}}
-	if m := serve(t, c, notice.Msg("example.org.", partition.Lease{Token: [partition.TokenLen]byte{8}})); m.Rcode != dns.RcodeRefused {
-		t.Fatalf("a notice with a wrong token: %v", m)
+	lease := partition.Lease{Token: tok, Time: time.Now()}
+	for what, l := range map[string]partition.Lease{
+		"a wrong token": {Token: [partition.TokenLen]byte{8}, Time: time.Now()},
+		"an old lease":  {Token: tok, Time: time.Now().Add(-noticeAge - time.Second)},
+	} {
+		if m, _ := notice.Msg("example.org.", l, testKey); serve(t, c, m).Rcode != dns.RcodeRefused {
+			t.Fatalf("a notice with %s: not refused", what)
+		}
 	}
-	if m := serve(t, c, notice.Msg("example.org.", partition.Lease{Token: tok})); m.Rcode != dns.RcodeSuccess {
+	for what, k := range map[string]*partition.Key{"another key": partition.NewKey("another key"), "no key": nil} {
+		if m, _ := notice.Msg("example.org.", lease, k); serve(t, c, m).Rcode != dns.RcodeRefused {
+			t.Fatalf("a notice signed with %s: not refused", what)
+		}
+	}
+	if m := c.neg.get("nothere.example.org.", dns.TypeA, false, false, c.changes.valid); m == nil {
+		t.Fatal("a refused notice voided the negative answer")
+	}
+	msg, sent := notice.Msg("example.org.", lease, testKey)
+	if m := serve(t, c, msg); m.Rcode != dns.RcodeSuccess || !partition.NoticeAcked(m, sent, testKey) {
 		t.Fatalf("notice: %v", m)
 	}
 	if m := c.neg.get("nothere.example.org.", dns.TypeA, false, false, c.changes.valid); m != nil {
 		t.Fatal("the negative answer outlived the notice of a write at its name")
 	}
 	// A notice that the zone was deleted drops its entries.
-	deleted := partition.Notice{Zone: "example.org.", Change: partition.ZoneDeleted}
-	if m := serve(t, c, deleted.Msg("example.org.", partition.Lease{Token: tok})); m.Rcode != dns.RcodeSuccess || c.neg.len() != 0 {
+	deleted, _ := partition.Notice{Zone: "example.org.", Change: partition.ZoneDeleted}.Msg("example.org.", lease, testKey)
+	if m := serve(t, c, deleted); m.Rcode != dns.RcodeSuccess || c.neg.len() != 0 {
 		t.Fatalf("zone deleted: %v, %d entries left", m, c.neg.len())
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
@@ -108,6 +109,9 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 	cfg := &cr.cfg
 	if cfg.api != "" && cfg.token == "" && !loopback(cfg.api) {
 		return nil, c.Errf("api on %q is not loopback: it needs a token", cfg.api)
+	}
+	if cr.leases.key == nil {
+		return nil, c.Err("router_key is needed: the secret the router shares with the members (their router_key), which signs its leases and their notices")
 	}
 	names := make([]string, len(cfg.shards))
 	for i, s := range cfg.shards {
@@ -210,9 +214,14 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 	case "api":
 		cfg.api, err = one()
 	case "token":
-		cfg.token, err = one()
+		cfg.token, err = a.Secret(0)
 	case "shard_token":
-		cfg.shardToken, err = one()
+		cfg.shardToken, err = a.Secret(0)
+	case "router_key":
+		var secret string
+		if secret, err = a.Secret(partition.MinSecret); err == nil {
+			cr.leases.key = partition.NewKey(secret)
+		}
 	case "seed":
 		if len(args) != 2 {
 			return c.ArgErr()

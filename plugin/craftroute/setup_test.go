@@ -38,6 +38,7 @@ func TestSetup(t *testing.T) {
 		tsig `+key+`
 		api 127.0.0.1:0
 		shard_token s3cret
+		router_key `+testSecret+`
 		seed example.org zone.txt
 	}`)
 	cr, err := parse(c)
@@ -52,7 +53,7 @@ func TestSetup(t *testing.T) {
 		t.Errorf("expected the shard API without a trailing slash, got %v", got)
 	}
 	if cfg.key != keyZone || cfg.timeout != 300*time.Millisecond || cfg.downFor != 2*time.Second || cfg.probe != 0 ||
-		cfg.partitions != 1021 || cfg.load != 1.5 || cfg.negCache != 0 || cfg.maxZone != 500 || cfg.maxChange != 20 || cfg.shardToken != "s3cret" || cfg.seeds["example.org."] != "zone.txt" {
+		cfg.partitions != 1021 || cfg.load != 1.5 || cfg.negCache != 0 || cfg.maxZone != 500 || cfg.maxChange != 20 || cfg.shardToken != "s3cret" || cfg.seeds["example.org."] != "zone.txt" || cr.leases.key == nil {
 		t.Errorf("config: %+v", cfg)
 	}
 	for _, s := range cfg.shards { // timeout comes after the shards: every member has it
@@ -70,7 +71,7 @@ func TestSetup(t *testing.T) {
 	}
 
 	// Defaults.
-	cr, err = parse(caddy.NewTestController("dns", "craftroute {\nshard a 127.0.0.1:53\n}"))
+	cr, err = parse(caddy.NewTestController("dns", "craftroute {\nshard a 127.0.0.1:53\nrouter_key "+testSecret+"\n}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +100,8 @@ func TestSetupErrors(t *testing.T) {
 		{"craftroute {\nshard a 127.0.0.1\napi 192.0.2.1:8053\n}", "needs a token"},
 		{"craftroute {\nshard a 127.0.0.1\nbogus\n}", "unknown property"},
 		{"craftroute {\nshard a 127.0.0.1\n}\ncraftroute {\nshard a 127.0.0.1\n}", "once"},
+		{"craftroute {\nshard a 127.0.0.1\n}", "router_key is needed"},
+		{"craftroute {\nshard a 127.0.0.1\nrouter_key short\n}", "at least 32 characters"},
 	} {
 		_, err := parse(caddy.NewTestController("dns", tc.conf))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -115,7 +118,7 @@ func TestStartAPIFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	cr, err := parse(caddy.NewTestController("dns", "craftroute {\nshard a 127.0.0.1:53\nprobe 1s\napi "+ln.Addr().String()+"\n}"))
+	cr, err := parse(caddy.NewTestController("dns", "craftroute {\nshard a 127.0.0.1:53\nprobe 1s\nrouter_key "+testSecret+"\napi "+ln.Addr().String()+"\n}"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,7 @@ alias    IN TXT "beside the DNAME"
 func splitRouter(t testing.TB, key string, n int) *Craftroute {
 	t.Helper()
 	c := &Craftroute{Zones: []string{splitOrigin}, cfg: config{key: key}}
+	c.leases.key = testKey
 	var names []string
 	for i := range n {
 		name := fmt.Sprintf("s%d", i)

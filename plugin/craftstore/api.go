@@ -7,7 +7,10 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/coredns/coredns/plugin"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/partition"
@@ -26,8 +29,10 @@ type apiServer struct {
 	leases    *leases
 	token     string
 	timeout   time.Duration
-	maxZone   int // records of a zone (max_zone_records): imports, and what changes add; 0: no limit
-	maxChange int // records one change adds and deletes (max_change_records); 0: no limit
+	maxZone   int      // records of a zone (max_zone_records): imports, and what changes add; 0: no limit
+	maxChange int      // records one change adds and deletes (max_change_records); 0: no limit
+	zones     []string // the server block's zones: a zone outside them is not created
+	maxZones  int      // zones the member holds (max_zones); 0: no limit
 	// checkUpdate makes the state-independent checks of an UPDATE
 	// (Craftstore.checkUpdate) for the transaction parts routers send;
 	// nil: such parts are refused.
@@ -36,7 +41,7 @@ type apiServer struct {
 
 func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, ls *leases,
 	checkUpdate func(origin, key string, prereq, updates []dns.RR) (int, uint16, string)) (*apiServer, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := httpapi.Listen(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +62,7 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, l
 	mux.HandleFunc("POST /v1/txn/{id}/decide", httpapi.Body(httpapi.JSON, a.txDecide))
 	mux.HandleFunc("POST /v1/txn/{id}/commit", httpapi.Body(httpapi.JSON, a.txFinish))
 	mux.HandleFunc("POST /v1/txn/{id}/abort", httpapi.Body(httpapi.JSON, a.txFinish))
-	a.srv = &http.Server{Handler: httpapi.Auth("craftstore", a.token, httpapi.CleanPaths(mux)), ReadHeaderTimeout: 10 * time.Second}
+	a.srv = httpapi.Server(addr, a.token, httpapi.Auth("craftstore", a.token, httpapi.CleanPaths(mux)))
 	go func() {
 		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Errorf("api on %s: %v", ln.Addr(), err)
@@ -154,8 +159,23 @@ func (a *apiServer) listZones(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
+// admit refuses a zone import the member may not take (403): a zone
+// outside the server block's zones, or a new zone past max_zones.
+func (a *apiServer) admit(origin string) error {
+	if len(a.zones) > 0 && plugin.Zones(a.zones).Matches(origin) == "" {
+		return zoneapi.Errorf(http.StatusForbidden, "zone %q is not in this member's server block (%s): nothing was written", origin, strings.Join(a.zones, " "))
+	}
+	if a.maxZones > 0 && a.rep.Zone(origin) == nil && len(a.rep.Zones()) >= a.maxZones {
+		return zoneapi.Errorf(http.StatusForbidden, "this member holds %d zones, as many as max_zones allows: zone %q was not created", a.maxZones, origin)
+	}
+	return nil
+}
+
 func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 	origin, body, err := zoneapi.ReadZone(w, r)
+	if err == nil {
+		err = a.admit(origin)
+	}
 	if err != nil {
 		fail(w, err)
 		return

@@ -29,7 +29,7 @@ func newAPI(t *testing.T, token string) (*apiServer, *replica.Replica) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := startAPI("127.0.0.1:0", token, 2*time.Second, rep, newLeases(time.Now(), true), nil)
+	a, err := startAPI("127.0.0.1:0", token, 2*time.Second, rep, newLeases(time.Now(), true, testRouterKey), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,9 @@ func primaryAddr(s string) (string, error) {
 // and create or replace it, answering like PUT.
 func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 	origin, err := zoneapi.ZoneParam(r)
+	if err == nil {
+		err = a.admit(origin)
+	}
 	if err != nil {
 		fail(w, err)
 		return
@@ -113,10 +116,7 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, badRequest("%v", err))
 		return
 	}
-	rrs, err := axfrIn(r.Context(), origin, primary, key)
-	if err == nil && a.maxZone > 0 && len(rrs) > a.maxZone {
-		err = zoneapi.TooManyRecords(origin, a.maxZone)
-	}
+	rrs, err := axfrIn(r.Context(), origin, primary, key, a.maxZone)
 	if err != nil {
 		fail(w, err)
 		return
@@ -137,8 +137,10 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 // nil, and returns its records without the closing SOA, checked like a zone
 // file. Errors are *replica.Error: ErrUpstream when the transfer fails,
 // ErrInvalid when the zone is not acceptable, ErrTooLarge when it is larger
-// than a zone file may be.
-func axfrIn(ctx context.Context, origin, primary string, key *tsigKey) ([]dns.RR, error) {
+// than a zone file may be; zoneapi.TooManyRecords when it holds more than
+// max records (0: no limit), counted as they arrive: the transfer is cut
+// there, so memory never holds more.
+func axfrIn(ctx context.Context, origin, primary string, key *tsigKey, max int) ([]dns.RR, error) {
 	bad := func(kind error, format string, a ...any) error {
 		return replica.Errorf(kind, "AXFR of %s from %s: %s", origin, primary, fmt.Sprintf(format, a...))
 	}
@@ -177,6 +179,12 @@ func axfrIn(ctx context.Context, origin, primary string, key *tsigKey) ([]dns.RR
 		for _, rr := range e.RR {
 			size += dns.Len(rr)
 			rrs = append(rrs, rr)
+		}
+		if max > 0 && len(rrs) > max+1 { // the closing SOA is not the zone's
+			ferr = zoneapi.TooManyRecords(origin, max)
+			rrs = nil
+			nc.Close()
+			continue
 		}
 		if size > zoneapi.MaxZoneBody {
 			ferr = bad(replica.ErrTooLarge, "zone over %d bytes", zoneapi.MaxZoneBody)
@@ -217,11 +225,8 @@ func (s seedSource) String() string {
 // load reads the zone. Failing to reach a primary is worth a retry (retry).
 func (s seedSource) load(ctx context.Context, origin string, max int) (rrs []dns.RR, retry bool, err error) {
 	if s.primary != "" {
-		rrs, err = axfrIn(ctx, origin, s.primary, nil)
+		rrs, err = axfrIn(ctx, origin, s.primary, nil, max)
 		retry = errors.Is(err, replica.ErrUpstream)
-		if err == nil && max > 0 && len(rrs) > max {
-			err = zoneapi.TooManyRecords(origin, max)
-		}
 		return rrs, retry, err
 	}
 	text, err := os.ReadFile(s.file)

@@ -1,7 +1,9 @@
 package craftstore
 
 import (
+	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -109,5 +111,56 @@ func TestPrimaryAddr(t *testing.T) {
 	}
 	if _, err := primaryAddr("a b"); err == nil {
 		t.Error("expected an error for a bad address")
+	}
+}
+
+// TestAXFRImportBomb: a primary that sends records without end (no closing
+// SOA) is cut off at max_zone_records, counted as the records arrive: the
+// import is refused with 413, nothing is written and the member stops
+// reading long before the primary stops sending.
+func TestAXFRImportBomb(t *testing.T) {
+	a, rep := newAPI(t, "")
+	a.maxZone = 1000
+	const bound = 200000 // the primary gives up here
+	soa := dnsdiff.ParseZone(t, "example.org.", apiZone)[0]
+	primary, sent := dnsdiff.StartEndlessPrimary(t, soa, bound, func(i int) string { return fmt.Sprintf("h%d.example.org. 300 IN A 192.0.2.1", i) })
+
+	code, _, raw := call(t, a, "", "POST", "/v1/zones/example.org/axfr", `{"primary":"`+primary+`"}`)
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(raw, "max_zone_records") {
+		t.Fatalf("expected 413 naming max_zone_records, got %d %s", code, raw)
+	}
+	if rep.Zone("example.org.") != nil {
+		t.Error("a refused import wrote the zone")
+	}
+	if n := sent.Load(); n >= bound {
+		t.Errorf("the member read the whole endless transfer (%d records) instead of stopping at its limit", n)
+	}
+	t.Logf("the primary had sent %d records when the member hung up (limit 1000)", sent.Load())
+}
+
+// TestZoneAdmission: the API creates only zones of the server block and
+// at most max_zones of them; replacing a zone it holds is always taken.
+func TestZoneAdmission(t *testing.T) {
+	a, rep := newAPI(t, "")
+	a.zones = []string{"example.org.", "example.net."}
+	a.maxZones = 1
+	zoneFor := func(origin string) string { return strings.ReplaceAll(apiZone, "example.org.", origin) }
+	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.com", zoneFor("example.com.")); code != http.StatusForbidden || !strings.Contains(raw, "server block") {
+		t.Errorf("a zone outside the block: expected 403, got %d %s", code, raw)
+	}
+	if code, _, raw := call(t, a, "", "POST", "/v1/zones/example.com/axfr", `{"primary":"127.0.0.1:1"}`); code != http.StatusForbidden {
+		t.Errorf("an AXFR import outside the block: expected 403, got %d %s", code, raw)
+	}
+	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.org", zoneFor("example.org.")); code != 200 {
+		t.Fatalf("expected 200, got %d %s", code, raw)
+	}
+	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.net", zoneFor("example.net.")); code != http.StatusForbidden || !strings.Contains(raw, "max_zones") {
+		t.Errorf("a zone past max_zones: expected 403, got %d %s", code, raw)
+	}
+	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.org", zoneFor("example.org.")); code != 200 {
+		t.Errorf("replacing a held zone at max_zones: expected 200, got %d %s", code, raw)
+	}
+	if zones := rep.Zones(); len(zones) != 1 {
+		t.Errorf("expected one zone, got %v", zones)
 	}
 }

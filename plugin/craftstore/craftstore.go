@@ -76,16 +76,20 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if rep == nil {
 		return dns.RcodeServerFailure, nil // not written: the server answers SERVFAIL
 	}
-	if _, ok := partition.LeaseRequested(r); ok {
-		// A router asks to be told of changes (leases.go).
+	if partition.IsLeaseRequest(r) {
+		// A router asks to be told of changes (leases.go). A request that
+		// is not granted (not signed with the routers' key, a replay) is
+		// answered as a plain query.
 		if l := c.leases.Load(); l != nil {
-			if m := l.grant(w.RemoteAddr(), r); m != nil {
-				// Covers every write acknowledged before the lease.
-				partition.AttachIndex(m, rep.Applied())
+			// The applied index covers every write acknowledged before
+			// the lease.
+			if m := l.grant(w.RemoteAddr(), r, rep.Applied()); m != nil {
 				w.WriteMsg(m)
 				return dns.RcodeSuccess, nil
 			}
 		}
+		r = r.Copy()
+		partition.Strip(r)
 	}
 	// staleOK: craftroute found no member of the group that could confirm
 	// its state and asks for the last one (partition.AllowStale).
@@ -181,11 +185,21 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	}
 	if routed {
 		// Read after the lookup: at least the state answered from.
-		partition.AttachIndex(m, rep.Applied())
+		applied := rep.Applied()
+		partition.AttachIndex(m, applied)
+		signed := false
 		if facts || hasSOA(m) {
 			// craftroute presents one serial for the zone's shards.
 			if serial, base, ok := z.Serial(); ok {
 				partition.AttachSerial(m, z.Origin(), serial, base)
+				signed = true
+			}
+		}
+		// The router keeps a serial, and an index above the one it asked
+		// for: signed, so that it can tell they are ours (auth.go).
+		if asked, ok := partition.MinIndex(r); signed || (ok && applied > asked) {
+			if l := c.leases.Load(); l != nil {
+				partition.SignAnswer(m, l.key)
 			}
 		}
 	}

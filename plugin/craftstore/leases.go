@@ -27,19 +27,26 @@ import (
 // answers or its lease expires.
 const noticeTry = 100 * time.Millisecond
 
+// maxHolders bounds the leases a member holds at once (every router holds
+// one on each member; a router that restarts takes new ones, and its old
+// ones expire): a request past it is not granted.
+const maxHolders = 256
+
 // leases are the routers' leases on one member.
 type leases struct {
+	key     *partition.Key // the routers' key; nil: no lease is granted
 	mu      sync.Mutex
-	holders map[string]holder // router DNS address (host:port) → its lease
-	started time.Time         // leases granted before this (another run) may still hold
-	client  *dns.Client       // UDP
-	tcp     *dns.Client       // for notices over 512 bytes (many names)
+	holders map[[partition.TokenLen]byte]holder // lease token → its lease
+	started time.Time                           // leases granted before this (another run) may still hold
+	client  *dns.Client                         // UDP
+	tcp     *dns.Client                         // for notices over 512 bytes (many names)
 	// saved is set once the leases were saved for the next run (save):
 	// the member grants no more.
 	saved bool
 }
 
-// holder is one router's lease.
+// holder is one router's lease. An expired one stays until its last
+// request is older than MaxSkew, so that the request is not granted again.
 type holder struct {
 	addr  string
 	until time.Time
@@ -59,13 +66,14 @@ type savedHolder struct {
 	Lease partition.Lease `json:"lease"`
 }
 
-// newLeases returns the leases of a member started at now; created says
-// its data directory was new, so no earlier run granted a lease.
-func newLeases(now time.Time, created bool) *leases {
+// newLeases returns the leases of a member started at now, granted to
+// routers that hold key; created says its data directory was new, so no
+// earlier run granted a lease.
+func newLeases(now time.Time, created bool, key *partition.Key) *leases {
 	if created {
 		now = now.Add(-partition.MaxLease)
 	}
-	return &leases{holders: map[string]holder{}, started: now,
+	return &leases{key: key, holders: map[[partition.TokenLen]byte]holder{}, started: now,
 		client: &dns.Client{Net: "udp", Timeout: noticeTry},
 		tcp:    &dns.Client{Net: "tcp", Timeout: noticeTry}}
 }
@@ -78,8 +86,8 @@ func newLeases(now time.Time, created bool) *leases {
 // that may still hold, and a restart under load (a rolling restart) stalls
 // no write. The file is removed before the member grants a lease, so that
 // a run that crashes leaves none and the next one waits.
-func loadLeases(dir string, now time.Time, created bool) *leases {
-	l := newLeases(now, created)
+func loadLeases(dir string, now time.Time, created bool, key *partition.Key) *leases {
+	l := newLeases(now, created, key)
 	path := filepath.Join(dir, leasesFile)
 	data, err := os.ReadFile(path)
 	switch {
@@ -100,8 +108,8 @@ func loadLeases(dir string, now time.Time, created bool) *leases {
 	}
 	l.started = now.Add(-partition.MaxLease)
 	for _, h := range saved {
-		if h.Until.After(now) && h.Addr != "" {
-			l.holders[h.Addr] = holder{addr: h.Addr, until: h.Until, qname: dns.Fqdn(h.QName), lease: h.Lease}
+		if h.Until.After(now) && h.Addr != "" && len(l.holders) < maxHolders {
+			l.holders[h.Lease.Token] = holder{addr: h.Addr, until: h.Until, qname: dns.Fqdn(h.QName), lease: h.Lease}
 		}
 	}
 	return l
@@ -171,33 +179,68 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// grant records lease request r from remote, and returns the reply: the
-// option in lease mode echoed, so that the router knows the lease was
-// granted (a member without leases answers the query as a plain one). It
-// returns nil once the leases were saved: the member is stopping, and
-// answers the query as a plain one.
-func (l *leases) grant(remote net.Addr, r *dns.Msg) *dns.Msg {
-	lease, _ := partition.LeaseRequested(r)
+// grant records lease request r from remote, signed under the routers' key
+// (partition.LeaseRequested), and returns the reply: the grant, signed, with
+// the member's applied index index. It returns nil when it grants nothing:
+// the request is not signed under the key (or the member has none), its
+// time is not after the token's last request or is more than MaxSkew from
+// the member's clock (a replay), the member holds maxHolders leases, or
+// the leases were saved (the member is stopping). The query is then
+// answered as a plain one.
+func (l *leases) grant(remote net.Addr, r *dns.Msg, index uint64) *dns.Msg {
+	lease, ok := partition.LeaseRequested(r, l.key)
+	if !ok {
+		return nil
+	}
+	now := time.Now()
+	if skew := lease.Time.Sub(now); skew > partition.MaxSkew || skew < -partition.MaxSkew {
+		log.Warningf("lease request from %s is %v off this member's clock (at most %v): not granted", remote, skew.Round(time.Millisecond), partition.MaxSkew)
+		return nil
+	}
 	host := remote.String()
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(int(lease.Port)))
-	until := time.Now().Add(lease.Duration)
 	l.mu.Lock()
 	if l.saved {
 		l.mu.Unlock()
 		return nil
 	}
-	if h, ok := l.holders[addr]; !ok || until.After(h.until) || h.lease.Token != lease.Token {
-		l.holders[addr] = holder{addr: addr, until: until, qname: r.Question[0].Name, lease: lease}
+	h, held := l.holders[lease.Token]
+	if held && !lease.Time.After(h.lease.Time) {
+		l.mu.Unlock()
+		return nil // a request granted already, or older: a replay
 	}
+	if !held && len(l.holders) >= maxHolders {
+		l.pruneLocked(now)
+		if len(l.holders) >= maxHolders {
+			l.mu.Unlock()
+			log.Warningf("lease request from %s not granted: %d leases held, the most a member holds", remote, maxHolders)
+			return nil
+		}
+	}
+	until := now.Add(lease.Duration)
+	if held && h.until.After(until) {
+		until = h.until // a lease never shrinks
+	}
+	l.holders[lease.Token] = holder{addr: addr, until: until, qname: r.Question[0].Name, lease: lease}
 	l.mu.Unlock()
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
-	partition.RequestLease(m, lease)
+	partition.GrantLease(m, lease, index, l.key)
 	return m
+}
+
+// pruneLocked drops the holders whose lease expired and whose last request
+// is too old to be granted again.
+func (l *leases) pruneLocked(now time.Time) {
+	for token, h := range l.holders {
+		if !h.until.After(now) && now.Sub(h.lease.Time) > partition.MaxSkew {
+			delete(l.holders, token)
+		}
+	}
 }
 
 // notify sends notice (partition.Notice) to every router whose lease
@@ -215,11 +258,10 @@ func (l *leases) notify(ctx context.Context, notice partition.Notice) []string {
 	now := time.Now()
 	var hs []holder
 	l.mu.Lock()
-	for addr, h := range l.holders {
+	l.pruneLocked(now)
+	for _, h := range l.holders {
 		if h.until.After(now) {
 			hs = append(hs, h)
-		} else {
-			delete(l.holders, addr)
 		}
 	}
 	l.mu.Unlock()
@@ -233,7 +275,7 @@ func (l *leases) notify(ctx context.Context, notice partition.Notice) []string {
 	)
 	for _, h := range hs {
 		wg.Go(func() {
-			msg := notice.Msg(h.qname, h.lease)
+			msg, sent := notice.Msg(h.qname, h.lease, l.key)
 			// A DNS server reads at most 512 bytes of a UDP request
 			// (miekg/dns, as CoreDNS runs it): a notice of many names goes
 			// over TCP.
@@ -244,7 +286,7 @@ func (l *leases) notify(ctx context.Context, notice partition.Notice) []string {
 			for time.Now().Before(h.until) && ctx.Err() == nil {
 				m := msg.Copy()
 				m.Id = dns.Id()
-				if resp, _, err := client.ExchangeContext(ctx, m, h.addr); err == nil && resp.Rcode == dns.RcodeSuccess {
+				if resp, _, err := client.ExchangeContext(ctx, m, h.addr); err == nil && resp.Rcode == dns.RcodeSuccess && partition.NoticeAcked(resp, sent, l.key) {
 					return
 				}
 				// A refused port fails at once: do not spin.

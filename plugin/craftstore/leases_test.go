@@ -16,9 +16,12 @@ import (
 	"github.com/miekg/dns"
 )
 
+// testRouterKey is the routers' key of the tests' members.
+var testRouterKey = partition.NewKey("0123456789abcdef0123456789abcdef")
+
 // fakeRouter answers change notices on a UDP and TCP port of 127.0.0.1 (or
-// not, when silent) and counts them. Like CoreDNS's, its UDP server reads
-// at most 512 bytes of a request.
+// not, when silent; unsigned, when forged) and counts them. Like CoreDNS's,
+// its UDP server reads at most 512 bytes of a request.
 type fakeRouter struct {
 	port    uint16
 	notices atomic.Int64
@@ -26,11 +29,15 @@ type fakeRouter struct {
 }
 
 func startFakeRouter(t *testing.T, silent bool) *fakeRouter {
+	return startRouter(t, silent, false)
+}
+
+func startRouter(t *testing.T, silent, unsigned bool) *fakeRouter {
 	t.Helper()
 	pc, ln := dnsdiff.ListenUDPTCP(t)
 	f := &fakeRouter{port: uint16(pc.LocalAddr().(*net.UDPAddr).Port)}
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		n, _, ok := partition.NoticeOf(r)
+		n, _, ok := partition.NoticeOf(r, testRouterKey)
 		if !ok {
 			return
 		}
@@ -41,6 +48,9 @@ func startFakeRouter(t *testing.T, silent bool) *fakeRouter {
 		}
 		m := new(dns.Msg)
 		m.SetReply(r)
+		if !unsigned {
+			partition.AckNotice(m, n, testRouterKey)
+		}
 		w.WriteMsg(m)
 	})
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: ln, Handler: handler}} {
@@ -50,20 +60,100 @@ func startFakeRouter(t *testing.T, silent bool) *fakeRouter {
 	return f
 }
 
+// leaseRequest is a lease request of f for d, asked at asked and signed
+// with key.
+func leaseRequest(f *fakeRouter, d time.Duration, asked time.Time, key *partition.Key) (*dns.Msg, partition.Lease) {
+	req := new(dns.Msg)
+	req.SetQuestion(".", dns.TypeSOA)
+	l := partition.RequestLease(req, partition.Lease{Port: f.port, Duration: d, Token: [partition.TokenLen]byte{byte(f.port), byte(f.port >> 8)}, Time: asked}, key)
+	return req, l
+}
+
+// routerAddr is where the tests' lease requests come from.
+var routerAddr = &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}
+
 // leaseFrom grants f a lease of d on l, as a query from 127.0.0.1 would.
 func leaseFrom(t *testing.T, l *leases, f *fakeRouter, d time.Duration) {
 	t.Helper()
-	req := new(dns.Msg)
-	req.SetQuestion(".", dns.TypeSOA)
-	partition.RequestLease(req, partition.Lease{Port: f.port, Duration: d})
-	resp := l.grant(&net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}, req)
-	if lease, ok := partition.LeaseRequested(resp); !ok || lease.Port != f.port {
-		t.Fatalf("expected the grant to echo the lease request, got %v", resp)
+	req, sent := leaseRequest(f, d, time.Now(), testRouterKey)
+	resp := l.grant(routerAddr, req, 7)
+	if idx, ok := partition.LeaseGranted(resp, sent, testRouterKey); !ok || idx != 7 {
+		t.Fatalf("expected the grant of the lease request with index 7, got %v", resp)
+	}
+}
+
+// TestLeaseGrant: only a request signed with the routers' key, near the
+// member's clock and newer than its token's last one gets a lease; the
+// leases are bounded.
+func TestLeaseGrant(t *testing.T) {
+	l := newLeases(time.Now(), true, testRouterKey)
+	f := startFakeRouter(t, false)
+	now := time.Now()
+	for what, req := range map[string]func() *dns.Msg{
+		"unsigned":    func() *dns.Msg { r, _ := leaseRequest(f, time.Second, now, nil); return r },
+		"another key": func() *dns.Msg { r, _ := leaseRequest(f, time.Second, now, partition.NewKey("another key")); return r },
+		"from the past": func() *dns.Msg {
+			r, _ := leaseRequest(f, time.Second, now.Add(-partition.MaxSkew-time.Second), testRouterKey)
+			return r
+		},
+		"from the future": func() *dns.Msg {
+			r, _ := leaseRequest(f, time.Second, now.Add(partition.MaxSkew+time.Second), testRouterKey)
+			return r
+		},
+	} {
+		if m := l.grant(routerAddr, req(), 1); m != nil {
+			t.Errorf("a request %s was granted", what)
+		}
+	}
+	if len(l.holders) != 0 {
+		t.Fatalf("refused requests left %d holders", len(l.holders))
+	}
+	req, _ := leaseRequest(f, time.Second, now, testRouterKey)
+	if l.grant(routerAddr, req, 1) == nil {
+		t.Fatal("a signed request was not granted")
+	}
+	// The same request again (a replay, from anywhere), or an older one.
+	if l.grant(&net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 9}, req, 1) != nil {
+		t.Error("a replayed request was granted")
+	}
+	if old, _ := leaseRequest(f, time.Second, now.Add(-time.Millisecond), testRouterKey); l.grant(routerAddr, old, 1) != nil {
+		t.Error("an older request was granted")
+	}
+	if next, _ := leaseRequest(f, time.Second, now.Add(time.Millisecond), testRouterKey); l.grant(routerAddr, next, 1) == nil {
+		t.Error("the router's next request was not granted")
+	}
+	// A lease of a member without the key: none.
+	if none := newLeases(time.Now(), true, nil); none.grant(routerAddr, req, 1) != nil {
+		t.Error("a member without a key granted a lease")
+	}
+	// At most maxHolders leases; an expired one makes room once its last
+	// request is too old to be granted again.
+	full := newLeases(time.Now(), true, testRouterKey)
+	for i := range maxHolders {
+		r := new(dns.Msg)
+		r.SetQuestion(".", dns.TypeSOA)
+		partition.RequestLease(r, partition.Lease{Port: 53, Duration: time.Second, Token: [partition.TokenLen]byte{byte(i), byte(i >> 8), 1}, Time: now}, testRouterKey)
+		if full.grant(routerAddr, r, 1) == nil {
+			t.Fatalf("lease %d of %d not granted", i, maxHolders)
+		}
+	}
+	r, _ := leaseRequest(f, time.Second, now, testRouterKey)
+	if full.grant(routerAddr, r, 1) != nil {
+		t.Errorf("lease %d granted", maxHolders+1)
+	}
+	full.mu.Lock()
+	for tok, h := range full.holders {
+		h.until, h.lease.Time = now.Add(-time.Second), now.Add(-partition.MaxSkew-time.Second)
+		full.holders[tok] = h
+	}
+	full.mu.Unlock()
+	if full.grant(routerAddr, r, 1) == nil || len(full.holders) != 1 {
+		t.Errorf("expired leases made no room: %d held", len(full.holders))
 	}
 }
 
 func TestLeasesNotify(t *testing.T) {
-	l := newLeases(time.Now(), true)
+	l := newLeases(time.Now(), true, testRouterKey)
 	if missed := l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records}); missed != nil {
 		t.Fatalf("no leases, yet %v missed", missed)
 	}
@@ -102,6 +192,12 @@ func TestLeasesNotify(t *testing.T) {
 		t.Errorf("expected the notice sent again while the lease lasted, got %d tries", s.notices.Load())
 	}
 	t.Logf("a silent router held the write %v (its lease: 300ms)", time.Since(start).Round(time.Millisecond))
+	// A NOERROR that is not the router's (unsigned) holds the write too.
+	u := startRouter(t, false, true)
+	leaseFrom(t, l, u, 300*time.Millisecond)
+	if missed := l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records}); len(missed) != 1 || missed[0] != net.JoinHostPort("127.0.0.1", strconv.Itoa(int(u.port))) || u.notices.Load() < 2 {
+		t.Fatalf("expected the router answering unsigned missed, got %v after %d tries", missed, u.notices.Load())
+	}
 	// Once expired, it is no longer notified.
 	before := s.notices.Load()
 	l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records})
@@ -115,7 +211,7 @@ func TestLeasesNotify(t *testing.T) {
 // longest lease could have expired.
 func TestLeasesAfterRestart(t *testing.T) {
 	started := time.Now().Add(-partition.MaxLease + 200*time.Millisecond)
-	l := newLeases(started, false)
+	l := newLeases(started, false, testRouterKey)
 	l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records})
 	if time.Now().Before(started.Add(partition.MaxLease)) {
 		t.Errorf("a notice returned before MaxLease after the start")
@@ -128,21 +224,19 @@ func TestLeasesAfterRestart(t *testing.T) {
 // crashes (leaves none) makes the next one wait; a damaged file does too.
 func TestLeasesSavedOnStop(t *testing.T) {
 	dir := t.TempDir()
-	l := newLeases(time.Now(), true)
+	l := newLeases(time.Now(), true, testRouterKey)
 	f := startFakeRouter(t, false)
 	leaseFrom(t, l, f, 2*time.Second)
 	if err := l.save(dir); err != nil {
 		t.Fatal(err)
 	}
 	// Stopping, the member grants no more leases.
-	req := new(dns.Msg)
-	req.SetQuestion(".", dns.TypeSOA)
-	partition.RequestLease(req, partition.Lease{Port: f.port, Duration: time.Second})
-	if m := l.grant(&net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}, req); m != nil {
+	req, _ := leaseRequest(f, time.Second, time.Now().Add(time.Millisecond), testRouterKey)
+	if m := l.grant(routerAddr, req, 1); m != nil {
 		t.Errorf("a member that saved its leases granted another: %v", m)
 	}
 
-	next := loadLeases(dir, time.Now(), false)
+	next := loadLeases(dir, time.Now(), false, testRouterKey)
 	start := time.Now()
 	missed := next.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records, Names: []string{"www.example.org."}})
 	if took := time.Since(start); missed != nil || f.notices.Load() != 1 || took >= partition.MaxLease/2 {
@@ -153,13 +247,13 @@ func TestLeasesSavedOnStop(t *testing.T) {
 	}
 
 	// The run after a crash finds no file and waits.
-	if after := loadLeases(dir, time.Now(), false); !after.started.After(time.Now().Add(-time.Second)) {
+	if after := loadLeases(dir, time.Now(), false, testRouterKey); !after.started.After(time.Now().Add(-time.Second)) {
 		t.Errorf("a run after a crash does not wait for the leases of the one before")
 	}
 	if err := os.WriteFile(filepath.Join(dir, leasesFile), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if damaged := loadLeases(dir, time.Now(), false); !damaged.started.After(time.Now().Add(-time.Second)) || len(damaged.holders) != 0 {
+	if damaged := loadLeases(dir, time.Now(), false, testRouterKey); !damaged.started.After(time.Now().Add(-time.Second)) || len(damaged.holders) != 0 {
 		t.Errorf("a damaged leases file was trusted")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,11 +91,14 @@ func (c *Craftstore) start() error {
 		return fmt.Errorf("craftstore: %w", err)
 	}
 	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{}), notify: hub,
-		leases: loadLeases(c.cfg.dir, time.Now(), rep.Created())}
+		leases: loadLeases(c.cfg.dir, time.Now(), rep.Created(), partition.NewKey(c.cfg.routerKey))}
 	if c.cfg.api != "" {
 		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep, m.leases, c.checkUpdate)
 		if m.api != nil {
-			m.api.maxZone, m.api.maxChange = c.cfg.maxZone, c.cfg.maxChange
+			m.api.maxZone, m.api.maxChange, m.api.maxZones = c.cfg.maxZone, c.cfg.maxChange, c.cfg.maxZones
+			if !slices.Contains(c.Zones, ".") {
+				m.api.zones = c.Zones
+			}
 		}
 		if err != nil {
 			rep.Close()
@@ -298,6 +302,9 @@ func (cfg config) differs(o config) string {
 	}
 	if cfg.token != o.token {
 		diff = append(diff, "api token")
+	}
+	if cfg.routerKey != o.routerKey {
+		diff = append(diff, "router key")
 	}
 	if cfg.cluster != o.cluster {
 		diff = append(diff, "cluster name")

@@ -16,6 +16,7 @@ import (
 	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/partition"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 	"github.com/craftdns/craftdns/plugin/craftstore/transport"
@@ -24,6 +25,9 @@ import (
 )
 
 func init() { plugin.Register("craftstore", setup) }
+
+// defaultMaxZones is max_zones unless the block says otherwise.
+const defaultMaxZones = 10000
 
 // config is what a craftstore block says.
 type config struct {
@@ -40,6 +44,7 @@ type config struct {
 	seeds     map[string]seedSource // origin -> zone file or primary
 	api       string
 	token     string
+	routerKey string // router_key: the routers' shared secret; none: no leases
 	snapshot  uint64
 	journal   int // IXFR journal: changes per zone, 0 default, -1 off
 	timeout   time.Duration
@@ -47,6 +52,7 @@ type config struct {
 	maxUpdate int            // records in one UPDATE
 	maxZone   int            // records in one zone (imports, and what changes add); 0: no limit
 	maxChange int            // records one API change adds and deletes; 0: no limit
+	maxZones  int            // zones the member holds (API imports); 0: no limit
 	stale     string         // plain queries while not ready: "serve" (default) or "refuse"
 	dnsListen string         // this server block's address, advertised to the group
 	raftTLS   *transport.TLS // raft_tls: mutual TLS between members; nil: plain TCP
@@ -82,7 +88,7 @@ func firstHost(hosts []string) string {
 func parse(c *caddy.Controller) (*Craftstore, error) {
 	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]seedSource{},
 		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords, maxZone: zoneapi.DefaultMaxZoneRecords,
-		maxChange: zoneapi.DefaultMaxChangeRecords, stale: "serve"}}
+		maxChange: zoneapi.DefaultMaxChangeRecords, maxZones: defaultMaxZones, stale: "serve"}}
 	i := 0
 	for c.Next() {
 		if i > 0 {
@@ -184,7 +190,9 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	case "api":
 		cfg.api, err = one()
 	case "token":
-		cfg.token, err = one()
+		cfg.token, err = a.Secret(0)
+	case "router_key":
+		cfg.routerKey, err = a.Secret(partition.MinSecret)
 	case "snapshot":
 		var v string
 		if v, err = one(); err == nil {
@@ -214,6 +222,8 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		cfg.maxZone, err = a.Int(0)
 	case "max_change_records":
 		cfg.maxChange, err = a.Int(0)
+	case "max_zones":
+		cfg.maxZones, err = a.Int(0)
 	case "stale":
 		if cfg.stale, err = one(); err == nil && cfg.stale != "serve" && cfg.stale != "refuse" {
 			err = c.Errf("stale must be serve or refuse, not %q", cfg.stale)

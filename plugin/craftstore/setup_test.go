@@ -40,6 +40,15 @@ func TestParse(t *testing.T) {
 		}},
 		{input: `craftstore {
 			data /tmp/x
+			router_key 0123456789abcdef0123456789abcdef
+			max_zones 3
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.routerKey != "0123456789abcdef0123456789abcdef" || c.cfg.maxZones != 3 {
+				t.Errorf("expected the router key and max_zones 3, got %q %d", c.cfg.routerKey, c.cfg.maxZones)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
 			stale maybe
 		}`, wantErr: "stale must be serve or refuse"},
 		{input: `craftstore {
@@ -53,8 +62,9 @@ func TestParse(t *testing.T) {
 		{input: `craftstore {
 			data /tmp/x
 		}`, check: func(t *testing.T, c *Craftstore) {
-			if c.cfg.maxZone != 10_000_000 || c.cfg.maxChange != 10_000 {
-				t.Errorf("expected max_zone_records 10000000 and max_change_records 10000 by default, got %d %d", c.cfg.maxZone, c.cfg.maxChange)
+			if c.cfg.maxZone != 1_000_000 || c.cfg.maxChange != 10_000 || c.cfg.maxZones != 10_000 || c.cfg.routerKey != "" {
+				t.Errorf("expected max_zone_records 1000000, max_change_records 10000, max_zones 10000 and no router key by default, got %d %d %d %q",
+					c.cfg.maxZone, c.cfg.maxChange, c.cfg.maxZones, c.cfg.routerKey)
 			}
 		}},
 		{input: `craftstore {
@@ -179,6 +189,14 @@ func TestParse(t *testing.T) {
 			data /tmp/x
 			api 0.0.0.0:8053
 		}`, wantErr: "needs a token"},
+		{input: `craftstore {
+			data /tmp/x
+			router_key short
+		}`, wantErr: "at least 32 characters"},
+		{input: `craftstore {
+			data /tmp/x
+			token change-me-before-applying
+		}`, wantErr: "placeholder"},
 		{input: `craftstore {
 			data /tmp/x
 			seed example.net /nonexistent
