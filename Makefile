@@ -6,7 +6,8 @@
 #   make image      the container image craftdns:dev (deploy/docker/Dockerfile) with this machine's Docker
 #   make run-tls    three members whose Raft transport is mutual TLS (Corefile.examples/tls/)
 #   make run-sharded  two shards of three members and a craftroute router (Corefile.examples/sharded/)
-#   make test       unit and integration tests (with the nested test modules integration/acme and deploy/kubernetes/check)
+#   make test       unit and integration tests (with the nested test modules integration/acme and deploy/kubernetes/check),
+#                   after .ci/deps installs the tools they need (as root; SKIP_DEPS=1 skips that)
 #   make test-race  the plugins' and internal/'s tests under the race detector
 #   make chaos      the chaos suite for CHAOS_DURATION (30m): faults drawn from CHAOS_SEED (0: random,
 #                   printed) against real members, histories checked with porcupine (bench/chaos.md);
@@ -25,6 +26,7 @@
 #                   (CI: 30s each); what a target finds lands in its testdata/fuzz
 #   make lint       gofmt and go vet
 
+SHELL   := /bin/bash
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null)
@@ -34,7 +36,7 @@ FUZZTIME ?= 10m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns generate image run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr lint clean
+.PHONY: build coredns deps generate image run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -58,9 +60,23 @@ image: coredns
 	@docker image inspect $(IMAGE) --format '$(IMAGE): {{.Size}} bytes'
 	rm -rf .image
 
+# The member runs in the foreground of the shell's job (Ctrl-C stops it);
+# once it serves example.org (its API has the zone), the tour's first
+# three commands are printed.
 run: coredns
 	mkdir -p data
-	./coredns -conf Corefile.examples/single.Corefile
+	@./coredns -conf Corefile.examples/single.Corefile & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null; wait $$pid; exit 0' INT TERM; \
+	for _ in $$(seq 300); do \
+		{ exec 3<>/dev/tcp/127.0.0.1/8053 && printf 'GET /v1/zones/example.org HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3 && read -r -t 1 proto code _ <&3 && exec 3<&-; } 2>/dev/null; \
+		[ "$${code:-}" = 200 ] && break; kill -0 $$pid 2>/dev/null || break; sleep 0.1; done; \
+	if kill -0 $$pid 2>/dev/null; then printf '%s\n' \
+		'' 'Try it (README.md, "A five-minute tour"):' \
+		'  dig @127.0.0.1 -p 1053 www.example.org A +norec' \
+		'  curl -s 127.0.0.1:8053/v1/zones/example.org/records -H '"'"'Content-Type: application/json'"'"' -d '"'"'{"add": ["hello.example.org. 300 IN A 192.0.2.7"]}'"'"'' \
+		'  printf '"'"'server 127.0.0.1 1053\nzone example.org\nupdate add dyn.example.org. 60 A 192.0.2.8\nsend\n'"'"' | nsupdate -k Corefile.examples/keys/update.key' \
+		'Ctrl-C stops the member.' ''; fi; \
+	wait $$pid
 
 run-cluster: coredns
 	mkdir -p data/cluster
@@ -88,12 +104,17 @@ run-sharded: coredns
 
 # The chaos suite's short run goes through integration/chaos.sh, which gives
 # it a network namespace of its own for its loss faults.
-test: coredns
+test: deps coredns
 	COREDNS_BINARY=$(CURDIR)/coredns $(GO) test -count=1 -timeout $(TESTTIMEOUT) -skip '^TestChaos(Shard|Sharded)$$' ./...
 	COREDNS_BINARY=$(CURDIR)/coredns ./integration/chaos.sh 45s
 	for m in $(TESTMODULES); do \
 		(cd $$m && COREDNS_BINARY=$(CURDIR)/coredns $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...) || exit 1; \
 	done
+
+# The tools the tests need (.ci/deps): installed with apt-get as root, else
+# named with the command that installs them. SKIP_DEPS=1 skips the check.
+deps:
+	./.ci/deps
 
 # The race detector over the plugins and internal/ (it needs cgo and a C
 # compiler; .ci/run installs gcc when it is missing).

@@ -666,7 +666,7 @@ func lossRule(ports []string, p float64) []string {
 func iptables(t *testing.T, op string, rule []string) {
 	for _, proto := range []string{"tcp", "udp"} {
 		args := append([]string{op, rule[0], "-p", proto}, rule[1:]...)
-		if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+		if out, err := exec.Command(harness.RequireTool(t, "iptables"), args...).CombinedOutput(); err != nil {
 			t.Fatalf("iptables %s: %v %s", strings.Join(args, " "), err, out)
 		}
 	}

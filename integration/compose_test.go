@@ -24,7 +24,7 @@ type composeProject struct {
 }
 
 func (c *composeProject) cmd(args ...string) *exec.Cmd {
-	cmd := exec.Command("docker-compose", append([]string{"-f", c.file, "-p", c.project}, args...)...)
+	cmd := exec.Command(harness.RequireTool(c.t, "docker-compose"), append([]string{"-f", c.file, "-p", c.project}, args...)...)
 	cmd.Env = append(append(os.Environ(), "CRAFTDNS_IMAGE="+c.image), composeSecrets...)
 	return cmd
 }
@@ -95,9 +95,9 @@ var composeSecrets = []string{"CRAFTDNS_API_TOKEN=compose-test-token", "CRAFTDNS
 // refuses to start without the secrets, naming them (there is no example
 // token to fall back to).
 func TestComposeConfig(t *testing.T) {
-	harness.RequireTool(t, "docker-compose")
+	bin := harness.RequireTool(t, "docker-compose")
 	compose := func(env []string, args ...string) ([]byte, error) {
-		cmd := exec.Command("docker-compose", args...)
+		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), env...)
 		return cmd.CombinedOutput()
 	}

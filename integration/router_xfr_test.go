@@ -192,7 +192,7 @@ func TestRouterTransfers(t *testing.T) {
 			}{{"NSD", sec}, {"Knot", knot}} {
 				for deadline := time.Now().Add(30 * time.Second); soaSerial(x.sec.Addr, origin) != now; time.Sleep(50 * time.Millisecond) {
 					if time.Now().After(deadline) {
-						out, _ := exec.Command("kdig", "@127.0.0.1", "-p", strconv.Itoa(r.dns), "+tcp", "+time=5", fmt.Sprintf("IXFR=%d", first), origin).CombinedOutput()
+						out, _ := exec.Command(harness.RequireTool(t, "kdig"), "@127.0.0.1", "-p", strconv.Itoa(r.dns), "+tcp", "+time=5", fmt.Sprintf("IXFR=%d", first), origin).CombinedOutput()
 						t.Logf("kdig IXFR=%d: %s", first, out)
 						t.Fatalf("%s did not reach serial %d (it has %d); its log:\n%s\nthe router's:\n%s", x.name, now, soaSerial(x.sec.Addr, origin), x.sec.Log(), tail(regexp.MustCompile(`(?m)^.*NOTIFY for .*\n`).ReplaceAllString(r.p.Logs(), ""), 8192))
 					}

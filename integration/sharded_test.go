@@ -133,7 +133,7 @@ func TestShardedUpdate(t *testing.T) {
 		byName = "upd.example."
 		byZone = "updzone.example."
 	)
-	u := newUpdater(t, "nsupdate", "")
+	u := updaterOrGo(t, "nsupdate")
 	wd := harness.Workdir(t)
 	s := startSharded(t, wd, 2, 1, []string{byName, byZone},
 		routerSpec{zones: []string{byName}, key: "name"},
@@ -224,7 +224,7 @@ func TestShardedUpdate(t *testing.T) {
 // no traffic once marked down while its probes keep failing.
 func TestShardedKill(t *testing.T) {
 	const origin = "kill.example."
-	u := newUpdater(t, "nsupdate", "")
+	u := updaterOrGo(t, "nsupdate")
 	wd := harness.Workdir(t)
 	s := startSharded(t, wd, 2, 3, []string{origin},
 		routerSpec{zones: []string{origin}, key: "name", timeout: "300ms", downFor: "2s", probe: "500ms"})

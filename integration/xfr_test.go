@@ -204,7 +204,7 @@ func TestTransferToNSD(t *testing.T) {
 // the records it printed.
 func digXFR(t *testing.T, port int, origin, kind string) []dns.RR {
 	t.Helper()
-	out, err := exec.Command("dig", "@127.0.0.1", "-p", strconv.Itoa(port), "+tries=1", "+time=10", origin, kind).CombinedOutput()
+	out, err := exec.Command(harness.RequireTool(t, "dig"), "@127.0.0.1", "-p", strconv.Itoa(port), "+tries=1", "+time=10", origin, kind).CombinedOutput()
 	if err != nil {
 		t.Fatalf("dig %s: %v\n%s", kind, err, out)
 	}

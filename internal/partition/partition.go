@@ -26,6 +26,13 @@
 // The router asks the owner shard first and every other shard only when the
 // owner reports Absent; the deepest closest encloser over all shards is the
 // zone's, and only its wildcard may synthesize (RFC 4592 §3.3.1).
+//
+// Trust: the options that shape only the answer to the query carrying them
+// (partition mode, the fresh mode, the stale flag, an index to wait for)
+// are taken from anyone. Whatever outlives the query, a change lease and
+// its grant, a change notice and its answer, an applied index or a serial
+// a router keeps, is taken only with a MAC under the key routers and
+// members share (auth.go).
 package partition
 
 import (

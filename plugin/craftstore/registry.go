@@ -2,6 +2,7 @@ package craftstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -109,7 +110,7 @@ func (c *Craftstore) start() error {
 	c.ref = m
 	c.leases.Store(m.leases)
 	c.rep.Store(rep)
-	log.Infof("member %d of %q: data %s, raft %s", c.cfg.id, c.cfg.cluster, c.cfg.dir, rep.RaftAddr())
+	log.Infof("member %d of %q started: data %s, raft %s, peers %s", c.cfg.id, c.cfg.cluster, c.cfg.dir, rep.RaftAddr(), peerList(c.cfg.id, c.cfg.peers, c.cfg.join))
 	if host, _, _ := net.SplitHostPort(c.cfg.raft); c.cfg.raftTLS == nil && !httpapi.Loopback(host) {
 		log.Warningf("member %d: the Raft transport on %s is plain TCP: whoever reaches it can write to the group; set raft_tls", c.cfg.id, c.cfg.raft)
 	}
@@ -151,6 +152,23 @@ func (c *Craftstore) shutdown() error {
 	return m.rep.Close()
 }
 
+// peerList names the peers of a member's configuration for its start line.
+func peerList(id uint64, peers []replica.Member, join bool) string {
+	if join {
+		return "(joining the group)"
+	}
+	var out []string
+	for _, p := range peers {
+		if p.ID != id {
+			out = append(out, fmt.Sprintf("%d=%s", p.ID, p.Raft))
+		}
+	}
+	if len(out) == 0 {
+		return "none (a group of one)"
+	}
+	return strings.Join(out, " ")
+}
+
 // handOffTimeout bounds the wait for another member to take over the
 // leadership when a leader stops; raft gives up a transfer after an
 // election timeout (1s) too.
@@ -179,6 +197,9 @@ func (m *member) handOff() {
 	}
 	start := time.Now()
 	next, err := m.rep.HandOff(handOffTimeout)
+	if errors.Is(err, replica.ErrLoneVoter) {
+		return // a lone member: nobody waits for a leader
+	}
 	if err != nil {
 		log.Warningf("member %d stops while leading: %v; the group elects a new leader after its election timeout", m.rep.ID(), err)
 		return

@@ -447,6 +447,9 @@ type testLogger struct {
 	id uint64
 }
 
+func (l testLogger) Debugf(f string, v ...any) {
+	l.t.Logf("[%d] DEBUG "+f, append([]any{l.id}, v...)...)
+}
 func (l testLogger) Infof(f string, v ...any) { l.t.Logf("[%d] INFO "+f, append([]any{l.id}, v...)...) }
 func (l testLogger) Warningf(f string, v ...any) {
 	l.t.Logf("[%d] WARN "+f, append([]any{l.id}, v...)...)

@@ -10,6 +10,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
+// ErrLoneVoter is HandOff's error in a group whose only voter is this
+// member: there is no one to hand to, and no election to wait for.
+var ErrLoneVoter = errors.New("the member is the group's only voter")
+
 // HandOff passes leadership to another voter before this member stops, so
 // that the group does not wait an election timeout for a new leader (etcd's
 // server does the same on shutdown). It does nothing unless this member
@@ -23,6 +27,8 @@ import (
 // retried by proposeWait, and proposals forwarded by followers are retried
 // by the transport's inbox (raftAdapter.Process), so no write is lost or
 // left waiting for its timeout.
+//
+// A group of one voter has no one to hand to: ErrLoneVoter.
 func (r *Replica) HandOff(timeout time.Duration) (uint64, error) {
 	select {
 	case <-r.donec:
@@ -32,6 +38,9 @@ func (r *Replica) HandOff(timeout time.Duration) (uint64, error) {
 	st := r.node.Status()
 	if st.RaftState != raft.StateLeader {
 		return 0, errors.New("member is not the leader")
+	}
+	if ids := st.Config.Voters.IDs(); len(ids) == 1 {
+		return 0, ErrLoneVoter
 	}
 	to := transferee(st)
 	if to == 0 {

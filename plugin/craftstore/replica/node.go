@@ -62,7 +62,14 @@ type pending struct {
 // clear (retry); it returns false only when the member stops meanwhile.
 func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 	if rd.SoftState != nil {
-		r.leader.Store(rd.SoftState.Lead)
+		if lead := rd.SoftState.Lead; r.leader.Swap(lead) != lead && lead != raft.None {
+			// One line per leader, instead of raft's election chatter.
+			term := r.term.Load()
+			if rd.HardState != nil {
+				term = rd.HardState.GetTerm()
+			}
+			r.log.Infof("member %d: member %d is the leader of term %d", r.cfg.ID, lead, term)
+		}
 	}
 	for _, rs := range rd.ReadStates {
 		r.readIndexAnswered(rs)
@@ -307,6 +314,12 @@ func (r *Replica) applyEntry(tx *bolt.Tx, g *bolt.Bucket, e *pb.Entry, done uint
 		if err := r.store.SetConfState(tx, r.confState); err != nil {
 			return err
 		}
+		logf := r.log.Infof
+		if !r.cfg.Join && e.GetIndex() <= uint64(len(r.cfg.Peers)) {
+			logf = r.log.Debugf // the group's first members, as it starts
+		}
+		logf("member %d: %s member %d (index %d); voters %v, learners %v", r.cfg.ID, confChangeText(cc.GetType()), cc.GetNodeId(), e.GetIndex(),
+			r.confState.GetVoters(), r.confState.GetLearners())
 		eff, err := applyConfChange(g, cc, skip)
 		if err != nil {
 			return err
@@ -507,7 +520,27 @@ func (a *raftAdapter) Process(ctx context.Context, m *pb.Message) error {
 }
 func (a *raftAdapter) ReportUnreachable(id uint64) { a.node.ReportUnreachable(id) }
 func (a *raftAdapter) ReportSnapshot(id uint64, s raft.SnapshotStatus) {
+	if s == raft.SnapshotFinish {
+		a.log.Infof("member %d: snapshot sent to member %d", a.cfg.ID, id)
+	} else {
+		a.log.Warningf("member %d: sending a snapshot to member %d failed; it is sent again", a.cfg.ID, id)
+	}
 	a.node.ReportSnapshot(id, s)
+}
+
+// confChangeText says what a configuration change does.
+func confChangeText(t pb.ConfChangeType) string {
+	switch t {
+	case pb.ConfChangeAddNode:
+		return "added voter"
+	case pb.ConfChangeAddLearnerNode:
+		return "added learner"
+	case pb.ConfChangeRemoveNode:
+		return "removed"
+	case pb.ConfChangeUpdateNode:
+		return "updated"
+	}
+	return t.String()
 }
 
 // setRemoved records that this member was removed from the group; the Ready

@@ -32,6 +32,7 @@ import (
 
 // Logger is what the replica logs through (CoreDNS's clog.P fits).
 type Logger interface {
+	Debugf(format string, v ...any) // shown with CoreDNS's debug plugin
 	Infof(format string, v ...any)
 	Warningf(format string, v ...any)
 	Errorf(format string, v ...any)
@@ -420,6 +421,7 @@ func (r *Replica) Removed() bool { return r.removed.Load() }
 
 type nopLogger struct{}
 
+func (nopLogger) Debugf(string, ...any)   {}
 func (nopLogger) Infof(string, ...any)    {}
 func (nopLogger) Warningf(string, ...any) {}
 func (nopLogger) Errorf(string, ...any)   {}
