@@ -248,12 +248,14 @@ func TestDNAMERefusalsSingle(t *testing.T) {
 		t.Errorf("a refused write changed the zone: SOA %s, was %s", got, serial)
 	}
 
-	zone := "$ORIGIN bad.test.\n@ 300 IN SOA ns1 host 1 2 3 4 5\n@ 300 IN NS ns1\nns1 300 IN A 192.0.2.1\nd 300 IN DNAME x.test.\na.d 300 IN A 192.0.2.2\n"
+	// A zone of the member's server block (example.org): one outside it is
+	// refused before it is read (403).
+	zone := "$ORIGIN bad.example.org.\n@ 300 IN SOA ns1 host 1 2 3 4 5\n@ 300 IN NS ns1\nns1 300 IN A 192.0.2.1\nd 300 IN DNAME x.test.\na.d 300 IN A 192.0.2.2\n"
 	var out string
-	if code, err := a.Do("PUT", "/v1/zones/bad.test", zone, &out); err != nil || code != 400 || !strings.Contains(out, "below the DNAME") {
+	if code, err := a.Do("PUT", "/v1/zones/bad.example.org", zone, &out); err != nil || code != 400 || !strings.Contains(out, "below the DNAME") {
 		t.Errorf("PUT of a zone with a name below a DNAME: expected 400 saying why, got %d %v %s", code, err, out)
 	}
-	if code, _ := a.Do("GET", "/v1/zones/bad.test", nil, nil); code != 404 {
+	if code, _ := a.Do("GET", "/v1/zones/bad.example.org", nil, nil); code != 404 {
 		t.Errorf("the refused zone exists: GET answered %d", code)
 	}
 }
