@@ -82,20 +82,29 @@ member backend
 put backend "http://127.0.0.1:$backend_api"
 wait_dns "$backend_pid" backend "$backend_dns" host-1.example.org A
 
-# (a) craftroute: one shard, the backend its only member.
-route_dns=$(free_port)
-cat >"$WORK/craftroute.Corefile" <<EOF
-example.org:$route_dns {
+# front NAME BACKEND_DNS BINARY: a craftroute of BINARY in key mode name,
+# one shard whose only member is BACKEND_DNS, on CPU $SERVER_CPU; sets
+# NAME_dns and NAME_pid.
+front() {
+	local name=$1 backend=$2 bin=$3 dns
+	dns=$(free_port)
+	cat >"$WORK/$name.Corefile" <<EOF
+example.org:$dns {
     bind 127.0.0.1
     craftroute {
-        shard a 127.0.0.1:$backend_dns
-$(router_key "$COREDNS")
+        shard a 127.0.0.1:$backend
+$(router_key "$bin")
         key name
     }
 }
 EOF
-start craftroute "$SERVER_CPU"
-route_pid=$LAST_PID
+	COREDNS=$bin start "$name" "$SERVER_CPU"
+	eval "${name}_dns=$dns ${name}_pid=$LAST_PID"
+}
+
+# (a) craftroute: one shard, the backend its only member.
+front craftroute "$backend_dns" "$COREDNS"
+route_dns=$craftroute_dns route_pid=$craftroute_pid
 
 # (a') BASE_BINARY: the same front and backend from another build.
 if [ -n "${BASE_BINARY:-}" ]; then
@@ -104,19 +113,7 @@ if [ -n "${BASE_BINARY:-}" ]; then
 	member backendbase "$WORK/coredns.base"
 	put backendbase "http://127.0.0.1:$backendbase_api"
 	wait_dns "$backendbase_pid" backendbase "$backendbase_dns" host-1.example.org A
-	base_dns=$(free_port)
-	cat >"$WORK/base.Corefile" <<EOF
-example.org:$base_dns {
-    bind 127.0.0.1
-    craftroute {
-        shard a 127.0.0.1:$backendbase_dns
-$(router_key "$WORK/coredns.base")
-        key name
-    }
-}
-EOF
-	COREDNS=$WORK/coredns.base start base "$SERVER_CPU"
-	base_pid=$LAST_PID
+	front base "$backendbase_dns" "$WORK/coredns.base"
 	wait_dns "$base_pid" base "$base_dns" host-1.example.org A
 fi
 
