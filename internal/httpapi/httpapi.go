@@ -20,7 +20,7 @@ import (
 // Limits of every API listener: connections at once, and how long a
 // request may take to arrive, to be answered, and a connection may idle.
 // The body of a request is bounded by its handler (a zone file by
-// zoneapi.MaxZoneBody, JSON by zoneapi.MaxJSONBody).
+// zoneapi.MaxZoneBody, other bodies by zoneapi.MaxRecordsBody).
 const (
 	MaxConns          = 256
 	ReadHeaderTimeout = 10 * time.Second
