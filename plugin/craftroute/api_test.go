@@ -40,6 +40,10 @@ type fakeAPI struct {
 	fail     map[string]int // method → status to answer with
 	prepared map[txn.ID]txn.Prepare
 	decided  map[txn.ID]txn.Outcome
+	// recovered is how many transactions the coordinator finds aborted
+	// already when the router asks it to decide: a participant's recovery
+	// decided first.
+	recovered int
 }
 
 type fakeReq struct {
@@ -231,6 +235,10 @@ func (f *fakeAPI) txStep(w http.ResponseWriter, r *http.Request) {
 		json.NewDecoder(r.Body).Decode(&d)
 		if _, ok := f.decided[id]; !ok {
 			f.decided[id] = d.Outcome
+			if f.recovered > 0 {
+				f.recovered--
+				f.decided[id] = txn.Abort
+			}
 		}
 		httpapi.WriteJSON(w, http.StatusOK, txn.Decision{Outcome: f.decided[id]})
 	case "commit":
@@ -558,6 +566,44 @@ func TestAPIChangePartialFailure(t *testing.T) {
 	status, body = call(t, "POST", base+"/v1/zones/example.org./records", "", `{"add":["@ 300 IN TXT \"more\""]}`)
 	if status != http.StatusBadRequest || !strings.Contains(string(body), "nothing was written") {
 		t.Errorf("expected 400 with nothing written, got %d %s", status, body)
+	}
+}
+
+// TestAPIChangeRecoveredFirst: a participant's recovery aborted the
+// transaction before the router asked for its commit (the router was
+// slow): the router runs the change again under a new ID, and the client
+// sees it written once.
+func TestAPIChangeRecoveredFirst(t *testing.T) {
+	_, ff, base := apiRouter(t, keyName, 3, "")
+	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, body)
+	}
+	ff["s0"].mu.Lock() // s0 coordinates: the first shard by name
+	ff["s0"].recovered = 1
+	ff["s0"].mu.Unlock()
+	status, body := call(t, "POST", base+"/v1/zones/example.org./records", "", `{"add":["@ 300 IN TXT \"more\""]}`)
+	if status != http.StatusOK {
+		t.Fatalf("expected 200 after the change ran again, got %d %s", status, body)
+	}
+	decides := 0
+	for _, r := range ff["s0"].requests("POST") {
+		if strings.HasSuffix(r.path, "/decide") {
+			decides++
+		}
+	}
+	if decides != 2 {
+		t.Errorf("expected two transactions (the recovered one, then a new ID), got %d decisions", decides)
+	}
+	for _, s := range []string{"s0", "s1", "s2"} {
+		n := 0
+		for _, rr := range ff[s].zone("example.org.") {
+			if strings.Contains(rr.String(), `"more"`) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("shard %s holds the record %d times, expected once", s, n)
+		}
 	}
 }
 

@@ -68,6 +68,6 @@ var (
 	})
 	txBusy = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "transaction_retries_total",
-		Help: "Transactions tried again because a name was locked by another one.",
+		Help: "Transactions tried again under a new ID: a name was locked by another one, or a participant aborted it while this router retried a member.",
 	})
 )

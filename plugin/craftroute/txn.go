@@ -41,7 +41,9 @@ type txResult struct {
 // coordinator and participants) until it commits, a part votes no, or ctx
 // ends. A part that meets a name locked by another transaction makes it
 // start again, after a pause, with a new ID: conflicting transactions run
-// one after the other.
+// one after the other. So does a part that a participant's recovery
+// aborted while this router retried its prepare (busy too): the abort
+// stands everywhere, so running the request again writes it once.
 func (sc *shardClient) runTx(ctx context.Context, zone string, parts map[*Shard]txn.Prepare) txResult {
 	shards := make([]*Shard, 0, len(parts))
 	for s := range parts {
@@ -136,8 +138,10 @@ func (sc *shardClient) tryTx(ctx context.Context, zone string, shards []*Shard, 
 		sc.finishTx(ctx, id, shards, txn.Abort)
 		txOutcomes.WithLabelValues("abort").Inc()
 		if yes {
-			// A participant's recovery decided first: this router was slow.
-			res.err = fmt.Errorf("transaction %s was aborted by a participant that waited too long for it", id)
+			// A participant's recovery decided first: this router was slow
+			// (a member it asked died). Nothing of it was written: run it
+			// again under a new ID.
+			return res, true
 		}
 		return res, false
 	}

@@ -101,4 +101,13 @@ func TestTxnAPI(t *testing.T) {
 	if code, out, _ := call(t, a, token, "POST", txn.DecidePath(id2), `{"outcome":"commit"}`); code != http.StatusOK || out["outcome"] != "abort" {
 		t.Errorf("the recovery's decision must stand: %v", out)
 	}
+	// The router of id2 retries its prepare after the recovery (the member
+	// it asked first died): busy, so that it runs the request again under a
+	// new ID; not a refusal of the request, which nothing refused.
+	if v := prepare(id2, "two.example.org."); v.Yes || !v.Busy || v.Status != 0 {
+		t.Errorf("a prepare repeated after the recovery aborted it: expected busy, got %+v", v)
+	}
+	if rep.TxHeld() || has("two.example.org.") {
+		t.Error("a prepare repeated after its abort locked or wrote its name")
+	}
 }

@@ -196,11 +196,17 @@ func expireTx(g *bolt.Bucket, now int64) error {
 // applyTxPrepare evaluates a transaction's part against this shard's state
 // and, when it passes, keeps it and locks its names. The vote is the
 // result: Rcode for an UPDATE part, an error (ErrBusy when a name is
-// locked by another transaction) for anything that fails.
+// locked by another transaction or the transaction was aborted already)
+// for anything that fails.
 func applyTxPrepare(g *bolt.Bucket, c *command) (Result, *effect, error) {
 	if o, ok := getOutcome(g, bucketTxDone, c.Tx[:]); ok {
 		if o == outcomeAbort {
-			return Result{}, nil, Errorf(ErrConflict, "transaction %x was aborted", c.Tx)
+			// A prepare repeated after a participant's recovery aborted the
+			// transaction (its router was slower than txn.ResolveAfter, as
+			// when the member it asked first died). The abort stands at the
+			// coordinator, so nothing of it is written anywhere: the router
+			// runs the request again under a new ID, as after a lock.
+			return Result{}, nil, Errorf(ErrBusy, "transaction %x was aborted while its router retried: run it again under a new ID", c.Tx)
 		}
 		return Result{}, nil, nil // committed already: a repeated prepare
 	}
@@ -380,7 +386,8 @@ func txTime() int64 { return time.Now().UnixNano() }
 // TxPrepareChange proposes part of transaction id: an API record change of
 // zone (as Change). meta is the coordinator and participants (JSON, kept
 // for the recovery). A nil error is a yes vote; ErrBusy means a name is
-// locked by another transaction.
+// locked by another transaction, or that this transaction was aborted
+// already: either way its router runs it again under a new ID.
 func (r *Replica) TxPrepareChange(ctx context.Context, id txn.ID, zone string, add []dns.RR, del []Deletion, meta []byte) error {
 	part, err := (&command{Op: opChange, Zone: zone, Add: add, Del: del}).marshal()
 	if err != nil {

@@ -95,13 +95,17 @@ func TestTxn(t *testing.T) {
 		_ = id
 	}
 
-	// Abort before prepare: a late prepare is refused.
+	// Abort before prepare: a late prepare is refused as busy (its router
+	// runs the request again under a new ID), and locks nothing.
 	id2 := txn.NewID()
 	if err := r.TxAbort(ctx(t), id2); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.TxPrepareChange(ctx(t), id2, origin, []dns.RR{rr("b.example.org. 60 IN A 192.0.2.1")}, nil, meta); !errors.Is(err, ErrConflict) {
-		t.Errorf("a prepare after its abort: expected a conflict, got %v", err)
+	if err := r.TxPrepareChange(ctx(t), id2, origin, []dns.RR{rr("b.example.org. 60 IN A 192.0.2.1")}, nil, meta); !errors.Is(err, ErrBusy) || errors.Is(err, ErrConflict) {
+		t.Errorf("a prepare after its abort: expected busy, got %v", err)
+	}
+	if r.TxHeld() {
+		t.Error("a prepare after its abort left a lock")
 	}
 	// A prepare that fails locks nothing: a prerequisite, a CNAME beside data.
 	nameUsed := &dns.ANY{Hdr: dns.RR_Header{Name: "nope.example.org.", Rrtype: dns.TypeANY, Class: dns.ClassANY}}
