@@ -16,7 +16,7 @@ import (
 
 	"github.com/craftdns/craftdns/integration/harness"
 	"github.com/craftdns/craftdns/internal/dnsdiff"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
 )
@@ -276,7 +276,7 @@ func hostilePacket(rng *rand.Rand, origin string) []byte {
 	case 2:
 		m.SetEdns0(uint16(rng.IntN(65536)), rng.IntN(2) == 0)
 		opt := m.IsEdns0()
-		opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: partition.Code, Data: randBytes(rng, rng.IntN(40))})
+		opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: shardproto.Code, Data: randBytes(rng, rng.IntN(40))})
 	case 3:
 		m.SetEdns0(1232, false)
 		opt := m.IsEdns0()

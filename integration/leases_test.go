@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/integration/harness"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
 )
@@ -26,18 +26,18 @@ const forgedLeases = 1000
 // the routers' key: unsigned, or signed with another key, for port (a
 // random one when 0) and a random token, asked now.
 func forgeLease(m *dns.Msg, rng *rand.Rand, port uint16) {
-	var key *partition.Key
+	var key *shardproto.Key
 	if rng.IntN(2) == 0 {
-		key = partition.NewKey(fmt.Sprintf("not-the-routers-key-%032d", rng.IntN(1000)))
+		key = shardproto.NewKey(fmt.Sprintf("not-the-routers-key-%032d", rng.IntN(1000)))
 	}
 	if port == 0 {
 		port = uint16(1 + rng.IntN(65535))
 	}
-	l := partition.Lease{Port: port, Duration: partition.MaxLease, Time: time.Now()}
+	l := shardproto.Lease{Port: port, Duration: shardproto.MaxLease, Time: time.Now()}
 	for i := range l.Token {
 		l.Token[i] = byte(rng.UintN(256))
 	}
-	partition.RequestLease(m, l, key)
+	shardproto.RequestLease(m, l, key)
 }
 
 // leaseForger sends forged lease requests naming the port of its own UDP
@@ -77,7 +77,7 @@ func newLeaseForger(t *testing.T, seed uint64) *leaseForger {
 				// member that granted the lease holds its writes until
 				// the lease expires.
 				f.notices.Add(1)
-			case m.Response && partition.IsLeaseRequest(m):
+			case m.Response && shardproto.IsLeaseRequest(m):
 				f.grants.Add(1) // the option echoed: a grant
 			}
 		}

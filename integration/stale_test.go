@@ -12,7 +12,7 @@ import (
 
 	"github.com/craftdns/craftdns/integration/harness"
 	"github.com/craftdns/craftdns/internal/faultnet"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
 )
@@ -39,7 +39,7 @@ func TestLoneMemberNotReady(t *testing.T) {
 
 	m := new(dns.Msg)
 	m.SetQuestion("www.example.org.", dns.TypeA)
-	partition.RequestFresh(m)
+	shardproto.RequestFresh(m)
 	r, _, err := (&dns.Client{Timeout: 2 * time.Second}).Exchange(m, c.Addr(lone))
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestLoneMemberNotReady(t *testing.T) {
 	}
 	// When no member of the group can confirm its state, the router asks
 	// again allowing a stale answer: it gets the last state, marked so.
-	r, _, err = (&dns.Client{Timeout: 2 * time.Second}).Exchange(partition.AllowStale(m), c.Addr(lone))
+	r, _, err = (&dns.Client{Timeout: 2 * time.Second}).Exchange(shardproto.AllowStale(m), c.Addr(lone))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/httpapi/apitest"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
@@ -292,15 +292,15 @@ func (f *fakeAPI) exchange(req *dns.Msg) *dns.Msg {
 	m.SetEdns0(dns.DefaultMsgSize, false)
 	if origin == "" {
 		m.Rcode = dns.RcodeRefused
-		partition.Attach(m, partition.Facts{Kind: partition.Final})
+		shardproto.Attach(m, shardproto.Facts{Kind: shardproto.Final})
 		return m
 	}
 	z := zone.New(origin)
 	z.Load(rrs)
-	partition.Attach(m, z.Partition(m, qname, q.Qtype))
+	shardproto.Attach(m, z.Partition(m, qname, q.Qtype))
 	if serial, base, ok := z.Serial(); ok {
-		partition.AttachSerial(m, origin, serial, base)
-		partition.SignAnswer(m, testKey)
+		shardproto.AttachSerial(m, origin, serial, base)
+		shardproto.SignAnswer(m, testKey)
 	}
 	return m
 }

@@ -3,7 +3,7 @@
 // shard with a consistent-hash ring, sends the query to the shard member
 // most recently seen alive, fails over to the next member on timeout or
 // error, and, in key mode "name", merges the facts of every shard when the
-// owner shard cannot answer alone (package partition), so that the answer
+// owner shard cannot answer alone (package shardproto), so that the answer
 // equals that of one unsharded server.
 //
 // Any number of routers may front the same shards and each answers as one
@@ -30,7 +30,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
 	"github.com/craftdns/craftdns/internal/ede"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/xfrnotify"
 
 	"github.com/miekg/dns"
@@ -104,7 +104,7 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if r.Opcode == dns.OpcodeUpdate {
 		return c.serveUpdate(ctx, w, r)
 	}
-	if partition.IsNotice(r) {
+	if shardproto.IsNotice(r) {
 		return c.serveNotice(w, r)
 	}
 	if r.Opcode == dns.OpcodeNotify && len(r.Question) == 1 && plugin.Zones(c.Zones).Matches(r.Question[0].Name) != "" {

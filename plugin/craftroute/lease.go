@@ -10,12 +10,12 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
 )
 
-// Change leases (internal/partition/lease.go): the router holds a lease on
+// Change leases (internal/shardproto/lease.go): the router holds a lease on
 // every member and gets a NOTIFY for every write a member acknowledges,
 // before the write is acknowledged. What the notice says drops the cached
 // negative answers the write may have made stale and, for a zone created
@@ -109,13 +109,13 @@ func (ct *changeTracker) valid(name string, start uint64) bool {
 
 // leaseHolder is the router's side of the leases.
 type leaseHolder struct {
-	key   *partition.Key // shared with the members: signs requests, checks grants and notices
-	port  uint16         // the router's DNS port, where notices come; 0: no leases
-	qname string         // the lease queries' name (a name of the router's zones)
+	key   *shardproto.Key // shared with the members: signs requests, checks grants and notices
+	port  uint16          // the router's DNS port, where notices come; 0: no leases
+	qname string          // the lease queries' name (a name of the router's zones)
 	// tokens are random per start and member: a notice must carry one,
 	// which names the member's shard.
-	tokens  map[*Member][partition.TokenLen]byte
-	byToken atomic.Pointer[map[[partition.TokenLen]byte]*Shard]
+	tokens  map[*Member][shardproto.TokenLen]byte
+	byToken atomic.Pointer[map[[shardproto.TokenLen]byte]*Shard]
 	// validUntil is the end (unix nanoseconds) of the earliest lease on
 	// any member; 0 before every member granted one.
 	validUntil atomic.Int64
@@ -137,10 +137,10 @@ func (c *Craftroute) startLeases(lapsed func()) (stop func()) {
 		return func() {}
 	}
 	lh.until = map[*Member]time.Time{}
-	tokens, byToken := map[*Member][partition.TokenLen]byte{}, map[[partition.TokenLen]byte]*Shard{}
+	tokens, byToken := map[*Member][shardproto.TokenLen]byte{}, map[[shardproto.TokenLen]byte]*Shard{}
 	for _, s := range c.cfg.shards {
 		for _, m := range s.Members {
-			var t [partition.TokenLen]byte
+			var t [shardproto.TokenLen]byte
 			if _, err := rand.Read(t[:]); err != nil {
 				log.Errorf("no change leases: %v", err)
 				return func() {}
@@ -194,7 +194,7 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 				req := new(dns.Msg)
 				req.SetQuestion(lh.qname, dns.TypeSOA)
 				sent := time.Now()
-				lease := partition.RequestLease(req, partition.Lease{Port: lh.port, Duration: leaseFor, Token: lh.tokens[m], Time: sent}, lh.key)
+				lease := shardproto.RequestLease(req, shardproto.Lease{Port: lh.port, Duration: leaseFor, Token: lh.tokens[m], Time: sent}, lh.key)
 				rctx, cancel := context.WithTimeout(ctx, leaseRenew)
 				defer cancel()
 				resp, err := m.exchange(rctx, req)
@@ -204,7 +204,7 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 				// The member's applied index when it granted covers the
 				// writes it acknowledged before: raised before the lease
 				// counts.
-				idx, ok := partition.LeaseGranted(resp, lease, lh.key)
+				idx, ok := shardproto.LeaseGranted(resp, lease, lh.key)
 				if !ok || resp.Rcode != dns.RcodeSuccess {
 					// A member without the key (router_key), an older
 					// craftstore, or a server block that does not cover the
@@ -255,7 +255,7 @@ const noticeAge = leaseFor + time.Second
 // notice not signed with the router's key, without a lease token of this
 // router or for a lease it did not ask for lately (a replay) is refused.
 func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	n, lease, ok := partition.NoticeOf(r, c.leases.key)
+	n, lease, ok := shardproto.NoticeOf(r, c.leases.key)
 	if !ok {
 		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "change notice not signed with this router's key")
 	}
@@ -269,39 +269,39 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 		n.Names[i] = dnsname.Lower(name)
 	}
 	c.changes.changed(zone, n.Names)
-	if n.Change != partition.ZoneDeleted {
+	if n.Change != shardproto.ZoneDeleted {
 		c.soa.observe(zone, s.Name, n.Serial, n.Base, time.Now())
 	}
 	switch n.Change {
-	case partition.ZonePut:
+	case shardproto.ZonePut:
 		c.zones.noticed.Add(1)
 		c.zones.add(zone)
-	case partition.ZoneDeleted:
+	case shardproto.ZoneDeleted:
 		c.zones.noticed.Add(1)
 		c.zones.remove(zone)
 		c.neg.purge(zone)
 		c.soa.forget(zone)
 	}
-	if nt := c.notify.Load(); nt != nil && n.Change != partition.ZoneDeleted {
+	if nt := c.notify.Load(); nt != nil && n.Change != shardproto.ZoneDeleted {
 		nt.Changed(zone)
 	}
 	noticesCount.WithLabelValues(n.Change.String()).Inc()
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
-	partition.AckNotice(m, n, c.leases.key)
+	shardproto.AckNotice(m, n, c.leases.key)
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
 }
 
 // setTokens publishes the token → shard map for serveNotice.
-func (lh *leaseHolder) setTokens(m map[[partition.TokenLen]byte]*Shard) {
+func (lh *leaseHolder) setTokens(m map[[shardproto.TokenLen]byte]*Shard) {
 	lh.byToken.Store(&m)
 }
 
 // shardOf returns the shard of the member that token was given to, nil if
 // none.
-func (lh *leaseHolder) shardOf(token [partition.TokenLen]byte) *Shard {
+func (lh *leaseHolder) shardOf(token [shardproto.TokenLen]byte) *Shard {
 	if p := lh.byToken.Load(); p != nil {
 		return (*p)[token]
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/coredns/coredns/request"
 
 	"github.com/craftdns/craftdns/internal/ede"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 
 	"github.com/miekg/dns"
@@ -318,13 +318,13 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 			return resp, m, nil
 		}
 	}
-	if servfail != nil && ctx.Err() == nil && notCurrent(servfail) && partition.Routed(req) && !partition.StaleAllowed(req) {
+	if servfail != nil && ctx.Err() == nil && notCurrent(servfail) && shardproto.Routed(req) && !shardproto.StaleAllowed(req) {
 		// No member could confirm its state is current: the shard has no
 		// leader (an election, a lost quorum) or none is reachable. A
 		// stale answer beats none (RFC 8767): ask again, allowing each
 		// member its last state; such answers carry the Extended DNS Error
 		// Stale Answer.
-		stale := partition.AllowStale(req)
+		stale := shardproto.AllowStale(req)
 		for _, m := range order {
 			if ctx.Err() != nil {
 				break

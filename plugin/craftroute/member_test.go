@@ -13,7 +13,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsdiff"
 	"github.com/craftdns/craftdns/internal/ede"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 
 	"github.com/miekg/dns"
@@ -73,7 +73,7 @@ func startTarget(t testing.TB, mode targetMode) *target {
 				return
 			}
 		case targetNotCurrent:
-			if !partition.StaleAllowed(r) {
+			if !shardproto.StaleAllowed(r) {
 				w.WriteMsg(ede.Reply(r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "not current"))
 				return
 			}
@@ -421,12 +421,12 @@ func TestShardExchangeStale(t *testing.T) {
 	before := memberMetric(staleAnswers.WithLabelValues("stale"))
 	req := targetQuery(3)
 	req.SetEdns0(1232, false)
-	partition.RequestFresh(req)
+	shardproto.RequestFresh(req)
 	resp, m, err := s.Exchange(context.Background(), req, time.Minute)
 	if err != nil || m == nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
 		t.Fatalf("expected a stale answer, got %v from %v, %v", resp, m, err)
 	}
-	if partition.StaleAllowed(req) {
+	if shardproto.StaleAllowed(req) {
 		t.Error("the caller's query was modified")
 	}
 	if got := memberMetric(staleAnswers.WithLabelValues("stale")) - before; got != 1 {

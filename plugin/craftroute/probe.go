@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
 )
@@ -26,7 +26,7 @@ func startProbes(shards []*Shard, every, downFor time.Duration, qname string) (s
 	req := new(dns.Msg)
 	req.SetQuestion(dns.Fqdn(qname), dns.TypeSOA)
 	req.RecursionDesired = false
-	partition.RequestFresh(req) // a craftstore member that has not caught up answers SERVFAIL
+	shardproto.RequestFresh(req) // a craftstore member that has not caught up answers SERVFAIL
 	extend := max(downFor, 2*every)
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -10,7 +10,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 
 	"github.com/miekg/dns"
@@ -48,7 +48,7 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 			return nil, &errNoShard{s.Name, err}
 		}
 		resp.Id, resp.Question = r.Id, r.Question
-		partition.Strip(resp)
+		shardproto.Strip(resp)
 		if r.IsEdns0() == nil {
 			resp.Extra = withoutOPT(resp.Extra)
 		}
@@ -123,7 +123,7 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 		// member that applied the highest needs no round to its leader.
 		// req is built for this exchange (query, forward), so its option
 		// may change in place.
-		partition.SetMinIndex(req, s.minIndex.Load())
+		shardproto.SetMinIndex(req, s.minIndex.Load())
 	}
 	// A name held by a transaction in progress: the member waited
 	// txn.RoutedWait for its outcome; ask again, for at most heldFor.
@@ -147,10 +147,10 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 	if err == nil {
 		// What the router keeps of an answer, a higher index and a serial,
 		// only when the member signed it (partition/auth.go).
-		idx, raise := partition.IndexOf(resp)
+		idx, raise := shardproto.IndexOf(resp)
 		raise = raise && idx > s.minIndex.Load()
-		zone, serial, base, observe := partition.SerialOf(resp)
-		if (raise || observe) && partition.AnswerSigned(resp, c.leases.key) {
+		zone, serial, base, observe := shardproto.SerialOf(resp)
+		if (raise || observe) && shardproto.AnswerSigned(resp, c.leases.key) {
 			if raise {
 				s.raise(idx) // this router's reads never go back
 			}
@@ -188,7 +188,7 @@ type exchanger interface {
 // target.
 type step struct {
 	resp  *dns.Msg
-	facts partition.Facts
+	facts shardproto.Facts
 	// broadcast is set when every shard was asked.
 	broadcast bool
 }
@@ -224,11 +224,11 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 		// craftstore's loop rule: a CNAME RRset is not added twice for the
 		// same owner; a wildcard synthesizing for the query name counts as
 		// an owner distinct from the same name reached later.
-		if cur.facts.Kind == partition.Absent && cur.facts.Wildcard {
+		if cur.facts.Kind == shardproto.Absent && cur.facts.Wildcard {
 			source = "*." + suffix(name, int(cur.facts.Labels))
 		}
 		key := name
-		if n == 0 && cur.facts.Kind == partition.Absent {
+		if n == 0 && cur.facts.Kind == shardproto.Absent {
 			key = ""
 		}
 		if hasVisit(seen, source, key) {
@@ -348,11 +348,11 @@ func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype ui
 	if err != nil {
 		return nil, &errNoShard{owner.Name, err}
 	}
-	facts, err := partition.Parse(resp)
-	if err != nil || facts.Kind == partition.Final {
+	facts, err := shardproto.Parse(resp)
+	if err != nil || facts.Kind == shardproto.Final {
 		// No facts: the member does not hold the zone, or does not speak
 		// partition mode; its answer is all there is.
-		partition.Strip(resp)
+		shardproto.Strip(resp)
 		if err == nil {
 			if err := c.addGlue(ctx, r, owner, resp, facts.Origin); err != nil {
 				return nil, err
@@ -367,13 +367,13 @@ func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype ui
 // shardResult is one shard's partition-mode answer to a broadcast query.
 type shardResult struct {
 	resp  *dns.Msg
-	facts partition.Facts
+	facts shardproto.Facts
 	err   error // errNotHere: the shard does not hold the zone
 }
 
 // fanOut asks every shard but the owner, whose answer (resp, facts) is
 // known, for name/qtype at once, and returns the answers in shard order.
-func (c *Craftroute) fanOut(ctx context.Context, r *dns.Msg, name string, qtype uint16, owner *Shard, resp *dns.Msg, facts partition.Facts) []shardResult {
+func (c *Craftroute) fanOut(ctx context.Context, r *dns.Msg, name string, qtype uint16, owner *Shard, resp *dns.Msg, facts shardproto.Facts) []shardResult {
 	shards := c.cfg.shards
 	results := make([]shardResult, len(shards))
 	done := make(chan struct{}, len(shards))
@@ -387,7 +387,7 @@ func (c *Craftroute) fanOut(ctx context.Context, r *dns.Msg, name string, qtype 
 			resp, err := c.exchange(ctx, s, query(r, name, qtype))
 			res := shardResult{resp: resp, err: err}
 			if err == nil {
-				res.facts, res.err = partition.Parse(resp)
+				res.facts, res.err = shardproto.Parse(resp)
 				if res.err != nil && resp.Rcode == dns.RcodeRefused {
 					res.err = errNotHere // the shard does not hold the zone
 				}
@@ -418,8 +418,8 @@ func (c *Craftroute) merge(name string, owner *Shard, results []shardResult) (*s
 			return nil, &errNoShard{shards[i].Name, res.err}
 		}
 		switch {
-		case res.facts.Kind == partition.Final:
-			partition.Strip(res.resp)
+		case res.facts.Kind == shardproto.Final:
+			shardproto.Strip(res.resp)
 			return &step{resp: res.resp, facts: res.facts, broadcast: true}, nil
 		case best < 0:
 			best = i
@@ -443,7 +443,7 @@ func (c *Craftroute) merge(name string, owner *Shard, results []shardResult) (*s
 	}
 	// The deepest encloser's wildcard answer, or NXDOMAIN with the SOA.
 	out := results[best]
-	partition.Strip(out.resp)
+	shardproto.Strip(out.resp)
 	return &step{resp: out.resp, facts: out.facts, broadcast: true}, nil
 }
 
@@ -462,16 +462,16 @@ func indexOf(shards []*Shard, s *Shard) int {
 // query r: its flags, EDNS0 buffer size, DO bit and options travel along.
 func query(r *dns.Msg, name string, qtype uint16) *dns.Msg {
 	m := build(r, name, qtype)
-	partition.Request(m)
+	shardproto.Request(m)
 	return m
 }
 
 // forward builds the query sent on for client query r in key mode "zone":
 // r's question, flags and EDNS0 options, asking for an answer from a member
-// that caught up with its group (partition.RequestFresh).
+// that caught up with its group (shardproto.RequestFresh).
 func forward(r *dns.Msg) *dns.Msg {
 	m := build(r, r.Question[0].Name, r.Question[0].Qtype)
-	partition.RequestFresh(m)
+	shardproto.RequestFresh(m)
 	return m
 }
 
@@ -498,7 +498,7 @@ func build(r *dns.Msg, name string, qtype uint16) *dns.Msg {
 		o.SetUDPSize(opt.UDPSize())
 		o.SetDo(opt.Do())
 		for _, e := range opt.Option {
-			if e.Option() != partition.Code && e.Option() != dns.EDNS0COOKIE {
+			if e.Option() != shardproto.Code && e.Option() != dns.EDNS0COOKIE {
 				o.Option = append(o.Option, e)
 			}
 		}
@@ -539,7 +539,7 @@ func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, r
 			if err != nil {
 				return &errNoShard{s.Name, err}
 			}
-			if f, err := partition.Parse(g); err != nil || f.Kind != partition.Final || g.Rcode != dns.RcodeSuccess {
+			if f, err := shardproto.Parse(g); err != nil || f.Kind != shardproto.Final || g.Rcode != dns.RcodeSuccess {
 				continue // absent (wildcards do not make glue), or below another cut
 			}
 			for _, rr := range g.Answer {

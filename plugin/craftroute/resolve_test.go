@@ -9,7 +9,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsdiff"
 	"github.com/craftdns/craftdns/internal/dnsname"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -18,7 +18,7 @@ import (
 // memShards answers partition-mode queries from in-memory zones, one per
 // shard, as craftstore members do.
 // testKey is the router key of the tests' routers and shards.
-var testKey = partition.NewKey(testSecret)
+var testKey = shardproto.NewKey(testSecret)
 
 // testSecret is router_key in the tests' Corefiles.
 const testSecret = "0123456789abcdef0123456789abcdef"
@@ -37,16 +37,16 @@ func (ms memShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Ms
 		m.Rcode = dns.RcodeRefused
 		return m, nil
 	}
-	facts := partition.Requested(req)
+	facts := shardproto.Requested(req)
 	if facts {
-		partition.Attach(m, z.Partition(m, dnsname.Lower(q.Name), q.Qtype))
+		shardproto.Attach(m, z.Partition(m, dnsname.Lower(q.Name), q.Qtype))
 	} else {
 		z.Lookup(m, dnsname.Lower(q.Name), q.Qtype)
 	}
 	// As craftstore does.
 	if serial, base, ok := z.Serial(); ok && (facts || hasSOA(m)) {
-		partition.AttachSerial(m, z.Origin(), serial, base)
-		partition.SignAnswer(m, testKey)
+		shardproto.AttachSerial(m, z.Origin(), serial, base)
+		shardproto.SignAnswer(m, testKey)
 	}
 	// As over the wire: the answer's records are the router's own.
 	return m.Copy(), nil

@@ -12,7 +12,7 @@ import (
 )
 
 // serials presents one SOA serial per zone in key mode "name", where each
-// shard keeps its own (internal/partition/serial.go). A shard's serial is
+// shard keeps its own (internal/shardproto/serial.go). A shard's serial is
 // its serial base (the serial the zone was last given explicitly: an
 // import, or an SOA record written with a newer serial) plus the changes it
 // took since. The router presents

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsdiff"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -125,12 +125,12 @@ func (s tamperingShards) exchange(ctx context.Context, sh *Shard, req *dns.Msg) 
 	}
 	if opt := resp.IsEdns0(); opt != nil {
 		for _, o := range opt.Option {
-			if l, ok := o.(*dns.EDNS0_LOCAL); ok && l.Code == partition.SerialCode {
+			if l, ok := o.(*dns.EDNS0_LOCAL); ok && l.Code == shardproto.SerialCode {
 				l.Data[0] = 0xf0 // a serial far ahead
 			}
 		}
 	}
-	partition.AttachIndex(resp, 1<<40)
+	shardproto.AttachIndex(resp, 1<<40)
 	return resp, nil
 }
 

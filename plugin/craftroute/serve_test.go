@@ -9,7 +9,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/craftdns/craftdns/internal/ede"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
 )
@@ -128,24 +128,24 @@ func TestServeDNS(t *testing.T) {
 	// A member's notice of a write at the name voids its negative answer
 	// (a write through any router comes with one), with this router's
 	// lease token only.
-	tok := [partition.TokenLen]byte{7}
-	c.leases.setTokens(map[[partition.TokenLen]byte]*Shard{tok: c.cfg.shards[0]})
+	tok := [shardproto.TokenLen]byte{7}
+	c.leases.setTokens(map[[shardproto.TokenLen]byte]*Shard{tok: c.cfg.shards[0]})
 	nx := new(dns.Msg)
 	nx.SetQuestion("nothere.example.org.", dns.TypeA)
 	if m := c.neg.get("nothere.example.org.", dns.TypeA, false, false, c.changes.valid); m == nil {
 		t.Fatal("expected the negative answer cached")
 	}
-	notice := partition.Notice{Zone: "example.org.", Change: partition.Records, Names: []string{"nothere.example.org."}}
-	lease := partition.Lease{Token: tok, Time: time.Now()}
-	for what, l := range map[string]partition.Lease{
-		"a wrong token": {Token: [partition.TokenLen]byte{8}, Time: time.Now()},
+	notice := shardproto.Notice{Zone: "example.org.", Change: shardproto.Records, Names: []string{"nothere.example.org."}}
+	lease := shardproto.Lease{Token: tok, Time: time.Now()}
+	for what, l := range map[string]shardproto.Lease{
+		"a wrong token": {Token: [shardproto.TokenLen]byte{8}, Time: time.Now()},
 		"an old lease":  {Token: tok, Time: time.Now().Add(-noticeAge - time.Second)},
 	} {
 		if m, _ := notice.Msg("example.org.", l, testKey); serve(t, c, m).Rcode != dns.RcodeRefused {
 			t.Fatalf("a notice with %s: not refused", what)
 		}
 	}
-	for what, k := range map[string]*partition.Key{"another key": partition.NewKey("another key"), "no key": nil} {
+	for what, k := range map[string]*shardproto.Key{"another key": shardproto.NewKey("another key"), "no key": nil} {
 		if m, _ := notice.Msg("example.org.", lease, k); serve(t, c, m).Rcode != dns.RcodeRefused {
 			t.Fatalf("a notice signed with %s: not refused", what)
 		}
@@ -154,14 +154,14 @@ func TestServeDNS(t *testing.T) {
 		t.Fatal("a refused notice voided the negative answer")
 	}
 	msg, sent := notice.Msg("example.org.", lease, testKey)
-	if m := serve(t, c, msg); m.Rcode != dns.RcodeSuccess || !partition.NoticeAcked(m, sent, testKey) {
+	if m := serve(t, c, msg); m.Rcode != dns.RcodeSuccess || !shardproto.NoticeAcked(m, sent, testKey) {
 		t.Fatalf("notice: %v", m)
 	}
 	if m := c.neg.get("nothere.example.org.", dns.TypeA, false, false, c.changes.valid); m != nil {
 		t.Fatal("the negative answer outlived the notice of a write at its name")
 	}
 	// A notice that the zone was deleted drops its entries.
-	deleted, _ := partition.Notice{Zone: "example.org.", Change: partition.ZoneDeleted}.Msg("example.org.", lease, testKey)
+	deleted, _ := shardproto.Notice{Zone: "example.org.", Change: shardproto.ZoneDeleted}.Msg("example.org.", lease, testKey)
 	if m := serve(t, c, deleted); m.Rcode != dns.RcodeSuccess || c.neg.len() != 0 {
 		t.Fatalf("zone deleted: %v, %d entries left", m, c.neg.len())
 	}
@@ -175,7 +175,7 @@ func holdLeases(c *Craftroute) {
 }
 
 // staleShards marks every answer of its shards stale, as a member answering
-// from its unconfirmed state does (partition.AllowStale).
+// from its unconfirmed state does (shardproto.AllowStale).
 type staleShards struct{ exchanger }
 
 func (s staleShards) exchange(ctx context.Context, sh *Shard, req *dns.Msg) (*dns.Msg, error) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/httpapi"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
@@ -219,8 +219,8 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 		cfg.shardToken, err = a.Secret(0)
 	case "router_key":
 		var secret string
-		if secret, err = a.Secret(partition.MinSecret); err == nil {
-			cr.leases.key = partition.NewKey(secret)
+		if secret, err = a.Secret(shardproto.MinSecret); err == nil {
+			cr.leases.key = shardproto.NewKey(secret)
 		}
 	case "seed":
 		if len(args) != 2 {

@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
@@ -234,12 +234,12 @@ func (c *Craftroute) probeName(ctx context.Context, origin, name string) (nameFa
 	q := new(dns.Msg)
 	q.Id = dns.Id()
 	q.Question = []dns.Question{{Name: name, Qtype: dns.TypeDNAME, Qclass: dns.ClassINET}}
-	partition.Request(q)
+	shardproto.Request(q)
 	resp, err := c.exchange(ctx, s, q)
 	if err != nil {
 		return nameFacts{}, &errNoShard{s.Name, err}
 	}
-	facts, err := partition.Parse(resp)
+	facts, err := shardproto.Parse(resp)
 	switch {
 	case err != nil && resp.Rcode == dns.RcodeRefused, err == nil && facts.Origin == "":
 		return nameFacts{}, fmt.Errorf("shard %s: %w: %s", s.Name, errZoneAbsent, origin)
@@ -250,7 +250,7 @@ func (c *Craftroute) probeName(ctx context.Context, origin, name string) (nameFa
 			return nameFacts{belowCut: true}, nil
 		}
 		return nameFacts{}, fmt.Errorf("shard %s: %w: %s", s.Name, errZoneAbsent, origin)
-	case facts.Kind != partition.Final:
+	case facts.Kind != shardproto.Final:
 		return nameFacts{}, nil
 	case resp.Authoritative:
 		for _, rr := range resp.Answer {
@@ -285,12 +285,12 @@ func (c *Craftroute) checkNewCuts(ctx context.Context, origin string, cuts map[s
 		for _, s := range c.cfg.shards {
 			q := new(dns.Msg)
 			q.Question = []dns.Question{{Name: name, Qtype: dns.TypeNS, Qclass: dns.ClassINET}}
-			partition.Request(q)
+			shardproto.Request(q)
 			resp, err := c.exchange(ctx, s, q)
 			if err != nil {
 				return &errNoShard{s.Name, err}
 			}
-			if f, err := partition.Parse(resp); err == nil && f.Kind == partition.Final && f.Origin == origin {
+			if f, err := shardproto.Parse(resp); err == nil && f.Kind == shardproto.Final && f.Origin == origin {
 				return zoneapi.Errorf(http.StatusConflict, "%s holds records or has names below it (on shard %s): "+
 					"in key mode name a delegation over existing names needs the zone imported again (PUT)", name, s.Name)
 			}

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
@@ -180,12 +180,12 @@ func (zs *zoneShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.
 	q := req.Question[0]
 	if z == nil || !dns.IsSubDomain(z.Origin(), dnsname.Lower(q.Name)) {
 		m.Rcode = dns.RcodeRefused
-		if partition.Requested(req) {
-			partition.Attach(m, partition.Facts{Kind: partition.Final})
+		if shardproto.Requested(req) {
+			shardproto.Attach(m, shardproto.Facts{Kind: shardproto.Final})
 		}
 		return m, nil
 	}
-	partition.Attach(m, z.Partition(m, dnsname.Lower(q.Name), q.Qtype))
+	shardproto.Attach(m, z.Partition(m, dnsname.Lower(q.Name), q.Qtype))
 	return m, nil
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -190,12 +190,12 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))
 	defer cancel()
-	res, err := a.rep.PutZone(a.late(ctx, origin, partition.ZonePut), origin, rrs, false)
+	res, err := a.rep.PutZone(a.late(ctx, origin, shardproto.ZonePut), origin, rrs, false)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	noticeChange(r.Context(), a.leases, a.rep, origin, partition.ZonePut)
+	noticeChange(r.Context(), a.leases, a.rep, origin, shardproto.ZonePut)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }
 
@@ -227,11 +227,11 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
-	if err := a.rep.DeleteZone(a.late(ctx, origin, partition.ZoneDeleted), origin); err != nil {
+	if err := a.rep.DeleteZone(a.late(ctx, origin, shardproto.ZoneDeleted), origin); err != nil {
 		fail(w, err)
 		return
 	}
-	noticeChange(r.Context(), a.leases, a.rep, origin, partition.ZoneDeleted)
+	noticeChange(r.Context(), a.leases, a.rep, origin, shardproto.ZoneDeleted)
 	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"zone": origin})
 }
 
@@ -277,12 +277,12 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
-	serial, err := a.rep.Change(a.late(ctx, origin, partition.Records, names...), origin, add, del)
+	serial, err := a.rep.Change(a.late(ctx, origin, shardproto.Records, names...), origin, add, del)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	noticeChange(r.Context(), a.leases, a.rep, origin, partition.Records, names...)
+	noticeChange(r.Context(), a.leases, a.rep, origin, shardproto.Records, names...)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.Changed{Zone: origin, Serial: serial})
 }
 
@@ -391,6 +391,6 @@ func (a *apiServer) removeMember(w http.ResponseWriter, r *http.Request) {
 // late returns ctx with the change notice to send if the write times out
 // (the client gets 503: outcome unknown) and is applied later after all
 // (replica.WithLate), so that the routers learn of it then.
-func (a *apiServer) late(ctx context.Context, zone string, c partition.Change, names ...string) context.Context {
+func (a *apiServer) late(ctx context.Context, zone string, c shardproto.Change, names ...string) context.Context {
 	return lateNotice(ctx, a.leases, a.rep, zone, c, names...)
 }

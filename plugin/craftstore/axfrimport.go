@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -123,12 +123,12 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))
 	defer cancel()
-	res, err := a.rep.PutZone(a.late(ctx, origin, partition.ZonePut), origin, rrs, false)
+	res, err := a.rep.PutZone(a.late(ctx, origin, shardproto.ZonePut), origin, rrs, false)
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	noticeChange(r.Context(), a.leases, a.rep, origin, partition.ZonePut)
+	noticeChange(r.Context(), a.leases, a.rep, origin, shardproto.ZonePut)
 	log.Infof("imported zone %s by AXFR from %s: %d records, serial %d", origin, primary, res.Records, res.Serial)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/xfrnotify"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
@@ -76,7 +76,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if rep == nil {
 		return dns.RcodeServerFailure, nil // not written: the server answers SERVFAIL
 	}
-	if partition.IsLeaseRequest(r) {
+	if shardproto.IsLeaseRequest(r) {
 		// A router asks to be told of changes (leases.go). A request that
 		// is not granted (not signed with the routers' key, a replay) is
 		// answered as a plain query.
@@ -89,12 +89,12 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 			}
 		}
 		r = r.Copy()
-		partition.Strip(r)
+		shardproto.Strip(r)
 	}
 	// staleOK: craftroute found no member of the group that could confirm
-	// its state and asks for the last one (partition.AllowStale).
-	routed := partition.Routed(r)
-	staleOK := routed && partition.StaleAllowed(r) && c.cfg.stale != "refuse"
+	// its state and asks for the last one (shardproto.AllowStale).
+	routed := shardproto.Routed(r)
+	staleOK := routed && shardproto.StaleAllowed(r) && c.cfg.stale != "refuse"
 	unconfirmed := false
 	if !rep.Ready() {
 		// A member that is not ready (health.go: no leader, behind its
@@ -117,7 +117,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// (partition/index.go), having applied it is enough; without,
 		// the member asks its leader.
 		var err error
-		switch idx, ok := partition.MinIndex(r); {
+		switch idx, ok := shardproto.MinIndex(r); {
 		case staleOK:
 		case ok:
 			err = rep.CaughtUp(ctx, idx)
@@ -163,7 +163,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		}
 	}
 
-	facts := partition.Requested(r)
+	facts := shardproto.Requested(r)
 	if !routed && !facts && !unconfirmed && r.IsTsig() == nil && writePacked(w, r, z) {
 		// The common answers, packed without a dns.Msg (rawwrite.go); a
 		// router's query carries facts and indexes, a signed one is
@@ -179,27 +179,27 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	}
 	if facts {
 		// craftroute asks what this member holds about the name.
-		partition.Attach(m, z.Partition(m, qname, q.Qtype))
+		shardproto.Attach(m, z.Partition(m, qname, q.Qtype))
 	} else {
 		z.Lookup(m, qname, q.Qtype)
 	}
 	if routed {
 		// Read after the lookup: at least the state answered from.
 		applied := rep.Applied()
-		partition.AttachIndex(m, applied)
+		shardproto.AttachIndex(m, applied)
 		signed := false
 		if facts || hasSOA(m) {
 			// craftroute presents one serial for the zone's shards.
 			if serial, base, ok := z.Serial(); ok {
-				partition.AttachSerial(m, z.Origin(), serial, base)
+				shardproto.AttachSerial(m, z.Origin(), serial, base)
 				signed = true
 			}
 		}
 		// The router keeps a serial, and an index above the one it asked
 		// for: signed, so that it can tell they are ours (auth.go).
-		if asked, ok := partition.MinIndex(r); signed || (ok && applied > asked) {
+		if asked, ok := shardproto.MinIndex(r); signed || (ok && applied > asked) {
 			if l := c.leases.Load(); l != nil {
-				partition.SignAnswer(m, l.key)
+				shardproto.SignAnswer(m, l.key)
 			}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/craftdns/craftdns/internal/ede"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -54,24 +54,24 @@ func TestServePartition(t *testing.T) {
 		partition bool
 		rcode     int
 		answer    int // RRs in the answer section
-		facts     partition.Facts
-		err       error // of partition.Parse
+		facts     shardproto.Facts
+		err       error // of shardproto.Parse
 	}{
 		// A CNAME is not followed in partition mode.
-		{"alias.example.org.", dns.TypeA, true, dns.RcodeSuccess, 1, partition.Facts{Kind: partition.Final, Origin: "example.org."}, nil},
-		{"alias.example.org.", dns.TypeA, false, dns.RcodeSuccess, 2, partition.Facts{}, partition.ErrMissing},
-		{"X.w.example.org.", dns.TypeTXT, true, dns.RcodeSuccess, 1, partition.Facts{Kind: partition.Absent, Labels: 3, Wildcard: true, Origin: "example.org."}, nil},
-		{"a.nope.example.org.", dns.TypeA, true, dns.RcodeNameError, 0, partition.Facts{Kind: partition.Absent, Labels: 2, Origin: "example.org."}, nil},
-		{"a.nope.example.org.", dns.TypeA, false, dns.RcodeNameError, 0, partition.Facts{}, partition.ErrMissing},
+		{"alias.example.org.", dns.TypeA, true, dns.RcodeSuccess, 1, shardproto.Facts{Kind: shardproto.Final, Origin: "example.org."}, nil},
+		{"alias.example.org.", dns.TypeA, false, dns.RcodeSuccess, 2, shardproto.Facts{}, shardproto.ErrMissing},
+		{"X.w.example.org.", dns.TypeTXT, true, dns.RcodeSuccess, 1, shardproto.Facts{Kind: shardproto.Absent, Labels: 3, Wildcard: true, Origin: "example.org."}, nil},
+		{"a.nope.example.org.", dns.TypeA, true, dns.RcodeNameError, 0, shardproto.Facts{Kind: shardproto.Absent, Labels: 2, Origin: "example.org."}, nil},
+		{"a.nope.example.org.", dns.TypeA, false, dns.RcodeNameError, 0, shardproto.Facts{}, shardproto.ErrMissing},
 		// A zone this member does not hold is refused before any zone answers.
-		{"www.other.org.", dns.TypeA, true, dns.RcodeRefused, 0, partition.Facts{}, partition.ErrMissing},
+		{"www.other.org.", dns.TypeA, true, dns.RcodeRefused, 0, shardproto.Facts{}, shardproto.ErrMissing},
 	} {
 		name := tc.qname + " " + dns.TypeToString[tc.qtype]
 		r := new(dns.Msg)
 		r.SetQuestion(tc.qname, tc.qtype)
 		r.SetEdns0(1232, false)
 		if tc.partition {
-			partition.Request(r)
+			shardproto.Request(r)
 		}
 		rec := dnstest.NewRecorder(&test.ResponseWriter{})
 		if _, err := cs.ServeDNS(context.Background(), rec, r); err != nil {
@@ -89,7 +89,7 @@ func TestServePartition(t *testing.T) {
 		if m.Rcode != tc.rcode || len(m.Answer) != tc.answer {
 			t.Errorf("%s: expected %s with %d answers, got\n%s", name, dns.RcodeToString[tc.rcode], tc.answer, m)
 		}
-		f, err := partition.Parse(m)
+		f, err := shardproto.Parse(m)
 		if !errors.Is(err, tc.err) || f != tc.facts {
 			t.Errorf("%s: expected facts %+v (%v), got %+v (%v)", name, tc.facts, tc.err, f, err)
 		}

@@ -11,13 +11,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
 )
 
-// Change leases (internal/partition/lease.go): the routers that hold an
+// Change leases (internal/shardproto/lease.go): the routers that hold an
 // unexpired lease on this member get a NOTIFY for every write the member
 // acknowledges, before it is acknowledged, so that no router keeps a
 // negative answer, or a view of which zones exist, that the write made
@@ -34,12 +34,12 @@ const maxHolders = 256
 
 // leases are the routers' leases on one member.
 type leases struct {
-	key     *partition.Key // the routers' key; nil: no lease is granted
+	key     *shardproto.Key // the routers' key; nil: no lease is granted
 	mu      sync.Mutex
-	holders map[[partition.TokenLen]byte]holder // lease token → its lease
-	started time.Time                           // leases granted before this (another run) may still hold
-	client  *dns.Client                         // UDP
-	tcp     *dns.Client                         // for notices over 512 bytes (many names)
+	holders map[[shardproto.TokenLen]byte]holder // lease token → its lease
+	started time.Time                            // leases granted before this (another run) may still hold
+	client  *dns.Client                          // UDP
+	tcp     *dns.Client                          // for notices over 512 bytes (many names)
 	// saved is set once the leases were saved for the next run (save):
 	// the member grants no more.
 	saved bool
@@ -51,7 +51,7 @@ type holder struct {
 	addr  string
 	until time.Time
 	qname string // the lease query's name: the notices' question
-	lease partition.Lease
+	lease shardproto.Lease
 }
 
 // leasesFile is where a member that stops cleanly leaves the leases it
@@ -60,20 +60,20 @@ const leasesFile = "leases.json"
 
 // savedHolder is a holder in leasesFile.
 type savedHolder struct {
-	Addr  string          `json:"addr"`
-	Until time.Time       `json:"until"`
-	QName string          `json:"qname"`
-	Lease partition.Lease `json:"lease"`
+	Addr  string           `json:"addr"`
+	Until time.Time        `json:"until"`
+	QName string           `json:"qname"`
+	Lease shardproto.Lease `json:"lease"`
 }
 
 // newLeases returns the leases of a member started at now, granted to
 // routers that hold key; created says its data directory was new, so no
 // earlier run granted a lease.
-func newLeases(now time.Time, created bool, key *partition.Key) *leases {
+func newLeases(now time.Time, created bool, key *shardproto.Key) *leases {
 	if created {
-		now = now.Add(-partition.MaxLease)
+		now = now.Add(-shardproto.MaxLease)
 	}
-	return &leases{key: key, holders: map[[partition.TokenLen]byte]holder{}, started: now,
+	return &leases{key: key, holders: map[[shardproto.TokenLen]byte]holder{}, started: now,
 		client: &dns.Client{Net: "udp", Timeout: noticeTry},
 		tcp:    &dns.Client{Net: "tcp", Timeout: noticeTry}}
 }
@@ -86,7 +86,7 @@ func newLeases(now time.Time, created bool, key *partition.Key) *leases {
 // that may still hold, and a restart under load (a rolling restart) stalls
 // no write. The file is removed before the member grants a lease, so that
 // a run that crashes leaves none and the next one waits.
-func loadLeases(dir string, now time.Time, created bool, key *partition.Key) *leases {
+func loadLeases(dir string, now time.Time, created bool, key *shardproto.Key) *leases {
 	l := newLeases(now, created, key)
 	path := filepath.Join(dir, leasesFile)
 	data, err := os.ReadFile(path)
@@ -94,19 +94,19 @@ func loadLeases(dir string, now time.Time, created bool, key *partition.Key) *le
 	case errors.Is(err, os.ErrNotExist):
 		return l
 	case err != nil:
-		log.Warningf("reading the leases of the previous run: %v; writes wait %v for them to expire", err, partition.MaxLease)
+		log.Warningf("reading the leases of the previous run: %v; writes wait %v for them to expire", err, shardproto.MaxLease)
 		return l
 	}
 	if err := removeSynced(path); err != nil {
-		log.Warningf("removing %s: %v; writes wait %v for the leases of the previous run to expire", path, err, partition.MaxLease)
+		log.Warningf("removing %s: %v; writes wait %v for the leases of the previous run to expire", path, err, shardproto.MaxLease)
 		return l
 	}
 	var saved []savedHolder
 	if err := json.Unmarshal(data, &saved); err != nil {
-		log.Warningf("reading %s: %v; writes wait %v for the leases of the previous run to expire", path, err, partition.MaxLease)
+		log.Warningf("reading %s: %v; writes wait %v for the leases of the previous run to expire", path, err, shardproto.MaxLease)
 		return l
 	}
-	l.started = now.Add(-partition.MaxLease)
+	l.started = now.Add(-shardproto.MaxLease)
 	for _, h := range saved {
 		if h.Until.After(now) && h.Addr != "" && len(l.holders) < maxHolders {
 			l.holders[h.Lease.Token] = holder{addr: h.Addr, until: h.Until, qname: dns.Fqdn(h.QName), lease: h.Lease}
@@ -180,7 +180,7 @@ func syncDir(dir string) error {
 }
 
 // grant records lease request r from remote, signed under the routers' key
-// (partition.LeaseRequested), and returns the reply: the grant, signed, with
+// (shardproto.LeaseRequested), and returns the reply: the grant, signed, with
 // the member's applied index index. It returns nil when it grants nothing:
 // the request is not signed under the key (or the member has none), its
 // time is not after the token's last request or is more than MaxSkew from
@@ -188,13 +188,13 @@ func syncDir(dir string) error {
 // the leases were saved (the member is stopping). The query is then
 // answered as a plain one.
 func (l *leases) grant(remote net.Addr, r *dns.Msg, index uint64) *dns.Msg {
-	lease, ok := partition.LeaseRequested(r, l.key)
+	lease, ok := shardproto.LeaseRequested(r, l.key)
 	if !ok {
 		return nil
 	}
 	now := time.Now()
-	if skew := lease.Time.Sub(now); skew > partition.MaxSkew || skew < -partition.MaxSkew {
-		log.Warningf("lease request from %s is %v off this member's clock (at most %v): not granted", remote, skew.Round(time.Millisecond), partition.MaxSkew)
+	if skew := lease.Time.Sub(now); skew > shardproto.MaxSkew || skew < -shardproto.MaxSkew {
+		log.Warningf("lease request from %s is %v off this member's clock (at most %v): not granted", remote, skew.Round(time.Millisecond), shardproto.MaxSkew)
 		return nil
 	}
 	host := remote.String()
@@ -229,7 +229,7 @@ func (l *leases) grant(remote net.Addr, r *dns.Msg, index uint64) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
-	partition.GrantLease(m, lease, index, l.key)
+	shardproto.GrantLease(m, lease, index, l.key)
 	return m
 }
 
@@ -237,19 +237,19 @@ func (l *leases) grant(remote net.Addr, r *dns.Msg, index uint64) *dns.Msg {
 // is too old to be granted again.
 func (l *leases) pruneLocked(now time.Time) {
 	for token, h := range l.holders {
-		if !h.until.After(now) && now.Sub(h.lease.Time) > partition.MaxSkew {
+		if !h.until.After(now) && now.Sub(h.lease.Time) > shardproto.MaxSkew {
 			delete(l.holders, token)
 		}
 	}
 }
 
-// notify sends notice (partition.Notice) to every router whose lease
+// notify sends notice (shardproto.Notice) to every router whose lease
 // has not expired and waits until each answered or its lease expired (or
 // ctx ended). In the first MaxLease after the member started it waits for
 // that to pass first: a lease granted by the member's previous run may
 // still hold. It returns the routers that did not answer.
-func (l *leases) notify(ctx context.Context, notice partition.Notice) []string {
-	if wait := time.Until(l.started.Add(partition.MaxLease)); wait > 0 {
+func (l *leases) notify(ctx context.Context, notice shardproto.Notice) []string {
+	if wait := time.Until(l.started.Add(shardproto.MaxLease)); wait > 0 {
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -286,7 +286,7 @@ func (l *leases) notify(ctx context.Context, notice partition.Notice) []string {
 			for time.Now().Before(h.until) && ctx.Err() == nil {
 				m := msg.Copy()
 				m.Id = dns.Id()
-				if resp, _, err := client.ExchangeContext(ctx, m, h.addr); err == nil && resp.Rcode == dns.RcodeSuccess && partition.NoticeAcked(resp, sent, l.key) {
+				if resp, _, err := client.ExchangeContext(ctx, m, h.addr); err == nil && resp.Rcode == dns.RcodeSuccess && shardproto.NoticeAcked(resp, sent, l.key) {
 					return
 				}
 				// A refused port fails at once: do not spin.
@@ -308,11 +308,11 @@ func (l *leases) notify(ctx context.Context, notice partition.Notice) []string {
 // c of zone, at names (none: the whole zone) (leases.notify), with the
 // member's applied index after the change, logging the routers that did not
 // answer.
-func noticeChange(ctx context.Context, l *leases, rep *replica.Replica, zone string, c partition.Change, names ...string) {
+func noticeChange(ctx context.Context, l *leases, rep *replica.Replica, zone string, c shardproto.Change, names ...string) {
 	if l == nil {
 		return
 	}
-	notice := partition.Notice{Zone: zone, Change: c, Names: names, Index: rep.Applied()}
+	notice := shardproto.Notice{Zone: zone, Change: c, Names: names, Index: rep.Applied()}
 	if z := rep.Zone(zone); z != nil {
 		// Read after the index: at least the serial of the write.
 		notice.Serial, notice.Base, _ = z.Serial()
@@ -325,7 +325,7 @@ func noticeChange(ctx context.Context, l *leases, rep *replica.Replica, zone str
 // lateNotice returns ctx carrying the notice of change c of zone at names,
 // sent if a write made with ctx times out and is applied later after all
 // (replica.WithLate): the routers then learn of it, as of any write.
-func lateNotice(ctx context.Context, l *leases, rep *replica.Replica, zone string, c partition.Change, names ...string) context.Context {
+func lateNotice(ctx context.Context, l *leases, rep *replica.Replica, zone string, c shardproto.Change, names ...string) context.Context {
 	if l == nil {
 		return ctx
 	}

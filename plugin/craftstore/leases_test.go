@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsdiff"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
 )
 
 // testRouterKey is the routers' key of the tests' members.
-var testRouterKey = partition.NewKey("0123456789abcdef0123456789abcdef")
+var testRouterKey = shardproto.NewKey("0123456789abcdef0123456789abcdef")
 
 // fakeRouter answers change notices on a UDP and TCP port of 127.0.0.1 (or
 // not, when silent; unsigned, when forged) and counts them. Like CoreDNS's,
@@ -37,7 +37,7 @@ func startRouter(t *testing.T, silent, unsigned bool) *fakeRouter {
 	pc, ln := dnsdiff.ListenUDPTCP(t)
 	f := &fakeRouter{port: uint16(pc.LocalAddr().(*net.UDPAddr).Port)}
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		n, _, ok := partition.NoticeOf(r, testRouterKey)
+		n, _, ok := shardproto.NoticeOf(r, testRouterKey)
 		if !ok {
 			return
 		}
@@ -49,7 +49,7 @@ func startRouter(t *testing.T, silent, unsigned bool) *fakeRouter {
 		m := new(dns.Msg)
 		m.SetReply(r)
 		if !unsigned {
-			partition.AckNotice(m, n, testRouterKey)
+			shardproto.AckNotice(m, n, testRouterKey)
 		}
 		w.WriteMsg(m)
 	})
@@ -62,10 +62,10 @@ func startRouter(t *testing.T, silent, unsigned bool) *fakeRouter {
 
 // leaseRequest is a lease request of f for d, asked at asked and signed
 // with key.
-func leaseRequest(f *fakeRouter, d time.Duration, asked time.Time, key *partition.Key) (*dns.Msg, partition.Lease) {
+func leaseRequest(f *fakeRouter, d time.Duration, asked time.Time, key *shardproto.Key) (*dns.Msg, shardproto.Lease) {
 	req := new(dns.Msg)
 	req.SetQuestion(".", dns.TypeSOA)
-	l := partition.RequestLease(req, partition.Lease{Port: f.port, Duration: d, Token: [partition.TokenLen]byte{byte(f.port), byte(f.port >> 8)}, Time: asked}, key)
+	l := shardproto.RequestLease(req, shardproto.Lease{Port: f.port, Duration: d, Token: [shardproto.TokenLen]byte{byte(f.port), byte(f.port >> 8)}, Time: asked}, key)
 	return req, l
 }
 
@@ -77,7 +77,7 @@ func leaseFrom(t *testing.T, l *leases, f *fakeRouter, d time.Duration) {
 	t.Helper()
 	req, sent := leaseRequest(f, d, time.Now(), testRouterKey)
 	resp := l.grant(routerAddr, req, 7)
-	if idx, ok := partition.LeaseGranted(resp, sent, testRouterKey); !ok || idx != 7 {
+	if idx, ok := shardproto.LeaseGranted(resp, sent, testRouterKey); !ok || idx != 7 {
 		t.Fatalf("expected the grant of the lease request with index 7, got %v", resp)
 	}
 }
@@ -91,13 +91,13 @@ func TestLeaseGrant(t *testing.T) {
 	now := time.Now()
 	for what, req := range map[string]func() *dns.Msg{
 		"unsigned":    func() *dns.Msg { r, _ := leaseRequest(f, time.Second, now, nil); return r },
-		"another key": func() *dns.Msg { r, _ := leaseRequest(f, time.Second, now, partition.NewKey("another key")); return r },
+		"another key": func() *dns.Msg { r, _ := leaseRequest(f, time.Second, now, shardproto.NewKey("another key")); return r },
 		"from the past": func() *dns.Msg {
-			r, _ := leaseRequest(f, time.Second, now.Add(-partition.MaxSkew-time.Second), testRouterKey)
+			r, _ := leaseRequest(f, time.Second, now.Add(-shardproto.MaxSkew-time.Second), testRouterKey)
 			return r
 		},
 		"from the future": func() *dns.Msg {
-			r, _ := leaseRequest(f, time.Second, now.Add(partition.MaxSkew+time.Second), testRouterKey)
+			r, _ := leaseRequest(f, time.Second, now.Add(shardproto.MaxSkew+time.Second), testRouterKey)
 			return r
 		},
 	} {
@@ -132,7 +132,7 @@ func TestLeaseGrant(t *testing.T) {
 	for i := range maxHolders {
 		r := new(dns.Msg)
 		r.SetQuestion(".", dns.TypeSOA)
-		partition.RequestLease(r, partition.Lease{Port: 53, Duration: time.Second, Token: [partition.TokenLen]byte{byte(i), byte(i >> 8), 1}, Time: now}, testRouterKey)
+		shardproto.RequestLease(r, shardproto.Lease{Port: 53, Duration: time.Second, Token: [shardproto.TokenLen]byte{byte(i), byte(i >> 8), 1}, Time: now}, testRouterKey)
 		if full.grant(routerAddr, r, 1) == nil {
 			t.Fatalf("lease %d of %d not granted", i, maxHolders)
 		}
@@ -143,7 +143,7 @@ func TestLeaseGrant(t *testing.T) {
 	}
 	full.mu.Lock()
 	for tok, h := range full.holders {
-		h.until, h.lease.Time = now.Add(-time.Second), now.Add(-partition.MaxSkew-time.Second)
+		h.until, h.lease.Time = now.Add(-time.Second), now.Add(-shardproto.MaxSkew-time.Second)
 		full.holders[tok] = h
 	}
 	full.mu.Unlock()
@@ -154,12 +154,12 @@ func TestLeaseGrant(t *testing.T) {
 
 func TestLeasesNotify(t *testing.T) {
 	l := newLeases(time.Now(), true, testRouterKey)
-	if missed := l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records}); missed != nil {
+	if missed := l.notify(context.Background(), shardproto.Notice{Zone: "example.org.", Change: shardproto.Records}); missed != nil {
 		t.Fatalf("no leases, yet %v missed", missed)
 	}
 	f := startFakeRouter(t, false)
 	leaseFrom(t, l, f, 2*time.Second)
-	missed := l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records, Names: []string{"www.example.org."}})
+	missed := l.notify(context.Background(), shardproto.Notice{Zone: "example.org.", Change: shardproto.Records, Names: []string{"www.example.org."}})
 	if missed != nil || f.notices.Load() != 1 {
 		t.Fatalf("expected one answered notice, got %d, missed %v", f.notices.Load(), missed)
 	}
@@ -175,7 +175,7 @@ func TestLeasesNotify(t *testing.T) {
 		many = append(many, "a-host-"+strconv.Itoa(i)+".example.org.")
 	}
 	start := time.Now()
-	missed = l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records, Names: many})
+	missed = l.notify(context.Background(), shardproto.Notice{Zone: "example.org.", Change: shardproto.Records, Names: many})
 	if names, _ := f.names.Load().([]string); missed != nil || len(names) != 30 || time.Since(start) > time.Second {
 		t.Fatalf("a notice of 30 names: expected it answered at once, got %d names, missed %v, after %v", len(names), missed, time.Since(start))
 	}
@@ -184,7 +184,7 @@ func TestLeasesNotify(t *testing.T) {
 	s := startFakeRouter(t, true)
 	leaseFrom(t, l, s, 300*time.Millisecond)
 	start = time.Now()
-	missed = l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.ZoneDeleted})
+	missed = l.notify(context.Background(), shardproto.Notice{Zone: "example.org.", Change: shardproto.ZoneDeleted})
 	if len(missed) != 1 || missed[0] != net.JoinHostPort("127.0.0.1", strconv.Itoa(int(s.port))) {
 		t.Fatalf("expected the silent router missed, got %v", missed)
 	}
@@ -195,12 +195,12 @@ func TestLeasesNotify(t *testing.T) {
 	// A NOERROR that is not the router's (unsigned) holds the write too.
 	u := startRouter(t, false, true)
 	leaseFrom(t, l, u, 300*time.Millisecond)
-	if missed := l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records}); len(missed) != 1 || missed[0] != net.JoinHostPort("127.0.0.1", strconv.Itoa(int(u.port))) || u.notices.Load() < 2 {
+	if missed := l.notify(context.Background(), shardproto.Notice{Zone: "example.org.", Change: shardproto.Records}); len(missed) != 1 || missed[0] != net.JoinHostPort("127.0.0.1", strconv.Itoa(int(u.port))) || u.notices.Load() < 2 {
 		t.Fatalf("expected the router answering unsigned missed, got %v after %d tries", missed, u.notices.Load())
 	}
 	// Once expired, it is no longer notified.
 	before := s.notices.Load()
-	l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records})
+	l.notify(context.Background(), shardproto.Notice{Zone: "example.org.", Change: shardproto.Records})
 	if s.notices.Load() != before {
 		t.Error("a router whose lease expired was notified")
 	}
@@ -210,10 +210,10 @@ func TestLeasesNotify(t *testing.T) {
 // granted leases in its previous run: it acknowledges no write before the
 // longest lease could have expired.
 func TestLeasesAfterRestart(t *testing.T) {
-	started := time.Now().Add(-partition.MaxLease + 200*time.Millisecond)
+	started := time.Now().Add(-shardproto.MaxLease + 200*time.Millisecond)
 	l := newLeases(started, false, testRouterKey)
-	l.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records})
-	if time.Now().Before(started.Add(partition.MaxLease)) {
+	l.notify(context.Background(), shardproto.Notice{Zone: "example.org.", Change: shardproto.Records})
+	if time.Now().Before(started.Add(shardproto.MaxLease)) {
 		t.Errorf("a notice returned before MaxLease after the start")
 	}
 }
@@ -238,8 +238,8 @@ func TestLeasesSavedOnStop(t *testing.T) {
 
 	next := loadLeases(dir, time.Now(), false, testRouterKey)
 	start := time.Now()
-	missed := next.notify(context.Background(), partition.Notice{Zone: "example.org.", Change: partition.Records, Names: []string{"www.example.org."}})
-	if took := time.Since(start); missed != nil || f.notices.Load() != 1 || took >= partition.MaxLease/2 {
+	missed := next.notify(context.Background(), shardproto.Notice{Zone: "example.org.", Change: shardproto.Records, Names: []string{"www.example.org."}})
+	if took := time.Since(start); missed != nil || f.notices.Load() != 1 || took >= shardproto.MaxLease/2 {
 		t.Errorf("expected the saved lease notified at once, got %d notices, missed %v, after %v", f.notices.Load(), missed, took)
 	}
 	if _, err := os.Stat(filepath.Join(dir, leasesFile)); !os.IsNotExist(err) {

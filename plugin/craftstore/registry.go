@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 )
 
@@ -92,7 +92,7 @@ func (c *Craftstore) start() error {
 		return fmt.Errorf("craftstore: %w", err)
 	}
 	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{}), notify: hub,
-		leases: loadLeases(c.cfg.dir, time.Now(), rep.Created(), partition.NewKey(c.cfg.routerKey))}
+		leases: loadLeases(c.cfg.dir, time.Now(), rep.Created(), shardproto.NewKey(c.cfg.routerKey))}
 	if c.cfg.api != "" {
 		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep, m.leases, c.checkUpdate)
 		if m.api != nil {
@@ -147,7 +147,7 @@ func (c *Craftstore) shutdown() error {
 	}
 	m.rep.Quiet(lameDuckQuiet, lameDuckMax)
 	if err := m.leases.save(m.dir); err != nil {
-		log.Warningf("saving the routers' leases for the next run: %v; it will wait %v before it acknowledges a write", err, partition.MaxLease)
+		log.Warningf("saving the routers' leases for the next run: %v; it will wait %v before it acknowledges a write", err, shardproto.MaxLease)
 	}
 	return m.rep.Close()
 }
@@ -280,7 +280,7 @@ func (m *member) seed(cfg config) bool {
 		res, err := m.rep.PutZone(ctx, origin, rrs, true)
 		cancel()
 		if err == nil && !res.Skipped {
-			noticeChange(context.Background(), m.leases, m.rep, origin, partition.ZonePut)
+			noticeChange(context.Background(), m.leases, m.rep, origin, shardproto.ZonePut)
 		}
 		switch {
 		case err != nil:

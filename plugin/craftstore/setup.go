@@ -16,7 +16,7 @@ import (
 	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 	"github.com/craftdns/craftdns/plugin/craftstore/transport"
@@ -192,7 +192,7 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	case "token":
 		cfg.token, err = a.Secret(0)
 	case "router_key":
-		cfg.routerKey, err = a.Secret(partition.MinSecret)
+		cfg.routerKey, err = a.Secret(shardproto.MinSecret)
 	case "snapshot":
 		var v string
 		if v, err = one(); err == nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -47,7 +47,7 @@ func TestServeNotReady(t *testing.T) {
 		r.SetQuestion("www.example.org.", dns.TypeA)
 		r.SetEdns0(1232, false)
 		if tc.routed {
-			partition.RequestFresh(r)
+			shardproto.RequestFresh(r)
 		}
 		rec := dnstest.NewRecorder(&test.ResponseWriter{})
 		if _, err := cs.ServeDNS(context.Background(), rec, r); err != nil {

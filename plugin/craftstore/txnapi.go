@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
@@ -99,7 +99,7 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 // router answers for them without asking this shard, where queries wait
 // for the outcome (atomic visibility). The commit notifies them again.
 func (a *apiServer) lockNotice(ctx context.Context, origin string, names []string) {
-	noticeChange(ctx, a.leases, a.rep, origin, partition.Records, names...)
+	noticeChange(ctx, a.leases, a.rep, origin, shardproto.Records, names...)
 }
 
 // vote is the answer to a prepare that got rcode and err from the replica.
@@ -174,14 +174,14 @@ func finishTx(ctx context.Context, rep *replica.Replica, ls *leases, id txn.ID, 
 	}
 	zone, names, ok := rep.TxPart(id)
 	if ok {
-		ctx = lateNotice(ctx, ls, rep, zone, partition.Records, names...)
+		ctx = lateNotice(ctx, ls, rep, zone, shardproto.Records, names...)
 	}
 	serial, err := rep.TxCommit(ctx, id)
 	if err != nil {
 		return txn.Finished{}, err
 	}
 	if ok {
-		noticeChange(ctx, ls, rep, zone, partition.Records, names...)
+		noticeChange(ctx, ls, rep, zone, shardproto.Records, names...)
 	}
 	return txn.Finished{Outcome: txn.Commit, Serial: serial}, nil
 }

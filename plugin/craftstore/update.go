@@ -10,7 +10,7 @@ import (
 	"github.com/coredns/coredns/plugin/tsig"
 
 	"github.com/craftdns/craftdns/internal/ede"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -119,7 +119,7 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 	for i, rr := range r.Ns {
 		names[i] = rr.Header().Name
 	}
-	wctx, cancel := context.WithTimeout(lateNotice(ctx, c.leases.Load(), rep, origin, partition.Records, names...), c.cfg.timeout)
+	wctx, cancel := context.WithTimeout(lateNotice(ctx, c.leases.Load(), rep, origin, shardproto.Records, names...), c.cfg.timeout)
 	defer cancel()
 	rcode, _, err := rep.Update(wctx, origin, r.Answer, r.Ns)
 	if err != nil {
@@ -128,7 +128,7 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		return ede.Write(w, r, rcode, code, err.Error())
 	}
 	if rcode == dns.RcodeSuccess {
-		noticeChange(ctx, c.leases.Load(), rep, origin, partition.Records, names...)
+		noticeChange(ctx, c.leases.Load(), rep, origin, shardproto.Records, names...)
 	}
 	return ede.Write(w, r, rcode, 0, "")
 }

@@ -54,7 +54,7 @@ func (z *view) begin(m *dns.Msg) bool {
 }
 
 // found is what one step of a lookup learned about its name: the facts that
-// partition mode reports (partition.go).
+// partition mode reports (shardproto, facts.go).
 type found struct {
 	where where
 	encl  int  // whereAbsent: the offset of the closest encloser in the name

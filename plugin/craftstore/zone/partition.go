@@ -1,13 +1,13 @@
 package zone
 
 import (
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
 )
 
 // Partition answers qname/qtype (class IN) into m for a router that spreads
-// the names of the zone over several members (package partition), and
+// the names of the zone over several members (package shardproto), and
 // returns what this member holds about qname. The sections, rcode and AA are
 // those of Lookup, except that a CNAME is not followed: a name (or the
 // wildcard that synthesizes it) holding a CNAME is answered with that CNAME
@@ -25,12 +25,12 @@ import (
 //
 // As with Lookup, the RRs appended are the zone's own (wildcard answers
 // excepted): callers must not modify them.
-func (z *Zone) Partition(m *dns.Msg, qname string, qtype uint16) partition.Facts {
+func (z *Zone) Partition(m *dns.Msg, qname string, qtype uint16) shardproto.Facts {
 	return z.load().partition(m, qname, qtype)
 }
 
-func (z *view) partition(m *dns.Msg, qname string, qtype uint16) partition.Facts {
-	facts := partition.Facts{Kind: partition.Final, Origin: z.origin}
+func (z *view) partition(m *dns.Msg, qname string, qtype uint16) shardproto.Facts {
+	facts := shardproto.Facts{Kind: shardproto.Final, Origin: z.origin}
 	if !z.begin(m) {
 		return facts
 	}
@@ -40,7 +40,7 @@ func (z *view) partition(m *dns.Msg, qname string, qtype uint16) partition.Facts
 	case whereOutside:
 		facts.Origin = ""
 	case whereAbsent:
-		facts.Kind = partition.Absent
+		facts.Kind = shardproto.Absent
 		// The lower-cased name answer worked on has qname's offsets.
 		facts.Labels = uint8(dns.CountLabel(qname[f.encl:]))
 		facts.Wildcard = f.wild

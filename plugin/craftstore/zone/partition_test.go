@@ -6,24 +6,24 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/craftdns/craftdns/internal/dnsdiff"
-	"github.com/craftdns/craftdns/internal/partition"
+	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
 )
 
 type partitionCase struct {
 	test.Case
-	facts partition.Facts
+	facts shardproto.Facts
 }
 
 var (
-	final = partition.Facts{Kind: partition.Final, Origin: "example.org."}
+	final = shardproto.Facts{Kind: shardproto.Final, Origin: "example.org."}
 	// absent is Absent with the closest encloser at labels labels.
-	absent = func(labels uint8) partition.Facts {
-		return partition.Facts{Kind: partition.Absent, Labels: labels, Origin: "example.org."}
+	absent = func(labels uint8) shardproto.Facts {
+		return shardproto.Facts{Kind: shardproto.Absent, Labels: labels, Origin: "example.org."}
 	}
 	// wild is absent(labels) with a wildcard answer.
-	wild = func(labels uint8) partition.Facts {
+	wild = func(labels uint8) shardproto.Facts {
 		f := absent(labels)
 		f.Wildcard = true
 		return f
@@ -84,13 +84,13 @@ var partitionCases = []partitionCase{
 	{test.Case{Qname: "nods.example.org.", Qtype: dns.TypeA, Ns: []dns.RR{test.NS("nods.example.org. 3600 IN NS ns.elsewhere.net.")}}, final},
 
 	// Outside the zone: refused, no origin.
-	{test.Case{Qname: "www.example.net.", Qtype: dns.TypeA, Rcode: dns.RcodeRefused}, partition.Facts{Kind: partition.Final}},
-	{test.Case{Qname: "xexample.org.", Qtype: dns.TypeA, Rcode: dns.RcodeRefused}, partition.Facts{Kind: partition.Final}},
-	{test.Case{Qname: "org.", Qtype: dns.TypeA, Rcode: dns.RcodeRefused}, partition.Facts{Kind: partition.Final}},
+	{test.Case{Qname: "www.example.net.", Qtype: dns.TypeA, Rcode: dns.RcodeRefused}, shardproto.Facts{Kind: shardproto.Final}},
+	{test.Case{Qname: "xexample.org.", Qtype: dns.TypeA, Rcode: dns.RcodeRefused}, shardproto.Facts{Kind: shardproto.Final}},
+	{test.Case{Qname: "org.", Qtype: dns.TypeA, Rcode: dns.RcodeRefused}, shardproto.Facts{Kind: shardproto.Final}},
 }
 
 // partitionLookup answers tc from z in partition mode.
-func partitionLookup(z *Zone, tc test.Case) (*dns.Msg, partition.Facts) {
+func partitionLookup(z *Zone, tc test.Case) (*dns.Msg, shardproto.Facts) {
 	m := new(dns.Msg)
 	m.SetReply(tc.Msg())
 	f := z.Partition(m, dns.Fqdn(tc.Qname), tc.Qtype)
@@ -128,10 +128,10 @@ org. 172800 IN NS a0.org.afilias-nst.info.
 	rootSOA := []dns.RR{test.SOA(". 86400 IN SOA a.root-servers.net. nstld.verisign-grs.com. 1 1800 900 604800 86400")}
 	rootNS := []dns.RR{test.NS(". 518400 IN NS a.root-servers.net.")}
 	checkPartition(t, z, []partitionCase{
-		{test.Case{Qname: "www.example.org.", Qtype: dns.TypeA, Ns: []dns.RR{test.NS("org. 172800 IN NS a0.org.afilias-nst.info.")}}, partition.Facts{Kind: partition.Final, Origin: "."}},
-		{test.Case{Qname: ".", Qtype: dns.TypeNS, Authoritative: true, Answer: rootNS}, partition.Facts{Kind: partition.Final, Origin: "."}},
-		{test.Case{Qname: "nope.", Qtype: dns.TypeA, Authoritative: true, Rcode: dns.RcodeNameError, Ns: rootSOA}, partition.Facts{Kind: partition.Absent, Origin: "."}},
-		{test.Case{Qname: "x.wild.", Qtype: dns.TypeA, Authoritative: true, Answer: []dns.RR{test.A("x.wild. 3600 IN A 192.0.2.1")}, Ns: rootNS}, partition.Facts{Kind: partition.Absent, Labels: 1, Wildcard: true, Origin: "."}},
+		{test.Case{Qname: "www.example.org.", Qtype: dns.TypeA, Ns: []dns.RR{test.NS("org. 172800 IN NS a0.org.afilias-nst.info.")}}, shardproto.Facts{Kind: shardproto.Final, Origin: "."}},
+		{test.Case{Qname: ".", Qtype: dns.TypeNS, Authoritative: true, Answer: rootNS}, shardproto.Facts{Kind: shardproto.Final, Origin: "."}},
+		{test.Case{Qname: "nope.", Qtype: dns.TypeA, Authoritative: true, Rcode: dns.RcodeNameError, Ns: rootSOA}, shardproto.Facts{Kind: shardproto.Absent, Origin: "."}},
+		{test.Case{Qname: "x.wild.", Qtype: dns.TypeA, Authoritative: true, Answer: []dns.RR{test.A("x.wild. 3600 IN A 192.0.2.1")}, Ns: rootNS}, shardproto.Facts{Kind: shardproto.Absent, Labels: 1, Wildcard: true, Origin: "."}},
 	})
 }
 
@@ -192,7 +192,7 @@ func TestPartitionProperties(t *testing.T) {
 			got := new(dns.Msg)
 			f := z.Partition(got, q.Name, q.Type)
 
-			if f.Kind == partition.Absent {
+			if f.Kind == shardproto.Absent {
 				absents++
 				if f.Wildcard {
 					wilds++

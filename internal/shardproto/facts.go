@@ -1,6 +1,14 @@
-// Package partition is the private EDNS0 protocol between craftroute and
-// craftstore for zones whose names are spread over several shards by a hash
-// of the owner name (craftroute's key mode "name").
+package shardproto
+
+import (
+	"errors"
+
+	"github.com/miekg/dns"
+)
+
+// Partition mode: what a member holds about a name, for zones whose names
+// are spread over several shards by a hash of the owner name (craftroute's
+// key mode "name").
 //
 // Each shard of such a zone holds the zone's apex RRsets, every delegation
 // (the NS RRset at a zone cut, the DS beside it and all names at or below
@@ -26,20 +34,6 @@
 // The router asks the owner shard first and every other shard only when the
 // owner reports Absent; the deepest closest encloser over all shards is the
 // zone's, and only its wildcard may synthesize (RFC 4592 §3.3.1).
-//
-// Trust: the options that shape only the answer to the query carrying them
-// (partition mode, the fresh mode, the stale flag, an index to wait for)
-// are taken from anyone. Whatever outlives the query, a change lease and
-// its grant, a change notice and its answer, an applied index or a serial
-// a router keeps, is taken only with a MAC under the key routers and
-// members share (auth.go).
-package partition
-
-import (
-	"errors"
-
-	"github.com/miekg/dns"
-)
 
 // Code is the EDNS0 option code, from the range for local or experimental
 // use (RFC 6891 §9).
@@ -195,7 +189,7 @@ func Attach(m *dns.Msg, f Facts) {
 
 // ErrMissing is returned by Parse when a response carries no facts: the
 // server does not speak partition mode.
-var ErrMissing = errors.New("partition: response carries no partition option")
+var ErrMissing = errors.New("shardproto: response carries no partition option")
 
 // Parse returns the facts of partition-mode response m.
 func Parse(m *dns.Msg) (Facts, error) {
@@ -210,16 +204,16 @@ func Parse(m *dns.Msg) (Facts, error) {
 		}
 		d := l.Data
 		if len(d) < 4 || d[0] != version {
-			return Facts{}, errors.New("partition: malformed or unknown option version")
+			return Facts{}, errors.New("shardproto: malformed or unknown option version")
 		}
 		f := Facts{Kind: Kind(d[1]), Labels: d[2], Wildcard: d[3]&flagWildcard != 0}
 		if f.Kind != Final && f.Kind != Absent {
-			return Facts{}, errors.New("partition: unknown kind")
+			return Facts{}, errors.New("shardproto: unknown kind")
 		}
 		if len(d) > 4 {
 			name, _, err := dns.UnpackDomainName(d, 4)
 			if err != nil {
-				return Facts{}, errors.New("partition: malformed origin")
+				return Facts{}, errors.New("shardproto: malformed origin")
 			}
 			f.Origin = name
 		}
