@@ -35,7 +35,7 @@ import (
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
-	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 
 	"github.com/miekg/dns"
 )
@@ -168,7 +168,7 @@ func (r *Reader) Next() ([]dns.RR, error) {
 	for _, rr := range m.Answer {
 		// No meta types, no other class, and RDATA: a header alone (as an
 		// UPDATE deletes with) is no record of a zone.
-		if h := rr.Header(); h.Class != dns.ClassINET || zoneapi.MetaType(h.Rrtype) || h.Rdlength == 0 {
+		if h := rr.Header(); h.Class != dns.ClassINET || zonerules.MetaType(h.Rrtype) || h.Rdlength == 0 {
 			return nil, fmt.Errorf("transfer frame: %s record of class %s and %d bytes of RDATA is no zone data", dns.TypeToString[h.Rrtype], dns.ClassToString[h.Class], h.Rdlength)
 		}
 	}

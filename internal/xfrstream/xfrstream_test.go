@@ -9,7 +9,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -60,7 +60,7 @@ func TestRoundTrip(t *testing.T) {
 // FuzzReader: any bytes a member's transfer stream holds read as frames of
 // records that write and read again alike, or end in an error; never a
 // panic. Alike is the same wire form. A stream holds what a member stores,
-// which is zoneapi.Storable: records miekg/dns spells differently after a
+// which is zonerules.Storable: records miekg/dns spells differently after a
 // second read (a URI target with a backslash and digits in its octets,
 // 8118e3d75826dc0f, e955ff1aeb4e2dfe) never reach it and are skipped.
 func FuzzReader(f *testing.F) {
@@ -81,7 +81,7 @@ func FuzzReader(f *testing.F) {
 			if err != nil {
 				return
 			}
-			if slices.ContainsFunc(rrs, func(rr dns.RR) bool { return !zoneapi.Storable(rr) }) {
+			if slices.ContainsFunc(rrs, func(rr dns.RR) bool { return !zonerules.Storable(rr) }) {
 				continue
 			}
 			var again bytes.Buffer

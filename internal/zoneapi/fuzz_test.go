@@ -6,11 +6,13 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/craftdns/craftdns/internal/zonerules"
 )
 
 // FuzzParseZone: any zone file text a PUT carries is refused with an error
 // or gives at most the limit of records, all inside the zone, with one SOA
-// at the apex, that CheckZone passes again; never a panic.
+// at the apex, that zonerules.CheckZone passes again; never a panic.
 func FuzzParseZone(f *testing.F) {
 	f.Add("$ORIGIN example.org.\n@ 300 IN SOA ns1 h 1 7200 3600 1209600 300\n@ 300 IN NS ns1\nns1 300 IN A 192.0.2.1\n")
 	f.Add("@ SOA ns1 h 1 2 3 4 5\n@ NS ns1\n$GENERATE 1-100 h$ A 192.0.2.$\n*.w TXT \"x\"\nc CNAME w\n")
@@ -25,14 +27,14 @@ func FuzzParseZone(f *testing.F) {
 		if len(rrs) > max {
 			t.Fatalf("%d records over the limit of %d", len(rrs), max)
 		}
-		if err := CheckZone("example.org.", rrs); err != nil {
+		if err := zonerules.CheckZone("example.org.", rrs); err != nil {
 			t.Fatalf("a parsed zone fails its checks: %v", err)
 		}
 		for _, rr := range rrs {
 			if !dns.IsSubDomain("example.org.", strings.ToLower(rr.Header().Name)) {
 				t.Fatalf("%v is outside the zone", rr)
 			}
-			if !Storable(rr) {
+			if !zonerules.Storable(rr) {
 				t.Fatalf("%v cannot be stored", rr)
 			}
 		}
@@ -57,7 +59,7 @@ func FuzzRecordChange(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			if SignedType(rr.Header().Rrtype) || CheckRecord("example.org.", rr) != nil || !Storable(rr) {
+			if zonerules.SignedType(rr.Header().Rrtype) || zonerules.CheckRecord("example.org.", rr) != nil || !zonerules.Storable(rr) {
 				t.Fatalf("%q parsed into %v, which a change may not add", text, rr)
 			}
 		}

@@ -7,7 +7,6 @@
 package zoneapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 )
 
 // Limits and defaults.
@@ -219,28 +219,9 @@ func CheckGrowth(origin string, records, adds, max int) error {
 	return nil
 }
 
-// SignedType reports the DNSSEC types (RFC 4034, 5155, 7344, 8976; SIG,
-// KEY and NXT of RFC 2535) that a change to a zone may not touch: without
-// online signing, a record changed one at a time would leave signatures and
-// denial records that no longer match. A signed zone is imported whole.
-// RFC 2136 UPDATE and the API's record changes refuse them alike.
-func SignedType(t uint16) bool {
-	switch t {
-	case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3, dns.TypeNSEC3PARAM, dns.TypeDNSKEY,
-		dns.TypeDS, dns.TypeCDS, dns.TypeCDNSKEY, dns.TypeSIG, dns.TypeKEY, dns.TypeNXT, dns.TypeZONEMD:
-		return true
-	}
-	return false
-}
-
-// errSigned refuses a change of DNSSEC type t.
-func errSigned(t uint16) error {
-	return fmt.Errorf("%s records cannot be changed one at a time (no online signing): import the signed zone whole", dns.TypeToString[t])
-}
-
 // ParseRecord parses one record of a record change in zone file syntax,
-// relative to origin, and checks that the zone can hold it (CheckRecord)
-// and that a change may touch it (SignedType).
+// relative to origin, and checks that the zone can hold it (zonerules.CheckRecord)
+// and that a change may touch it (zonerules.SignedType).
 func ParseRecord(origin, text string) (dns.RR, error) {
 	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
 	zp.SetIncludeAllowed(false)
@@ -255,62 +236,10 @@ func ParseRecord(origin, text string) (dns.RR, error) {
 	if _, more := zp.Next(); more {
 		return nil, fmt.Errorf("%q holds more than one record", text)
 	}
-	if SignedType(rr.Header().Rrtype) {
-		return nil, errSigned(rr.Header().Rrtype)
+	if zonerules.SignedType(rr.Header().Rrtype) {
+		return nil, zonerules.RefuseSigned(rr.Header().Rrtype)
 	}
-	return rr, CheckRecord(origin, rr)
-}
-
-// CheckRecord checks that zone origin can hold rr: class IN, a name inside
-// the zone, and a type that is data.
-func CheckRecord(origin string, rr dns.RR) error {
-	h := rr.Header()
-	if h.Class != dns.ClassINET {
-		return fmt.Errorf("record %q: class must be IN", rr.String())
-	}
-	if !dns.IsSubDomain(origin, strings.ToLower(h.Name)) {
-		return fmt.Errorf("record %q: name is outside zone %q", h.Name, origin)
-	}
-	if MetaType(h.Rrtype) {
-		return fmt.Errorf("record %q: type %s cannot be stored", h.Name, dns.TypeToString[h.Rrtype])
-	}
-	if !Storable(rr) {
-		return fmt.Errorf("record %q: its %s RDATA cannot be stored", h.Name, dns.TypeToString[h.Rrtype])
-	}
-	return nil
-}
-
-// MetaType reports the query and meta types (RFC 6895 section 3.1) that no
-// zone holds: imports, changes, UPDATE and the transfer stream refuse them.
-func MetaType(t uint16) bool {
-	switch t {
-	case dns.TypeNone, dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeIXFR, dns.TypeAXFR,
-		dns.TypeMAILA, dns.TypeMAILB, dns.TypeANY:
-		return true
-	}
-	return false
-}
-
-// Storable reports whether rr packs in the wire format the store keeps, and
-// reads back as the same wire: miekg/dns reads some RDATA it cannot write
-// back, such as a NINFO with none ("TYPE56 \# 0" in a zone file, or from
-// the wire), and spells some differently after a second read (a URI target
-// with a backslash and digits in its octets), so that a transfer would
-// carry another record than the store holds. Such a record is refused
-// before it is proposed.
-func Storable(rr dns.RR) bool {
-	b := make([]byte, dns.Len(rr))
-	n, err := dns.PackRR(rr, b, 0, nil, false)
-	if err != nil {
-		return false
-	}
-	back, _, err := dns.UnpackRR(b[:n], 0)
-	if err != nil {
-		return false
-	}
-	again := make([]byte, dns.Len(back))
-	m, err := dns.PackRR(back, again, 0, nil, false)
-	return err == nil && bytes.Equal(b[:n], again[:m])
+	return rr, zonerules.CheckRecord(origin, rr)
 }
 
 // Deletion is one entry of Change.Delete: a record (RR set), or a name
@@ -345,15 +274,15 @@ func ParseDeletion(origin string, raw json.RawMessage) (Deletion, error) {
 		if !ok {
 			return Deletion{}, fmt.Errorf("unknown type %q", sel.Type)
 		}
-		if SignedType(t) {
-			return Deletion{}, errSigned(t)
+		if zonerules.SignedType(t) {
+			return Deletion{}, zonerules.RefuseSigned(t)
 		}
 		d.Type = t
 	}
 	return d, nil
 }
 
-// ParseZone parses zone file text for origin and checks it (CheckZone).
+// ParseZone parses zone file text for origin and checks it (zonerules.CheckZone).
 func ParseZone(origin, text string) ([]dns.RR, error) { return ParseZoneMax(origin, text, 0) }
 
 // ParseZoneMax is ParseZone for a zone of at most max records (0: no
@@ -379,7 +308,7 @@ func ParseZoneMax(origin, text string, max int) ([]dns.RR, error) {
 	if err := zp.Err(); err != nil {
 		return nil, err
 	}
-	if err := CheckZone(origin, rrs); err != nil {
+	if err := zonerules.CheckZone(origin, rrs); err != nil {
 		return nil, err
 	}
 	return rrs, nil
@@ -426,102 +355,3 @@ func generated(text string) int {
 func TooManyRecords(origin string, max int) *Error {
 	return Errorf(http.StatusRequestEntityTooLarge, "zone %q holds more than %d records ($GENERATE expansions counted; max_zone_records): nothing was written", origin, max)
 }
-
-// CheckZone checks what a zone needs: every record as CheckRecord says,
-// exactly one SOA at the apex, NS records at the apex, no CNAME beside
-// other data (RFC 1034 section 3.6.2; a DNAME is other data, RFC 6672
-// section 2.4) nor at the apex, one CNAME and one DNAME at most at a name
-// (RFC 2181 section 10.1, RFC 6672 section 2.4; a change replaces them, as
-// RFC 2136 does), no name below a DNAME owner (RFC 6672 section 2.3) and no
-// DNAME beside NS below the apex (occluded by the cut).
-func CheckZone(origin string, rrs []dns.RR) error {
-	soa, ns := 0, 0
-	kinds := map[string]uint8{} // name -> 1 CNAME, 2 other data, 3 both
-	cnames := map[string]dns.RR{}
-	dnames := map[string]dns.RR{}
-	nsOwners := map[string]bool{}
-	for _, rr := range rrs {
-		if err := CheckRecord(origin, rr); err != nil {
-			return err
-		}
-		name := strings.ToLower(rr.Header().Name)
-		switch rr.Header().Rrtype {
-		case dns.TypeSOA:
-			if name != origin {
-				return fmt.Errorf("SOA record at %q is not at the zone apex %q", rr.Header().Name, origin)
-			}
-			soa++
-		case dns.TypeNS:
-			if name == origin {
-				ns++
-			}
-			nsOwners[name] = true
-		}
-		if rr.Header().Rrtype == dns.TypeDNAME {
-			if other, ok := dnames[name]; ok && !dns.IsDuplicate(other, rr) {
-				return fmt.Errorf("two DNAME records at %q (RFC 6672 section 2.4: a name has one DNAME)", rr.Header().Name)
-			}
-			dnames[name] = rr
-		}
-		if rr.Header().Rrtype == dns.TypeCNAME {
-			if other, ok := cnames[name]; ok && !dns.IsDuplicate(other, rr) {
-				return fmt.Errorf("two CNAME records at %q (RFC 2181 section 10.1: an alias has one canonical name)", rr.Header().Name)
-			}
-			cnames[name] = rr
-			kinds[name] |= 1
-		} else if t := rr.Header().Rrtype; t != dns.TypeRRSIG && t != dns.TypeNSEC && t != dns.TypeNSEC3 {
-			kinds[name] |= 2
-		}
-	}
-	switch {
-	case soa == 0:
-		return fmt.Errorf("zone %q has no SOA record at its apex", origin)
-	case soa > 1:
-		return fmt.Errorf("zone %q has %d SOA records", origin, soa)
-	case ns == 0:
-		return fmt.Errorf("zone %q has no NS records at its apex", origin)
-	}
-	if len(dnames) > 0 {
-		for name := range dnames {
-			if name != origin && nsOwners[name] {
-				return fmt.Errorf("DNAME beside NS at %q: below the apex the zone cut occludes it (Knot and BIND refuse such a zone)", name)
-			}
-		}
-		for name := range kinds {
-			if owner := DNAMEAbove(name, origin, func(n string) bool { _, ok := dnames[n]; return ok }); owner != "" {
-				return fmt.Errorf("%q is below the DNAME at %q (RFC 6672 section 2.3: a DNAME owner has no names below it)", name, owner)
-			}
-		}
-	}
-	for name, k := range kinds {
-		if k == 3 {
-			return fmt.Errorf("CNAME and other data at %q (RFC 1034 section 3.6.2)", name)
-		}
-		if k&1 == 1 && name == origin {
-			return fmt.Errorf("CNAME at the zone apex %q", origin)
-		}
-	}
-	return nil
-}
-
-// DNAMEAbove returns the name strictly above name, up to origin, for which
-// isDNAME is true (the closest), or "". name and origin are lower case and
-// fully qualified, name at or below origin.
-func DNAMEAbove(name, origin string, isDNAME func(string) bool) string {
-	if name == origin {
-		return ""
-	}
-	for off, end := dns.NextLabel(name, 0); !end && len(name)-off >= len(origin); off, end = dns.NextLabel(name, off) {
-		parent := name[off:]
-		if isDNAME(parent) {
-			return parent
-		}
-		if parent == origin {
-			break
-		}
-	}
-	return ""
-}
-
-// SerialAfter reports whether SOA serial a is after b (RFC 1982).
-func SerialAfter(a, b uint32) bool { return a != b && int32(a-b) > 0 }

@@ -18,6 +18,7 @@ import (
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 
 	"github.com/miekg/dns"
 )
@@ -62,7 +63,7 @@ func mergeZoneLists(shards []*Shard, lists [][]zoneapi.ZoneInfo) []routedZone {
 				rz = &routedZone{ZoneInfo: zoneapi.ZoneInfo{Zone: o, Serial: zi.Serial}}
 				byZone[o] = rz
 			}
-			if zoneapi.SerialAfter(zi.Serial, rz.Serial) {
+			if zonerules.SerialAfter(zi.Serial, rz.Serial) {
 				rz.Serial = zi.Serial
 			}
 			rz.Records += zi.Records
@@ -152,7 +153,7 @@ func mergeExports(origin string, exports [][]byte) ([]dns.RR, error) {
 		zp.SetDefaultTTL(zoneapi.DefaultTTL)
 		for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
 			if s, isSOA := rr.(*dns.SOA); isSOA {
-				if soa == nil || zoneapi.SerialAfter(s.Serial, soa.Serial) {
+				if soa == nil || zonerules.SerialAfter(s.Serial, soa.Serial) {
 					soa = s
 				}
 				continue
@@ -306,7 +307,7 @@ func (a *apiServer) applyTx(ctx context.Context, origin string, parts map[*Shard
 	switch {
 	case res.committed:
 		for _, s := range res.serial {
-			if rep.Serial == 0 || zoneapi.SerialAfter(s, rep.Serial) {
+			if rep.Serial == 0 || zonerules.SerialAfter(s, rep.Serial) {
 				rep.Serial = s
 			}
 		}

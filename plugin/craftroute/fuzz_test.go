@@ -29,7 +29,7 @@ var fuzzTypes = []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeTXT, dns.TypeMX, dns.T
 // fuzzZone builds a zone of origin from data, three bytes a record: the
 // owner (fuzzNames), the type and a variant that picks RDATA (a CNAME, MX
 // or NS target among the names). It returns "" for a zone a member would
-// refuse (zoneapi.CheckZone: CNAME beside other data, ...).
+// refuse (zonerules.CheckZone: CNAME beside other data, ...).
 func fuzzZone(origin string, data []byte) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "$ORIGIN %s\n@ 300 IN SOA ns1 hostmaster 1 7200 3600 1209600 60\n@ 300 IN NS ns1\nns1 300 IN A 192.0.2.53\n", origin)

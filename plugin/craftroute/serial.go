@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
-	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 
 	"github.com/miekg/dns"
 )
@@ -52,9 +52,9 @@ type shardSerial struct {
 // a newer base, or the same base and a newer serial.
 func (cur shardSerial) newer(serial, base uint32) bool {
 	if base != cur.base {
-		return zoneapi.SerialAfter(base, cur.base)
+		return zonerules.SerialAfter(base, cur.base)
 	}
-	return zoneapi.SerialAfter(serial, cur.serial)
+	return zonerules.SerialAfter(serial, cur.serial)
 }
 
 // observe notes that shard holds zone (canonical) at serial with base.
@@ -135,7 +135,7 @@ func (s *serials) serialLocked(zone string) (uint32, bool) {
 		sum.add(sh)
 	}
 	serial := sum.value()
-	if z.showed && !zoneapi.SerialAfter(serial, z.shown) {
+	if z.showed && !zonerules.SerialAfter(serial, z.shown) {
 		return z.shown, true
 	}
 	z.shown, z.showed = serial, true
@@ -151,7 +151,7 @@ type serialSum struct {
 }
 
 func (s *serialSum) add(sh shardSerial) {
-	if !s.any || zoneapi.SerialAfter(sh.base, s.base) {
+	if !s.any || zonerules.SerialAfter(sh.base, s.base) {
 		s.base, s.any = sh.base, true
 	}
 	s.changes += sh.serial - sh.base // modulo 2^32
@@ -200,7 +200,7 @@ func (c *Craftroute) currentSerial(ctx context.Context, zone string) (uint32, bo
 // serial on. Every shard then takes the same serial as its base.
 func raiseSOA(rrs []dns.RR, current uint32) {
 	for _, rr := range rrs {
-		if soa, ok := rr.(*dns.SOA); ok && !zoneapi.SerialAfter(soa.Serial, current) {
+		if soa, ok := rr.(*dns.SOA); ok && !zonerules.SerialAfter(soa.Serial, current) {
 			soa.Serial = current + 1
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 )
 
 // shardClient calls the shards' HTTP APIs.
@@ -254,7 +255,7 @@ func (sc *shardClient) importZone(ctx context.Context, origin string, text []byt
 	}
 	wg.Wait()
 	for _, sr := range rep.Shards {
-		if sr.Status == statusCommitted && (rep.Serial == 0 || zoneapi.SerialAfter(sr.Serial, rep.Serial)) {
+		if sr.Status == statusCommitted && (rep.Serial == 0 || zonerules.SerialAfter(sr.Serial, rep.Serial)) {
 			rep.Serial = sr.Serial
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/txn"
-	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 
 	"github.com/miekg/dns"
 )
@@ -125,7 +125,7 @@ func (c *Craftroute) dropOldSOA(ctx context.Context, origin string, r *dns.Msg) 
 					return r
 				}
 			}
-			if !zoneapi.SerialAfter(soa.Serial, cur) {
+			if !zonerules.SerialAfter(soa.Serial, cur) {
 				continue
 			}
 		}

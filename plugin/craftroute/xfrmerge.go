@@ -10,7 +10,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/xfrstream"
-	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 
 	"github.com/miekg/dns"
 )
@@ -254,7 +254,7 @@ func (b *batcher) flush() error {
 // holds its other RRsets on its own shard only.
 func mergeFull(xs []*shardXfr, serial uint32, send func([]dns.RR) error) error {
 	soa := zoneSOA(xs)
-	if serial != 0 && !zoneapi.SerialAfter(soa.Serial, serial) {
+	if serial != 0 && !zonerules.SerialAfter(soa.Serial, serial) {
 		return send([]dns.RR{soa})
 	}
 	keys := make([][]byte, len(xs))
@@ -325,7 +325,7 @@ func (x *shardXfr) section() (dns.RR, error) {
 // added, the SOA. A record every shard holds comes once.
 func mergeIncremental(xs []*shardXfr, serial uint32, send func([]dns.RR) error) error {
 	soa := zoneSOA(xs)
-	if !zoneapi.SerialAfter(soa.Serial, serial) {
+	if !zonerules.SerialAfter(soa.Serial, serial) {
 		return send([]dns.RR{soa})
 	}
 	old := xs[0].old

@@ -14,6 +14,7 @@ import (
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -22,7 +23,7 @@ import (
 // Operators moving off BIND or Knot import a zone from its primary by AXFR
 // (RFC 5936): through the API (POST /v1/zones/{zone}/axfr) or with
 // `seed ZONE axfr ADDRESS` when the data directory is new. The records are
-// checked like a zone file (zoneapi.CheckZone) and replace the zone as PUT does.
+// checked like a zone file (zonerules.CheckZone) and replace the zone as PUT does.
 
 // Timeouts of a transfer from a primary: to connect, per message, and for
 // a whole transfer that seeds a zone.
@@ -202,7 +203,7 @@ func axfrIn(ctx context.Context, origin, primary string, key *tsigKey, max int) 
 		return nil, bad(replica.ErrUpstream, "incomplete transfer")
 	}
 	rrs = rrs[:len(rrs)-1]
-	if err := zoneapi.CheckZone(origin, rrs); err != nil {
+	if err := zonerules.CheckZone(origin, rrs); err != nil {
 		return nil, bad(replica.ErrInvalid, "%v", err)
 	}
 	return rrs, nil

@@ -7,8 +7,7 @@ import (
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
-	"github.com/craftdns/craftdns/internal/zoneapi"
-
+	"github.com/craftdns/craftdns/internal/zonerules"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -232,7 +231,7 @@ func applyChange(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 	if o.dry {
 		return Result{Serial: serial}, nil, nil
 	}
-	explicit := newSOA != nil && serialNewer(newSOA.Serial, oldSerial)
+	explicit := newSOA != nil && zonerules.SerialAfter(newSOA.Serial, oldSerial)
 	if err := noteSerial(g, c.Zone, oldSerial, serial, explicit); err != nil {
 		return Result{}, nil, err
 	}
@@ -301,7 +300,7 @@ func loadRR(rrs []dns.RR, rr dns.RR) []dns.RR {
 		if old.Header().Rrtype != t {
 			continue
 		}
-		if singleton(t) {
+		if zonerules.Singleton(t) {
 			rrs[i] = rr
 			return rrs
 		}
@@ -322,11 +321,6 @@ func removeRRs(rrs []dns.RR, drop func(dns.RR) bool) []dns.RR {
 	return out
 }
 
-// singleton types hold one RR per name: a new one replaces the old.
-func singleton(t uint16) bool {
-	return t == dns.TypeSOA || t == dns.TypeCNAME || t == dns.TypeDNAME
-}
-
 // addRR adds rr to the RRs of one name, as a change does. A duplicate (RFC
 // 2181 §5: equal but for the TTL) is not added twice; the TTL of the added RR
 // becomes the TTL of its whole RRset (RFC 2181 §5.2); a singleton type (SOA,
@@ -342,7 +336,7 @@ func addRR(rrs []dns.RR, rr dns.RR) []dns.RR {
 			continue
 		}
 		switch {
-		case singleton(t):
+		case zonerules.Singleton(t):
 			if found {
 				continue
 			}
@@ -362,23 +356,18 @@ func addRR(rrs []dns.RR, rr dns.RR) []dns.RR {
 	return out
 }
 
-// checkName enforces RFC 1034 §3.6.2 and RFC 2181 §10.1: a CNAME is the only
-// data at its name (DNSSEC records aside).
+// checkName enforces zonerules.CheckName on the RRs of one name a change
+// touched.
 func checkName(name string, rrs []dns.RR) error {
-	cname, other := false, false
-	for _, rr := range rrs {
-		switch rr.Header().Rrtype {
-		case dns.TypeCNAME:
-			cname = true
-		case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3:
-		default:
-			other = true
-		}
+	return conflict(zonerules.CheckName(name, rrs))
+}
+
+// conflict is a zone rule's refusal as the state machine's: ErrConflict.
+func conflict(err error) error {
+	if err == nil {
+		return nil
 	}
-	if cname && other {
-		return Errorf(ErrConflict, "CNAME and other data at %q (RFC 1034 section 3.6.2)", name)
-	}
-	return nil
+	return Errorf(ErrConflict, "%v", err)
 }
 
 // checkDNAMEs enforces RFC 6672 section 2.3 on the names a change touched
@@ -401,14 +390,14 @@ func checkDNAMEs(zb *bolt.Bucket, zone string, names map[string][]dns.RR, order 
 		if len(rrs) == 0 {
 			continue
 		}
-		if owner := zoneapi.DNAMEAbove(name, zone, isDNAME); owner != "" {
-			return Errorf(ErrConflict, "%q is below the DNAME at %q (RFC 6672 section 2.3: a DNAME owner has no names below it)", name, owner)
+		if owner := zonerules.DNAMEAbove(name, zone, isDNAME); owner != "" {
+			return conflict(zonerules.BelowDNAME(name, owner))
 		}
 		if !hasType(rrs, dns.TypeDNAME) {
 			continue
 		}
-		if name != zone && hasType(rrs, dns.TypeNS) {
-			return Errorf(ErrConflict, "DNAME beside NS at %q: below the apex the zone cut occludes it", name)
+		if err := zonerules.CheckDNAME(zone, name, rrs); err != nil {
+			return conflict(err)
 		}
 		// The names below it follow its key (canonical order).
 		prefix := nameKey(name)
@@ -431,26 +420,9 @@ func checkDNAMEs(zb *bolt.Bucket, zone string, names map[string][]dns.RR, order 
 	return nil
 }
 
-// checkApex requires exactly one SOA and at least one NS at the apex.
+// checkApex enforces zonerules.CheckApex on the apex after a change.
 func checkApex(origin string, apex []dns.RR) error {
-	soa, ns := 0, 0
-	for _, rr := range apex {
-		switch rr.Header().Rrtype {
-		case dns.TypeSOA:
-			soa++
-		case dns.TypeNS:
-			ns++
-		case dns.TypeCNAME:
-			return Errorf(ErrConflict, "CNAME at the zone apex %q", origin)
-		}
-	}
-	if soa != 1 {
-		return Errorf(ErrConflict, "zone %q must have exactly one SOA record at its apex", origin)
-	}
-	if ns == 0 {
-		return Errorf(ErrConflict, "zone %q must keep at least one NS record at its apex", origin)
-	}
-	return nil
+	return conflict(zonerules.CheckApex(origin, apex))
 }
 
 // bumpSerial returns apex with its SOA serial set to old+1, or to the
@@ -460,7 +432,7 @@ func checkApex(origin string, apex []dns.RR) error {
 // does not change.
 func bumpSerial(apex []dns.RR, old uint32, added *dns.SOA) ([]dns.RR, uint32) {
 	serial := old + 1
-	if added != nil && serialNewer(added.Serial, old) {
+	if added != nil && zonerules.SerialAfter(added.Serial, old) {
 		serial = added.Serial
 	}
 	out := slices.Clone(apex)
@@ -472,11 +444,6 @@ func bumpSerial(apex []dns.RR, old uint32, added *dns.SOA) ([]dns.RR, uint32) {
 		}
 	}
 	return out, serial
-}
-
-// serialNewer reports whether serial a is newer than b (RFC 1982 §3.2).
-func serialNewer(a, b uint32) bool {
-	return a != b && int32(a-b) > 0
 }
 
 // soaSerial returns the serial of the SOA among rrs, and whether there is one.

@@ -9,7 +9,7 @@ import (
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 )
 
 // fuzzUpdateZone is the zone FuzzUpdate updates: a CNAME, a wildcard, a
@@ -36,7 +36,7 @@ var errRollback = errors.New("rolled back")
 // then the prerequisites and updates on a real bbolt state, rolled back
 // after each input. Applying never fails but by a refusal, even for what
 // CheckUpdate refuses: an entry every member fails to apply stops the group. Whatever an update does, the zone must stay one a
-// member accepts (zoneapi.CheckZone: one SOA, apex NS, no CNAME beside
+// member accepts (zonerules.CheckZone: one SOA, apex NS, no CNAME beside
 // other data), the serial must move forward exactly when records changed,
 // and the same updates applied again must change nothing but the serial
 // (RFC 2136's operations are idempotent).
@@ -168,14 +168,14 @@ func FuzzUpdate(f *testing.F) {
 				return errRollback
 			}
 			soa1, after, all := zoneRRs(g)
-			if err := zoneapi.CheckZone(origin, all); err != nil {
+			if err := zonerules.CheckZone(origin, all); err != nil {
 				t.Fatalf("the zone after %v is refused: %v", m, err)
 			}
 			changed := strings.Join(before, "\n") != strings.Join(after, "\n")
 			switch {
 			case res.Rcode != dns.RcodeSuccess && (changed || soa1.Serial != soa0.Serial):
 				t.Fatalf("rcode %s, and the zone changed", dns.RcodeToString[res.Rcode])
-			case changed && !serialNewer(soa1.Serial, soa0.Serial):
+			case changed && !zonerules.SerialAfter(soa1.Serial, soa0.Serial):
 				t.Fatalf("records changed, serial %d → %d", soa0.Serial, soa1.Serial)
 			case res.Rcode == dns.RcodeSuccess && res.Serial != soa1.Serial:
 				t.Fatalf("result serial %d, zone serial %d", res.Serial, soa1.Serial)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/craftdns/craftdns/internal/zonerules"
 )
 
 // A whole-zone import is staged over several entries (a zone of a million
@@ -114,7 +116,7 @@ func applyImportCommit(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		if err != nil {
 			return Result{}, nil, err
 		}
-		if prev, ok := soaSerial(oldApex); ok && !serialNewer(serial, prev) {
+		if prev, ok := soaSerial(oldApex); ok && !zonerules.SerialAfter(serial, prev) {
 			apex, serial = bumpSerial(apex, prev, nil)
 			bumped = true
 		}

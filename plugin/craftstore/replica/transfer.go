@@ -3,6 +3,8 @@ package replica
 import (
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/craftdns/craftdns/internal/zonerules"
 )
 
 // xfrBatch is how many records a zone transfer hands over at a time.
@@ -61,7 +63,7 @@ func transfer(g *bolt.Bucket, origin string, serial uint32, net bool, start func
 		}
 	}
 	if serial != 0 {
-		if serial == soa.Serial || serialNewer(serial, soa.Serial) {
+		if serial == soa.Serial || zonerules.SerialAfter(serial, soa.Serial) {
 			return fn([]dns.RR{soa})
 		}
 		inc := incremental

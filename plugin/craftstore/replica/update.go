@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/txn"
-	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/internal/zonerules"
 
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
@@ -48,7 +48,7 @@ func CheckUpdate(zone string, prereq, updates []dns.RR) (int, string) {
 				return dns.RcodeFormatError, "prerequisite of class ANY or NONE with data"
 			}
 		case dns.ClassINET:
-			if h.Rrtype == dns.TypeANY || metaType(h.Rrtype) {
+			if h.Rrtype == dns.TypeANY || zonerules.MetaType(h.Rrtype) {
 				return dns.RcodeFormatError, "value-dependent prerequisite of a meta type"
 			}
 		default:
@@ -62,24 +62,24 @@ func CheckUpdate(zone string, prereq, updates []dns.RR) (int, string) {
 		}
 		switch h.Class {
 		case dns.ClassINET:
-			if h.Rrtype == dns.TypeANY || metaType(h.Rrtype) {
+			if h.Rrtype == dns.TypeANY || zonerules.MetaType(h.Rrtype) {
 				return dns.RcodeFormatError, "adding a record of a meta type"
 			}
 			if h.Rrtype == dns.TypeSOA && !strings.EqualFold(dns.Fqdn(h.Name), zone) {
 				return dns.RcodeFormatError, "SOA record not at the zone apex"
 			}
 		case dns.ClassANY:
-			if h.Ttl != 0 || h.Rdlength != 0 || (metaType(h.Rrtype) && h.Rrtype != dns.TypeANY) {
+			if h.Ttl != 0 || h.Rdlength != 0 || (zonerules.MetaType(h.Rrtype) && h.Rrtype != dns.TypeANY) {
 				return dns.RcodeFormatError, "malformed RRset deletion"
 			}
 		case dns.ClassNONE:
-			if h.Ttl != 0 || h.Rrtype == dns.TypeANY || metaType(h.Rrtype) {
+			if h.Ttl != 0 || h.Rrtype == dns.TypeANY || zonerules.MetaType(h.Rrtype) {
 				return dns.RcodeFormatError, "malformed RR deletion"
 			}
 		default:
 			return dns.RcodeFormatError, "update of another class"
 		}
-		if dnssecType(h.Rrtype) {
+		if zonerules.SignedType(h.Rrtype) {
 			return dns.RcodeNotImplemented, fmt.Sprintf("%s records cannot be updated (no online signing)", dns.TypeToString[h.Rrtype])
 		}
 		if !storable(rr) {
@@ -100,15 +100,8 @@ func storable(rr dns.RR) bool {
 	}
 	x := dns.Copy(rr)
 	x.Header().Class = dns.ClassINET
-	return zoneapi.Storable(x)
+	return zonerules.Storable(x)
 }
-
-// metaType reports the query and meta types no zone holds (zoneapi.MetaType).
-func metaType(t uint16) bool { return zoneapi.MetaType(t) }
-
-// dnssecType reports types an UPDATE may not touch without online signing
-// (zoneapi.SignedType: the API's record changes refuse the same).
-func dnssecType(t uint16) bool { return zoneapi.SignedType(t) }
 
 // workset holds the RRs of the names one entry touches, read once from the
 // zone's bucket and written back at the end (writeNames). The writes
@@ -289,7 +282,7 @@ func updateName(zone string, rrs []dns.RR, rr dns.RR) ([]dns.RR, bool) {
 		switch {
 		case h.Rrtype == dns.TypeSOA:
 			old, ok := soaSerial(rrs)
-			if !ok || !serialNewer(rr.(*dns.SOA).Serial, old) {
+			if !ok || !zonerules.SerialAfter(rr.(*dns.SOA).Serial, old) {
 				return rrs, false
 			}
 			return addRR(rrs, rr), true
