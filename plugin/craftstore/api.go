@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,32 +21,47 @@ import (
 	"github.com/miekg/dns"
 )
 
-// apiServer is the HTTP JSON API of one member (README.md, "HTTP API";
-// docs/design.md has the contract craftroute serves too).
-type apiServer struct {
-	srv       *http.Server
-	ln        net.Listener
-	rep       *replica.Replica
-	leases    *leases
-	token     string
+// apiConfig is what a member's API is built from, whole before it serves:
+// the Corefile's api, token, timeout and limits (setup.go), and the checks
+// it shares with the member's UPDATE path.
+type apiConfig struct {
+	listen    string // listen address (api)
+	token     string // bearer token; "" only on loopback
 	timeout   time.Duration
 	maxZone   int      // records of a zone (max_zone_records): imports, and what changes add; 0: no limit
 	maxChange int      // records one change adds and deletes (max_change_records); 0: no limit
-	zones     []string // the server block's zones: a zone outside them is not created
 	maxZones  int      // zones the member holds (max_zones); 0: no limit
+	zones     []string // the server block's zones: a zone outside them is not created; nil: any
 	// checkUpdate makes the state-independent checks of an UPDATE
 	// (Craftstore.checkUpdate) for the transaction parts routers send;
 	// nil: such parts are refused.
 	checkUpdate func(origin, key string, prereq, updates []dns.RR) (int, uint16, string)
 }
 
-func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, ls *leases,
-	checkUpdate func(origin, key string, prereq, updates []dns.RR) (int, uint16, string)) (*apiServer, error) {
-	ln, err := httpapi.Listen(addr)
-	if err != nil {
-		return nil, err
+// apiConfig is c's member API's configuration.
+func (c *Craftstore) apiConfig() apiConfig {
+	cfg := apiConfig{listen: c.cfg.api, token: c.cfg.token, timeout: c.cfg.timeout, maxZone: c.cfg.maxZone,
+		maxChange: c.cfg.maxChange, maxZones: c.cfg.maxZones, checkUpdate: c.checkUpdate}
+	if !slices.Contains(c.Zones, ".") {
+		cfg.zones = c.Zones
 	}
-	a := &apiServer{ln: ln, rep: rep, leases: ls, token: token, timeout: timeout, checkUpdate: checkUpdate}
+	return cfg
+}
+
+// apiServer is the HTTP JSON API of one member (README.md, "HTTP API";
+// docs/design.md has the contract craftroute serves too).
+type apiServer struct {
+	apiConfig
+	srv    *http.Server
+	ln     net.Listener
+	rep    *replica.Replica
+	leases *leases
+}
+
+// startAPI serves the API of member rep, configured by cfg, which it keeps
+// as it is.
+func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, error) {
+	a := &apiServer{apiConfig: cfg, rep: rep, leases: ls}
 	mux := http.NewServeMux()
 	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
@@ -62,7 +78,12 @@ func startAPI(addr, token string, timeout time.Duration, rep *replica.Replica, l
 	mux.HandleFunc("POST /v1/txn/{id}/decide", httpapi.Body(httpapi.JSON, a.txDecide))
 	mux.HandleFunc("POST /v1/txn/{id}/commit", httpapi.Body(httpapi.JSON, a.txFinish))
 	mux.HandleFunc("POST /v1/txn/{id}/abort", httpapi.Body(httpapi.JSON, a.txFinish))
-	a.srv = httpapi.Server(addr, a.token, httpapi.Auth("craftstore", a.token, httpapi.CleanPaths(mux)))
+	a.srv = httpapi.Server(cfg.listen, cfg.token, httpapi.Auth("craftstore", cfg.token, httpapi.CleanPaths(mux)))
+	ln, err := httpapi.Listen(cfg.listen)
+	if err != nil {
+		return nil, err
+	}
+	a.ln = ln
 	go func() {
 		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Errorf("api on %s: %v", ln.Addr(), err)

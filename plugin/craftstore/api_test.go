@@ -24,12 +24,23 @@ www IN A 192.0.2.10
 // newAPI starts a single member with its API on a loopback port.
 func newAPI(t *testing.T, token string) (*apiServer, *replica.Replica) {
 	t.Helper()
+	return newAPIWith(t, apiConfig{token: token})
+}
+
+// newAPIWith starts a single member with its API configured by cfg, on a
+// loopback port, with a timeout of 2s unless cfg has one.
+func newAPIWith(t *testing.T, cfg apiConfig) (*apiServer, *replica.Replica) {
+	t.Helper()
+	cfg.listen = "127.0.0.1:0"
+	if cfg.timeout == 0 {
+		cfg.timeout = 2 * time.Second
+	}
 	rep, err := replica.Open(replica.Config{ID: 1, Dir: t.TempDir(), RaftAddr: "127.0.0.1:0",
 		Peers: []replica.Member{{ID: 1, Raft: "127.0.0.1:0"}}, Tick: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := startAPI("127.0.0.1:0", token, 2*time.Second, rep, newLeases(time.Now(), true, testRouterKey), nil)
+	a, err := startAPI(cfg, rep, newLeases(time.Now(), true, testRouterKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +246,7 @@ func TestAPISignedTypes(t *testing.T) {
 // TestAPIMaxZoneRecords: an import over max_zone_records ($GENERATE
 // expansions counted) is refused with 413 and writes nothing.
 func TestAPIMaxZoneRecords(t *testing.T) {
-	a, rep := newAPI(t, "")
-	a.maxZone = 100
+	a, rep := newAPIWith(t, apiConfig{maxZone: 100})
 	generated := apiZone + "$GENERATE 1-1000 host-$ 300 IN A 192.0.2.2\n"
 	code, out, raw := call(t, a, "", "PUT", "/v1/zones/example.org", generated)
 	if msg, _ := out["error"].(string); code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "max_zone_records") {
@@ -254,11 +264,10 @@ func TestAPIMaxZoneRecords(t *testing.T) {
 // additions take the zone over max_zone_records, is refused with 413 and
 // writes nothing; deleting first makes room.
 func TestAPIMaxChangeRecords(t *testing.T) {
-	a, rep := newAPI(t, "")
+	a, rep := newAPIWith(t, apiConfig{maxChange: 3, maxZone: 6}) // the zone holds 4 records
 	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.org", apiZone); code != 200 {
 		t.Fatalf("expected 200, got %d %s", code, raw)
 	}
-	a.maxChange, a.maxZone = 3, 6 // the zone holds 4 records
 	for _, tc := range []struct{ body, knob string }{
 		{`{"add":["a 60 IN A 192.0.2.1","b 60 IN A 192.0.2.1"],"delete":[{"name":"x"},{"name":"y"}]}`, "max_change_records"},
 		{`{"add":["a 60 IN A 192.0.2.1","b 60 IN A 192.0.2.1","c 60 IN A 192.0.2.1"]}`, "max_zone_records"},

@@ -119,8 +119,7 @@ func TestPrimaryAddr(t *testing.T) {
 // import is refused with 413, nothing is written and the member stops
 // reading long before the primary stops sending.
 func TestAXFRImportBomb(t *testing.T) {
-	a, rep := newAPI(t, "")
-	a.maxZone = 1000
+	a, rep := newAPIWith(t, apiConfig{maxZone: 1000})
 	const bound = 200000 // the primary gives up here
 	soa := dnsdiff.ParseZone(t, "example.org.", apiZone)[0]
 	primary, sent := dnsdiff.StartEndlessPrimary(t, soa, bound, func(i int) string { return fmt.Sprintf("h%d.example.org. 300 IN A 192.0.2.1", i) })
@@ -141,9 +140,7 @@ func TestAXFRImportBomb(t *testing.T) {
 // TestZoneAdmission: the API creates only zones of the server block and
 // at most max_zones of them; replacing a zone it holds is always taken.
 func TestZoneAdmission(t *testing.T) {
-	a, rep := newAPI(t, "")
-	a.zones = []string{"example.org.", "example.net."}
-	a.maxZones = 1
+	a, rep := newAPIWith(t, apiConfig{zones: []string{"example.org.", "example.net."}, maxZones: 1})
 	zoneFor := func(origin string) string { return strings.ReplaceAll(apiZone, "example.org.", origin) }
 	if code, _, raw := call(t, a, "", "PUT", "/v1/zones/example.com", zoneFor("example.com.")); code != http.StatusForbidden || !strings.Contains(raw, "server block") {
 		t.Errorf("a zone outside the block: expected 403, got %d %s", code, raw)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,13 +93,7 @@ func (c *Craftstore) start() error {
 	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{}), notify: hub,
 		leases: loadLeases(c.cfg.dir, time.Now(), rep.Created(), shardproto.NewKey(c.cfg.routerKey))}
 	if c.cfg.api != "" {
-		m.api, err = startAPI(c.cfg.api, c.cfg.token, c.cfg.timeout, rep, m.leases, c.checkUpdate)
-		if m.api != nil {
-			m.api.maxZone, m.api.maxChange, m.api.maxZones = c.cfg.maxZone, c.cfg.maxChange, c.cfg.maxZones
-			if !slices.Contains(c.Zones, ".") {
-				m.api.zones = c.Zones
-			}
-		}
+		m.api, err = startAPI(c.apiConfig(), rep, m.leases)
 		if err != nil {
 			rep.Close()
 			return fmt.Errorf("craftstore: api: %w", err)
