@@ -178,7 +178,7 @@ func (a *apiServer) shards(w http.ResponseWriter, r *http.Request) {
 		out.Owner = a.c.shardFor(out.Name).Name
 	}
 	for _, s := range a.c.cfg.shards {
-		sv := shardView{Name: s.Name, Members: []memberView{}, API: s.API}
+		sv := shardView{Name: s.Name, Members: []memberView{}, API: s.APIs()}
 		if sv.API == nil {
 			sv.API = []string{}
 		}

@@ -312,6 +312,14 @@ func (ff fakeFleet) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Ms
 	return ff[s.Name].exchange(req), nil
 }
 
+// apiMember is a member of shard whose API is at url (its DNS address is
+// not used: the fake fleet answers queries).
+func apiMember(shard, url string) *Member {
+	m := newMember(shard, "127.0.0.1:1", 0)
+	m.API = url
+	return m
+}
+
 // apiRouter starts the API of a router over n fake shards on loopback.
 func apiRouter(t *testing.T, key string, n int, token string) (*Craftroute, fakeFleet, string) {
 	t.Helper()
@@ -321,7 +329,7 @@ func apiRouter(t *testing.T, key string, n int, token string) (*Craftroute, fake
 	for _, s := range c.cfg.shards {
 		f := newFakeAPI(t, s.Name)
 		ff[s.Name] = f
-		s.API = []string{f.srv.URL}
+		s.Members = []*Member{apiMember(s.Name, f.srv.URL)}
 	}
 	c.ex = ff
 	if err := c.startAPI(); err != nil {
@@ -729,13 +737,15 @@ func TestAPIFailover(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
 	for _, s := range c.cfg.shards {
-		s.API = []string{dead.URL, ff[s.Name].srv.URL}
+		// The dead one first: the other is down for a moment.
+		s.Members = []*Member{apiMember(s.Name, dead.URL), apiMember(s.Name, ff[s.Name].srv.URL)}
+		s.Members[1].Failed(time.Now(), time.Minute)
 	}
 	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
 		t.Fatalf("PUT through a dead API: expected 200, got %d %s", status, body)
 	}
 	for _, s := range c.cfg.shards {
-		s.API = []string{dead.URL}
+		s.Members = []*Member{apiMember(s.Name, dead.URL)}
 	}
 	if status, body := call(t, "GET", base+"/v1/zones", "", ""); status != http.StatusBadGateway {
 		t.Errorf("expected 502 when no API answers, got %d %s", status, body)

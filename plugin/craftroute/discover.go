@@ -93,7 +93,7 @@ func (c *Craftroute) background(ctx context.Context, sc *shardClient) {
 // haveShardAPIs reports whether every shard has an API URL.
 func (c *Craftroute) haveShardAPIs() bool {
 	for _, s := range c.cfg.shards {
-		if len(s.API) == 0 {
+		if len(s.APIs()) == 0 {
 			return false
 		}
 	}

@@ -24,16 +24,27 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Shard is one craftstore Raft group: its members' DNS addresses and,
-// optionally, their HTTP API base URLs (same order).
+// Shard is one craftstore Raft group: its members, each with its DNS
+// address and, optionally, its HTTP API base URL.
 type Shard struct {
 	Name    string
 	Members []*Member
 	// minIndex is the highest applied index of a member of the shard the
-	// router was told of (partition/index.go): its routed queries ask for
+	// router was told of (shardproto/index.go): its routed queries ask for
 	// a state that has applied it.
 	minIndex atomic.Uint64
-	API      []string
+}
+
+// APIs returns the API base URLs of the shard's members, in the order of
+// its members ("shard_api"); nil when it has none.
+func (s *Shard) APIs() []string {
+	var urls []string
+	for _, m := range s.Members {
+		if m.API != "" {
+			urls = append(urls, m.API)
+		}
+	}
+	return urls
 }
 
 // Member is one craftstore member as the router sees it.
@@ -44,7 +55,8 @@ type Shard struct {
 // members of its shard.
 type Member struct {
 	Shard string
-	Addr  string // host:port
+	Addr  string // DNS address, host:port
+	API   string // base URL of its HTTP API (shard_api); "" when the router has none
 
 	proxy   *proxy.Proxy // persistent UDP and TCP connections; its health checker is not used
 	timeout time.Duration
@@ -270,6 +282,32 @@ func (s *Shard) Order(now time.Time, dst []*Member) []*Member {
 	return dst
 }
 
+// failover is the router's one failover loop, over the members of s in
+// order of liveness (Order; dst is the buffer for it): it calls try with
+// each until try returns true (done), and returns the order, for a second
+// pass (tryEach), and ctx's error when ctx ended the loop. try knows what
+// a failure is in its protocol and marks the member (Failed, Succeeded)
+// itself; i is the member's place in the order (0: the first choice).
+func (s *Shard) failover(ctx context.Context, dst []*Member, try func(i int, m *Member) (done bool)) ([]*Member, error) {
+	order := s.Order(time.Now(), dst)
+	return order, tryEach(ctx, order, try)
+}
+
+// tryEach calls try with each member of order until try returns true, and
+// returns ctx's error when ctx ended before one did (it is checked before
+// each try).
+func tryEach(ctx context.Context, order []*Member, try func(i int, m *Member) (done bool)) error {
+	for i, m := range order {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if try(i, m) {
+			return nil
+		}
+	}
+	return nil
+}
+
 // Exchange sends req to the shard's members in order of liveness until one answers.
 // When every member answered that it could not confirm its state is current
 // (SERVFAIL with the Extended DNS Error Not Ready), the members are asked
@@ -282,22 +320,18 @@ func (s *Shard) Order(now time.Time, dst []*Member) []*Member {
 // whole exchange ends at ctx's deadline; a member cut short by it is not
 // marked failed.
 func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duration) (*dns.Msg, *Member, error) {
-	var buf [8]*Member
-	order := s.Order(time.Now(), buf[:0])
-
 	var (
+		buf      [8]*Member
 		servfail *dns.Msg
+		resp     *dns.Msg
 		from     *Member
 		err      error
 	)
-	for i, m := range order {
+	order, cerr := s.failover(ctx, buf[:0], func(i int, m *Member) bool {
 		if i > 0 {
-			if ctx.Err() != nil {
-				break
-			}
 			failoverCount.WithLabelValues(s.Name).Inc()
 		}
-		resp, e := m.Exchange(ctx, req)
+		r, e := m.Exchange(ctx, req)
 		now := time.Now()
 		switch {
 		case e != nil:
@@ -305,18 +339,23 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 			if ctx.Err() == nil {
 				m.Failed(now, downFor)
 			}
-		case resp.Rcode == dns.RcodeServerFailure && held(resp):
+			return false
+		case r.Rcode == dns.RcodeServerFailure && held(r):
 			// Alive, and every member of the shard holds the same locks:
 			// the caller asks again (Craftroute.exchange).
 			m.Succeeded(now)
-			return resp, m, nil
-		case resp.Rcode == dns.RcodeServerFailure:
+		case r.Rcode == dns.RcodeServerFailure:
 			m.Failed(now, downFor)
-			servfail, from = resp, m
+			servfail, from = r, m
+			return false
 		default:
 			m.Succeeded(now)
-			return resp, m, nil
 		}
+		resp, from = r, m
+		return true
+	})
+	if resp != nil {
+		return resp, from, nil
 	}
 	if servfail != nil && ctx.Err() == nil && notCurrent(servfail) && shardproto.Routed(req) && !shardproto.StaleAllowed(req) {
 		// No member could confirm its state is current: the shard has no
@@ -325,18 +364,23 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 		// member its last state; such answers carry the Extended DNS Error
 		// Stale Answer.
 		stale := shardproto.AllowStale(req)
-		for _, m := range order {
-			if ctx.Err() != nil {
-				break
+		tryEach(ctx, order, func(_ int, m *Member) bool {
+			if r, e := m.Exchange(ctx, stale); e == nil && r.Rcode != dns.RcodeServerFailure {
+				resp, from = r, m
+				return true
 			}
-			if resp, e := m.Exchange(ctx, stale); e == nil && resp.Rcode != dns.RcodeServerFailure {
-				staleAnswers.WithLabelValues(s.Name).Inc()
-				return resp, m, nil
-			}
+			return false
+		})
+		if resp != nil {
+			staleAnswers.WithLabelValues(s.Name).Inc()
+			return resp, from, nil
 		}
 	}
 	if servfail != nil {
 		return servfail, from, nil
+	}
+	if err == nil && cerr != nil {
+		err = fmt.Errorf("shard %q: %w", s.Name, cerr)
 	}
 	if err == nil {
 		err = fmt.Errorf("shard %q has no members", s.Name)

@@ -77,13 +77,13 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 		seeds:      map[string]string{},
 	}}
 	i := 0
+	apis := map[string][]string{} // shard → its members' API URLs (shard_api)
 	for c.Next() {
 		if i > 0 {
 			return nil, plugin.ErrOnce
 		}
 		i++
 		cr.Zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
-		apis := map[string][]string{}
 		for c.NextBlock() {
 			if err := parseProperty(c, cr, apis); err != nil {
 				return nil, err
@@ -97,13 +97,18 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 			if s == nil {
 				return nil, c.Errf("shard_api for unknown shard %q", name)
 			}
-			s.API = urls
+			if len(urls) != len(s.Members) {
+				return nil, c.Errf("shard_api %s lists %d URLs for %d members: one URL a member, in the order of its shard line", name, len(urls), len(s.Members))
+			}
 		}
 	}
 	// The members, now that the whole block (timeout included) is read.
 	for _, s := range cr.cfg.shards {
 		for i, m := range s.Members {
 			s.Members[i] = newMember(s.Name, m.Addr, cr.cfg.timeout)
+			if urls := apis[s.Name]; urls != nil {
+				s.Members[i].API = urls[i]
+			}
 		}
 	}
 	cfg := &cr.cfg

@@ -49,7 +49,7 @@ func TestSetup(t *testing.T) {
 	if len(cfg.shards) != 2 || cfg.shards[0].Name != "b" || cfg.shards[0].Members[1].Addr != "127.0.0.2:53" {
 		t.Errorf("shards: %+v", cfg.shards)
 	}
-	if got := cr.shard("a").API; len(got) != 1 || got[0] != "http://127.0.0.1:8161" {
+	if got := cr.shard("a").APIs(); len(got) != 1 || got[0] != "http://127.0.0.1:8161" {
 		t.Errorf("expected the shard API without a trailing slash, got %v", got)
 	}
 	if cfg.key != keyZone || cfg.timeout != 300*time.Millisecond || cfg.downFor != 2*time.Second || cfg.probe != 0 ||
@@ -89,6 +89,7 @@ func TestSetupErrors(t *testing.T) {
 		{"craftroute {\nshard a nothere.example\n}", "not an IP"},
 		{"craftroute {\nshard a 127.0.0.1\nshard_api b http://127.0.0.1:1\n}", "unknown shard"},
 		{"craftroute {\nshard a 127.0.0.1\nshard_api a 127.0.0.1:1\n}", "not an http"},
+		{"craftroute {\nshard a 127.0.0.1 127.0.0.2\nshard_api a http://127.0.0.1:1\n}", "1 URLs for 2 members"},
 		{"craftroute {\nshard a 127.0.0.1\nkey owner\n}", "key must be"},
 		{"craftroute {\nshard a 127.0.0.1\ntimeout 0s\n}", "positive"},
 		{"craftroute {\nshard a 127.0.0.1\npartitions 100\n}", "at least 271"},

@@ -8,10 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/internal/zonerules"
@@ -35,38 +33,24 @@ func (sc *shardClient) close() { sc.client.CloseIdleConnections() }
 func zonePath(origin string) string    { return "/v1/zones/" + url.PathEscape(origin) }
 func recordsPath(origin string) string { return zonePath(origin) + "/records" }
 
-// apiURLs returns the API base URLs of s, those of its members in the order
-// of their liveness first.
-func apiURLs(s *Shard, now time.Time) []string {
-	urls := make([]string, 0, len(s.API))
-	used := make([]bool, len(s.API))
-	for _, m := range s.Order(now, nil) {
-		i := slices.Index(s.Members, m)
-		if i >= 0 && i < len(s.API) && !used[i] {
-			urls = append(urls, s.API[i])
-			used[i] = true
-		}
-	}
-	for i, u := range s.API {
-		if !used[i] {
-			urls = append(urls, u)
-		}
-	}
-	return urls
-}
-
 // open sends one request to the API of shard s: to its members in the order
 // of their liveness, the next one on a connection error or a 5xx status (a
 // member accepts writes whether it leads or not). It returns the first other
 // answer, or the last 5xx one; the caller closes its body.
 func (sc *shardClient) open(ctx context.Context, s *Shard, method, path, query string, body []byte, ctype string) (*http.Response, error) {
-	urls := apiURLs(s, time.Now())
-	if len(urls) == 0 {
-		return nil, fmt.Errorf("shard %s has no API (shard_api)", s.Name)
-	}
-	var lastErr error
-	for i, base := range urls {
-		u := base + path
+	var (
+		resp    *http.Response
+		last5xx *http.Response
+		lastErr error
+		tried   bool
+		buf     [8]*Member
+	)
+	_, cerr := s.failover(ctx, buf[:0], func(_ int, m *Member) bool {
+		if m.API == "" {
+			return false
+		}
+		tried = true
+		u := m.API + path
 		if query != "" {
 			u += "?" + query
 		}
@@ -76,7 +60,8 @@ func (sc *shardClient) open(ctx context.Context, s *Shard, method, path, query s
 		}
 		req, err := http.NewRequestWithContext(ctx, method, u, rd)
 		if err != nil {
-			return nil, err
+			lastErr = err
+			return true
 		}
 		if ctype != "" {
 			req.Header.Set("Content-Type", ctype)
@@ -84,22 +69,45 @@ func (sc *shardClient) open(ctx context.Context, s *Shard, method, path, query s
 		if sc.c.cfg.shardToken != "" {
 			req.Header.Set("Authorization", "Bearer "+sc.c.cfg.shardToken)
 		}
-		resp, err := sc.client.Do(req)
+		r, err := sc.client.Do(req)
 		switch {
 		case err != nil:
 			lastErr = err
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("shard %s: %w", s.Name, lastErr)
+			return false
+		case r.StatusCode >= 500:
+			if last5xx != nil {
+				discard(last5xx)
 			}
-			continue
-		case resp.StatusCode >= 500 && i < len(urls)-1:
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
-			continue
+			last5xx = r
+			return false
+		}
+		resp = r
+		return true
+	})
+	switch {
+	case resp != nil:
+		if last5xx != nil {
+			discard(last5xx)
 		}
 		return resp, nil
+	case last5xx != nil:
+		return last5xx, nil
+	case !tried:
+		return nil, fmt.Errorf("shard %s has no API (shard_api)", s.Name)
+	case lastErr == nil:
+		lastErr = cerr
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("shard %s: %w", s.Name, lastErr)
 	}
 	return nil, fmt.Errorf("shard %s: no API answered: %w", s.Name, lastErr)
+}
+
+// discard reads a little of an answer that is not used, so that its
+// connection may serve again, and closes it.
+func discard(r *http.Response) {
+	io.Copy(io.Discard, io.LimitReader(r.Body, 64<<10))
+	r.Body.Close()
 }
 
 // shardReply is a shard API's answer, read whole.

@@ -81,7 +81,7 @@ func (sc *shardClient) tryTx(ctx context.Context, zone string, shards []*Shard, 
 	for i, s := range shards {
 		p := parts[s]
 		p.Zone, p.Participants = zone, names
-		p.Coordinator = txn.Coordinator{Shard: co.Name, APIs: co.API}
+		p.Coordinator = txn.Coordinator{Shard: co.Name, APIs: co.APIs()}
 		body, _ := json.Marshal(p)
 		wg.Go(func() {
 			rep, err := sc.do(ctx, s, http.MethodPost, txn.PreparePath(id), "", body, "application/json")

@@ -284,41 +284,51 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 		ReadTimeout:  updateTimeout,
 		TsigSecret:   map[string]string{key: secret},
 	}
-	var lastErr error
-	var last *dns.Msg // the last not-ready answer
-	for _, mem := range s.Order(time.Now(), nil) {
-		if ctx.Err() != nil {
-			break
-		}
+	var (
+		lastErr error
+		last    *dns.Msg // the last not-ready answer
+		resp    *dns.Msg
+		uerr    *updateError
+	)
+	_, cerr := s.failover(ctx, nil, func(_ int, mem *Member) bool {
 		conn, err := cl.DialContext(ctx, mem.Addr)
 		if err != nil {
 			mem.Failed(time.Now(), c.cfg.downFor)
 			lastErr = fmt.Errorf("member %s: %w", mem.Addr, err)
-			continue
+			return false
 		}
 		// Signed per member: signing on send takes the TSIG record off
 		// the message.
 		signed := m.Copy()
 		signed.SetTsig(key, alg, tsigFudge, time.Now().Unix())
 		fctx, cancel := context.WithTimeout(ctx, updateTimeout)
-		resp, _, err := cl.ExchangeWithConnContext(fctx, signed, conn)
+		r, _, err := cl.ExchangeWithConnContext(fctx, signed, conn)
 		cancel()
 		conn.Close()
-		if err != nil {
+		switch {
+		case err != nil:
+			// Sent: it may have been applied, so no other member gets it.
 			mem.Failed(time.Now(), c.cfg.downFor)
-			return nil, &updateError{ede: dns.ExtendedErrorCodeOther, sent: true,
+			uerr = &updateError{ede: dns.ExtendedErrorCodeOther, sent: true,
 				msg: fmt.Sprintf("shard %s member %s: %v: the update may or may not have been applied", s.Name, mem.Addr, err)}
-		}
-		if resp.Rcode == dns.RcodeServerFailure && notCurrent(resp) {
+		case r.Rcode == dns.RcodeServerFailure && notCurrent(r):
 			mem.Failed(time.Now(), c.cfg.downFor)
-			last = resp
-			continue
+			last = r
+			return false
+		default:
+			mem.Succeeded(time.Now())
+			resp = r
 		}
-		mem.Succeeded(time.Now())
-		return resp, nil
+		return true
+	})
+	if resp != nil || uerr != nil {
+		return resp, uerr
 	}
 	if last != nil {
 		return last, nil // every member said not ready: its answer says why
+	}
+	if lastErr == nil {
+		lastErr = cerr
 	}
 	if lastErr == nil {
 		lastErr = fmt.Errorf("no members")
