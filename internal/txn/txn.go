@@ -1,7 +1,7 @@
 // Package txn is the protocol of changes that span shards: two-phase commit
 // over the shards' Raft groups, which craftroute drives and craftstore
 // members take part in. It holds the protocol's types and its contract;
-// the state machine is craftstore's (replica/txn.go), the driver
+// the state machine is craftstore's (replica/fsm/txn.go), the driver
 // craftroute's.
 //
 // # Why

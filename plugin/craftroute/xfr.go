@@ -32,7 +32,7 @@ import (
 //
 // The router reads the zone from the shards' transfer streams
 // (internal/xfrstream), each from a member's state that holds a transfer
-// fence (craftstore's replica/fence.go): a fence is one entry in the shard's
+// fence (craftstore's replica/fsm/fence.go): a fence is one entry in the shard's
 // log, so the member's state holds every write committed before it was
 // asked for; while it holds no transaction prepares in the zone on that
 // shard, and the member reads once the parts prepared before it finished.

@@ -25,7 +25,7 @@ import (
 // serial is the secondary's (0 or absent: a full transfer); with net, an
 // incremental transfer is one difference. A router in key mode "name"
 // fences every shard before it removes any fence, and so reads one
-// consistent snapshot of a zone that spans them (replica/fence.go).
+// consistent snapshot of a zone that spans them (replica/fsm/fence.go).
 
 // parseSerial reads a serial of a query or path ("" is 0, none).
 func parseSerial(s string) (uint32, error) {

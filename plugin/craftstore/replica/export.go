@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )
@@ -10,11 +11,11 @@ import (
 // zone file or AXFR wants them. Nothing is held in memory beyond one name.
 func (r *Replica) Export(origin string, fn func(dns.RR) error) error {
 	return r.db.View(func(tx *bolt.Tx) error {
-		b := generation(tx).Bucket(bucketZones).Bucket([]byte(origin))
+		b := fsm.Generation(tx).Bucket(fsm.BucketZones).Bucket([]byte(origin))
 		if b == nil {
 			return Errorf(ErrNotFound, "zone %q not found", origin)
 		}
-		apex, err := rrsAt(b, origin)
+		apex, err := fsm.RRsAt(b, origin)
 		if err != nil {
 			return err
 		}
@@ -26,7 +27,7 @@ func (r *Replica) Export(origin string, fn func(dns.RR) error) error {
 			}
 		}
 		return b.ForEach(func(_, v []byte) error {
-			rrs, err := decodeRRs(v)
+			rrs, err := fsm.DecodeRRs(v)
 			if err != nil {
 				return err
 			}

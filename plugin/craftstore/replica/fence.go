@@ -1,153 +1,16 @@
 package replica
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"time"
 
 	"github.com/craftdns/craftdns/internal/txn"
-
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )
-
-// Transfer fences give a router one consistent snapshot of a zone that
-// spans shards (craftroute's xfr.go). A fence is replicated state in the
-// generation bucket:
-//
-//	data.<n>/txfences/<zone> 0 <id> -> until (8 bytes, Unix ns, big-endian)
-//
-// While a fence holds (until its time, by the proposer's clock of the entry
-// being applied) a prepare in the zone is refused with ErrBusy, and another
-// fence of the zone too. A transfer under a fence is read from a state that
-// holds the fence and in which no prepared part holds a name of the zone
-// (TransferFenced waits for the parts prepared before the fence to
-// finish). A router that holds fences on every shard at once, and reads
-// each shard so, reads states cut at one point of every transaction's
-// history: a transaction committed in one shard's state was prepared on
-// every participant before its fence (a prepare after it would have been
-// refused, and the decision comes after every prepare), so its parts had
-// finished, as commits, in every state read.
-var bucketTxFences = []byte("txfences")
-
-// FenceTTL bounds a fence whose router never removed it (it died): the
-// shard's transactions resume after it.
-const FenceTTL = 5 * time.Second
-
-func fenceKey(zone string, id [16]byte) []byte {
-	return append(append([]byte(zone), 0), id[:]...)
-}
-
-// fenced reports whether a fence of zone other than except holds at now,
-// and forgets the fences of zone that ran out by then.
-func fenced(g *bolt.Bucket, zone string, now int64, except ...[16]byte) (bool, error) {
-	b := g.Bucket(bucketTxFences)
-	if b == nil {
-		return false, nil
-	}
-	prefix := append([]byte(zone), 0)
-	var expired [][]byte
-	held := false
-	cur := b.Cursor()
-	for k, v := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = cur.Next() {
-		if len(v) == 8 && int64(binary.BigEndian.Uint64(v)) > now {
-			if len(except) == 0 || !bytes.Equal(k[len(prefix):], except[0][:]) {
-				held = true
-			}
-			continue
-		}
-		expired = append(expired, append([]byte(nil), k...))
-	}
-	for _, k := range expired { // not while walking the cursor
-		if err := b.Delete(k); err != nil {
-			return false, err
-		}
-	}
-	return held, nil
-}
-
-// zoneLocked reports whether a prepared part holds a name of zone.
-func zoneLocked(g *bolt.Bucket, zone string) bool {
-	b := g.Bucket(bucketTxLocks)
-	if b == nil {
-		return false
-	}
-	prefix := append([]byte(zone), 0)
-	k, _ := b.Cursor().Seek(prefix)
-	return k != nil && bytes.HasPrefix(k, prefix)
-}
-
-// applyTxFence sets fence c.Tx on zone c.Zone until c.Time + FenceTTL,
-// unless another fence holds the zone (ErrBusy).
-func applyTxFence(g *bolt.Bucket, c *command) (Result, *effect, error) {
-	if g.Bucket(bucketZones).Bucket([]byte(c.Zone)) == nil {
-		return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
-	}
-	other, err := fenced(g, c.Zone, c.Time, c.Tx)
-	if err != nil {
-		return Result{}, nil, err
-	}
-	if other {
-		// One transfer's cut at a time: cuts then follow each other on
-		// every shard, and a zone serial stands for one of them.
-		return Result{}, nil, Errorf(ErrBusy, "zone %q is being transferred", c.Zone)
-	}
-	b, err := g.CreateBucketIfNotExists(bucketTxFences)
-	if err != nil {
-		return Result{}, nil, err
-	}
-	until := binary.BigEndian.AppendUint64(nil, uint64(c.Time+int64(FenceTTL)))
-	return Result{}, nil, b.Put(fenceKey(c.Zone, c.Tx), until)
-}
-
-// applyTxUnfence removes fence c.Tx of zone c.Zone (and any that ran out)
-// and records the cut the router read under it: c.Meta, when set, is the
-// zone serial (4 bytes) and the cut (cuts.go). Result.Held says whether the
-// fence still held: it is gone once a prepare or another fence found it
-// run out (fenced deletes it then), and then a prepare may have slipped in
-// while the router was still setting the other shards' fences, so the
-// router's cut is not one (and is not recorded).
-func applyTxUnfence(g *bolt.Bucket, c *command) (Result, *effect, error) {
-	held := false
-	if b := g.Bucket(bucketTxFences); b != nil {
-		held = b.Get(fenceKey(c.Zone, c.Tx)) != nil
-		if err := b.Delete(fenceKey(c.Zone, c.Tx)); err != nil {
-			return Result{}, nil, err
-		}
-		if held && len(c.Meta) > 4 && g.Bucket(bucketZones).Bucket([]byte(c.Zone)) != nil {
-			if err := putCut(g, c.Zone, binary.BigEndian.Uint32(c.Meta), c.Meta[4:]); err != nil {
-				return Result{}, nil, err
-			}
-		}
-	}
-	_, err := fenced(g, c.Zone, c.Time)
-	return Result{Held: held}, nil, err
-}
-
-// checkFence refuses a prepare in zone with ErrBusy while a fence holds.
-func checkFence(g *bolt.Bucket, c *command) error {
-	held, err := fenced(g, c.Zone, c.Time)
-	if err != nil {
-		return err
-	}
-	if held {
-		return Errorf(ErrBusy, "zone %q is being transferred", c.Zone)
-	}
-	return nil
-}
-
-// hasFence reports whether fence id of zone is set in g (and not run out
-// by the local clock).
-func hasFence(g *bolt.Bucket, zone string, id [16]byte) bool {
-	b := g.Bucket(bucketTxFences)
-	if b == nil {
-		return false
-	}
-	v := b.Get(fenceKey(zone, id))
-	return len(v) == 8 && int64(binary.BigEndian.Uint64(v)) > time.Now().UnixNano()
-}
 
 // fenceRetry is how often Fence tries again while another transfer's fence
 // holds the zone.
@@ -158,7 +21,7 @@ const fenceRetry = 20 * time.Millisecond
 // the zone it waits, until ctx ends (then ErrBusy).
 func (r *Replica) Fence(ctx context.Context, zone string, id txn.ID) error {
 	for {
-		_, err := r.propose(ctx, &command{Op: opTxFence, Zone: zone, Tx: id, Time: txTime()})
+		_, err := r.propose(ctx, &fsm.Command{Op: fsm.OpTxFence, Zone: zone, Tx: id, Time: txTime()})
 		if !errors.Is(err, ErrBusy) {
 			return err
 		}
@@ -179,18 +42,12 @@ func (r *Replica) Unfence(ctx context.Context, zone string, id txn.ID, serial ui
 	if cut != nil {
 		meta = append(binary.BigEndian.AppendUint32(nil, serial), cut...)
 	}
-	res, err := r.propose(ctx, &command{Op: opTxUnfence, Zone: zone, Tx: id, Time: txTime(), Meta: meta})
+	res, err := r.propose(ctx, &fsm.Command{Op: fsm.OpTxUnfence, Zone: zone, Tx: id, Time: txTime(), Meta: meta})
 	return res.Held, err
 }
 
-// XfrStart is the state a transfer stream was read from.
-type XfrStart struct {
-	Serial uint32 // the zone's serial on this shard
-	Base   uint32 // its serial base (serialbase.go); Serial when none is kept
-}
-
 // errPrepared says that a prepared part holds a name of the zone.
-var errPrepared = errors.New("a prepared part holds a name of the zone")
+var errPrepared = errors.New("a fsm.PreparedPart part holds a name of the zone")
 
 // TransferFenced is Transfer from a state that holds fence id of origin
 // and in which no prepared part holds a name of origin: it waits for the
@@ -203,17 +60,17 @@ func (r *Replica) TransferFenced(ctx context.Context, origin string, serial uint
 	for {
 		changed := r.locks.wait()
 		err := r.db.View(func(tx *bolt.Tx) error {
-			g := generation(tx)
+			g := fsm.Generation(tx)
 			if id == (txn.ID{}) {
-				return transfer(g, origin, serial, net, start, fn)
+				return fsm.Transfer(g, origin, serial, net, start, fn)
 			}
-			if !hasFence(g, origin, id) {
+			if !fsm.HasFence(g, origin, id, time.Now().UnixNano()) {
 				return Errorf(ErrBusy, "fence %s of zone %q is not held on this member", id, origin)
 			}
-			if zoneLocked(g, origin) {
+			if fsm.ZoneLocked(g, origin) {
 				return errPrepared
 			}
-			return transfer(g, origin, serial, net, start, fn)
+			return fsm.Transfer(g, origin, serial, net, start, fn)
 		})
 		if !errors.Is(err, errPrepared) {
 			return err

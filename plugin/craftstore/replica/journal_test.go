@@ -3,155 +3,18 @@ package replica
 import (
 	"bytes"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
-
-// openGeneration opens a bare bbolt file with one generation bucket.
-func openGeneration(t testing.TB) *bolt.DB {
-	t.Helper()
-	db, err := bolt.Open(filepath.Join(t.TempDir(), "j.db"), 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	err = db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucket(bucketMeta)
-		if err != nil {
-			return err
-		}
-		name, _, err := createGeneration(tx)
-		if err != nil {
-			return err
-		}
-		return meta.Put(keyCurrent, name)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
-func soaRR(t testing.TB, serial uint32) dns.RR {
-	return mustRR(t, fmt.Sprintf("example.org. 300 IN SOA ns1.example.org. hostmaster.example.org. %d 7200 3600 1209600 300", serial))
-}
-
-// appendChange journals the change from serial to serial+1 that adds
-// name/A 192.0.2.<serial>.
-func appendChange(t *testing.T, db *bolt.DB, serial uint32, limit int) {
-	t.Helper()
-	add := mustRR(t, fmt.Sprintf("h%d.example.org. 300 IN A 192.0.2.%d", serial, serial%250))
-	err := db.Update(func(tx *bolt.Tx) error {
-		g := generation(tx)
-		// The SOA is not first among the removed: the journal puts it first.
-		if err := journalAppend(g, "example.org.", []dns.RR{soaRR(t, serial)}, []dns.RR{add, soaRR(t, serial+1)}); err != nil {
-			return err
-		}
-		return journalTrim(g, "example.org.", limit)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// journalSerials lists the from-serials of the journal of example.org.
-func journalSerials(t *testing.T, db *bolt.DB) []uint32 {
-	t.Helper()
-	var out []uint32
-	db.View(func(tx *bolt.Tx) error {
-		jb := generation(tx).Bucket(bucketJournal)
-		if jb == nil || jb.Bucket([]byte("example.org.")) == nil {
-			return nil
-		}
-		return jb.Bucket([]byte("example.org.")).ForEach(func(_, v []byte) error {
-			e, ok := parseJournalEntry(v)
-			if !ok {
-				t.Errorf("malformed journal entry %x", v)
-			}
-			out = append(out, e.from)
-			return nil
-		})
-	})
-	return out
-}
-
-func TestJournalAppendTrim(t *testing.T) {
-	db := openGeneration(t)
-	for s := uint32(1); s <= 10; s++ {
-		appendChange(t, db, s, 4)
-	}
-	if got := fmt.Sprint(journalSerials(t, db)); got != "[7 8 9 10]" {
-		t.Errorf("expected the last 4 changes kept, got %s", got)
-	}
-	// The changes from 8 to 11, each led by its SOA.
-	var seq []string
-	db.View(func(tx *bolt.Tx) error {
-		ok, err := journalChanges(generation(tx), "example.org.", 8, 11, func(removed, added []dns.RR) error {
-			seq = append(seq, fmt.Sprintf("-%d+%d:%s", removed[0].(*dns.SOA).Serial, added[0].(*dns.SOA).Serial, added[1].Header().Name))
-			return nil
-		})
-		if !ok || err != nil {
-			t.Errorf("expected the journal to cover 8..11, got %v %v", ok, err)
-		}
-		for _, from := range []uint32{5, 6, 12} {
-			if ok, _ := journalChanges(generation(tx), "example.org.", from, 11, nil); ok {
-				t.Errorf("expected serial %d not covered", from)
-			}
-		}
-		if ok, _ := journalChanges(generation(tx), "example.org.", 8, 12, nil); ok {
-			t.Error("expected a journal not ending at the current serial to cover nothing")
-		}
-		return nil
-	})
-	if got := strings.Join(seq, " "); got != "-8+9:h8.example.org. -9+10:h9.example.org. -10+11:h10.example.org." {
-		t.Errorf("unexpected changes %s", got)
-	}
-
-	// A change that does not continue the journal starts it again.
-	appendChange(t, db, 40, 4)
-	if got := fmt.Sprint(journalSerials(t, db)); got != "[40]" {
-		t.Errorf("expected a discontinuous change to reset the journal, got %s", got)
-	}
-	// A negative limit turns the journal off.
-	appendChange(t, db, 41, -1)
-	if got := journalSerials(t, db); len(got) != 0 {
-		t.Errorf("expected no journal with a negative limit, got %v", got)
-	}
-}
-
-func TestJournalTrimBytes(t *testing.T) {
-	defer func(b uint64) { journalBytes = b }(journalBytes)
-	db := openGeneration(t)
-	appendChange(t, db, 1, 0)
-	var one uint64
-	db.View(func(tx *bolt.Tx) error {
-		_, v := generation(tx).Bucket(bucketJournal).Bucket([]byte("example.org.")).Cursor().First()
-		one = uint64(len(v))
-		return nil
-	})
-	journalBytes = 3*one + one/2 // room for three changes of this size
-	for s := uint32(2); s <= 6; s++ {
-		appendChange(t, db, s, 0)
-	}
-	if got := fmt.Sprint(journalSerials(t, db)); got != "[4 5 6]" {
-		t.Errorf("expected three changes within the byte budget, got %s", got)
-	}
-	journalBytes = one / 2 // not even one change fits
-	appendChange(t, db, 7, 0)
-	if got := journalSerials(t, db); len(got) != 0 {
-		t.Errorf("expected an empty journal, got %v", got)
-	}
-	appendChange(t, db, 8, 0) // still works after emptying
-}
 
 // newJournalReplica runs a single member with the given journal limit.
 func newJournalReplica(t *testing.T, journal int, onChange func(string)) *Replica {
@@ -183,7 +46,7 @@ func addHost(t *testing.T, r *Replica, n int) uint32 {
 func journalLen(t *testing.T, r *Replica) int {
 	n := 0
 	r.db.View(func(tx *bolt.Tx) error {
-		if jb := generation(tx).Bucket(bucketJournal); jb != nil && jb.Bucket([]byte("example.org.")) != nil {
+		if jb := fsm.Generation(tx).Bucket(fsm.BucketJournal); jb != nil && jb.Bucket([]byte("example.org.")) != nil {
 			n = jb.Bucket([]byte("example.org.")).Stats().KeyN
 		}
 		return nil
@@ -233,7 +96,7 @@ func TestJournalInSnapshot(t *testing.T) {
 	var want, got [][]byte
 	collect := func(db *bolt.DB, gen func(tx *bolt.Tx) *bolt.Bucket, out *[][]byte) {
 		db.View(func(tx *bolt.Tx) error {
-			jb := gen(tx).Bucket(bucketJournal)
+			jb := gen(tx).Bucket(fsm.BucketJournal)
 			if jb == nil || jb.Bucket([]byte("example.org.")) == nil {
 				return nil
 			}
@@ -243,7 +106,7 @@ func TestJournalInSnapshot(t *testing.T) {
 			})
 		})
 	}
-	collect(src.db, generation, &want)
+	collect(src.db, fsm.Generation, &want)
 	collect(dst.db, func(tx *bolt.Tx) *bolt.Bucket { return tx.Bucket(dst.staged.gen) }, &got)
 	if len(want) != 3 || len(got) != len(want) {
 		t.Fatalf("expected the 3 journaled changes in the snapshot, got %d of %d", len(got), len(want))
@@ -336,7 +199,7 @@ func TestTransfer(t *testing.T) {
 func TestTransferStreamsInBatches(t *testing.T) {
 	r := newJournalReplica(t, 0, nil)
 	var add []dns.RR
-	for i := 0; i < 3*xfrBatch; i++ {
+	for i := 0; i < 3*fsm.XfrBatch; i++ {
 		add = append(add, mustRR(t, fmt.Sprintf("n%d.example.org. 300 IN A 192.0.2.1", i)))
 	}
 	if _, err := r.Change(ctx(t), "example.org.", add, nil); err != nil {
@@ -346,12 +209,12 @@ func TestTransferStreamsInBatches(t *testing.T) {
 	r.Transfer("example.org.", 0, func(rrs []dns.RR) error {
 		batches++
 		total += len(rrs)
-		if len(rrs) > xfrBatch+1 {
-			t.Errorf("expected batches of about %d records, got %d", xfrBatch, len(rrs))
+		if len(rrs) > fsm.XfrBatch+1 {
+			t.Errorf("expected batches of about %d records, got %d", fsm.XfrBatch, len(rrs))
 		}
 		return nil
 	})
-	if want := 3*xfrBatch + 5; total != want || batches < 3 {
+	if want := 3*fsm.XfrBatch + 5; total != want || batches < 3 {
 		t.Errorf("expected %d records in several batches, got %d in %d", want, total, batches)
 	}
 }
@@ -390,7 +253,7 @@ func TestReimportBumpsSerial(t *testing.T) {
 			t.Errorf("expected serial %d stored and served, got %d and %d", want, res.Serial, r.Zone("example.org.").SOA().Serial)
 		}
 		if got := transferText(t, r, 0); got[0] != fmt.Sprintf("SOA %d", want) {
-			t.Errorf("expected the transfer to start with SOA %d, got %s", want, got[0])
+			t.Errorf("expected the fsm.Transfer to start with SOA %d, got %s", want, got[0])
 		}
 	}
 }
@@ -434,10 +297,10 @@ func TestTransferStreams(t *testing.T) {
 	if n != 100005 {
 		t.Fatalf("expected 100005 records, got %d", n)
 	}
-	t.Logf("heap before %d, in the middle of the transfer %d", before, during)
+	t.Logf("heap before %d, in the middle of the fsm.Transfer %d", before, during)
 	// 100k decoded A records take well over 10 MB.
 	if during > before+4<<20 {
-		t.Errorf("expected the transfer to stream, the heap grew from %d to %d bytes", before, during)
+		t.Errorf("expected the fsm.Transfer to stream, the heap grew from %d to %d bytes", before, during)
 	}
 }
 

@@ -2,7 +2,6 @@ package replica
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -12,6 +11,7 @@ import (
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 )
 
@@ -51,7 +51,7 @@ func (r *Replica) tick(now time.Time) {
 
 // pending is what a Ready's transaction leaves to do once it committed.
 type pending struct {
-	effects   []*effect
+	effects   []*fsm.Effect
 	results   map[uint64]applied
 	snapshot  bool
 	lastIndex uint64 // applied index after the transaction
@@ -185,8 +185,8 @@ func (r *Replica) persist(rd raft.Ready) (pending, error) {
 				return err
 			}
 		}
-		g := generation(tx)
-		done, _ := getApplied(g)
+		g := fsm.Generation(tx)
+		done, _ := fsm.Applied(g)
 		var lastIndex, lastTerm uint64
 		for _, e := range rd.CommittedEntries {
 			if err := r.applyEntry(tx, g, e, done, &p); err != nil {
@@ -195,7 +195,7 @@ func (r *Replica) persist(rd raft.Ready) (pending, error) {
 			lastIndex, lastTerm = e.GetIndex(), e.GetTerm()
 		}
 		if lastIndex > done {
-			if err := putApplied(g, lastIndex, lastTerm); err != nil {
+			if err := fsm.PutApplied(g, lastIndex, lastTerm); err != nil {
 				return err
 			}
 		} else {
@@ -289,11 +289,11 @@ func (r *Replica) applyEntry(tx *bolt.Tx, g *bolt.Bucket, e *pb.Entry, done uint
 		if skip || len(e.GetData()) == 0 {
 			return nil
 		}
-		c, err := unmarshalCommand(e.GetData())
+		c, err := fsm.Unmarshal(e.GetData())
 		if err != nil {
 			return err
 		}
-		res, eff, err := applyCommand(g, c, r.cfg.Journal)
+		res, eff, err := fsm.Apply(g, c, r.cfg.Journal)
 		if rerr, ok := err.(*Error); ok {
 			p.results[c.ID] = applied{err: rerr}
 			return nil
@@ -320,52 +320,17 @@ func (r *Replica) applyEntry(tx *bolt.Tx, g *bolt.Bucket, e *pb.Entry, done uint
 		}
 		logf("member %d: %s member %d (index %d); voters %v, learners %v", r.cfg.ID, confChangeText(cc.GetType()), cc.GetNodeId(), e.GetIndex(),
 			r.confState.GetVoters(), r.confState.GetLearners())
-		eff, err := applyConfChange(g, cc, skip)
-		if err != nil {
-			return err
-		}
-		if eff != nil {
+		if t := cc.GetType(); t == pb.ConfChangeAddNode || t == pb.ConfChangeAddLearnerNode || t == pb.ConfChangeRemoveNode {
+			eff, err := fsm.ApplyConfChange(g, fsm.ConfChange{ID: cc.GetNodeId(), Remove: t == pb.ConfChangeRemoveNode,
+				Learner: t == pb.ConfChangeAddLearnerNode, Context: cc.GetContext()}, skip)
+			if err != nil {
+				return err
+			}
 			p.effects = append(p.effects, eff)
 		}
 		p.results[cc.GetId()] = applied{}
 	}
 	return nil
-}
-
-// applyConfChange keeps the members table in step with the configuration.
-func applyConfChange(g *bolt.Bucket, cc *pb.ConfChange, skip bool) (*effect, error) {
-	id := cc.GetNodeId()
-	switch cc.GetType() {
-	case pb.ConfChangeAddNode, pb.ConfChangeAddLearnerNode:
-		m := Member{ID: id}
-		if len(cc.GetContext()) > 0 {
-			if err := json.Unmarshal(cc.GetContext(), &m); err != nil {
-				return nil, fmt.Errorf("conf change context: %w", err)
-			}
-		}
-		m.Learner = cc.GetType() == pb.ConfChangeAddLearnerNode
-		if !skip {
-			if err := putMember(g, m); err != nil {
-				return nil, err
-			}
-		}
-		return &effect{member: &m}, nil
-	case pb.ConfChangeRemoveNode:
-		if !skip {
-			if err := g.Bucket(bucketMembers).Delete(idKey(id)); err != nil {
-				return nil, err
-			}
-			rb, err := g.CreateBucketIfNotExists(bucketRemoved)
-			if err != nil {
-				return nil, err
-			}
-			if err := rb.Put(idKey(id), nil); err != nil {
-				return nil, err
-			}
-		}
-		return &effect{removed: id}, nil
-	}
-	return nil, nil
 }
 
 // maybeSnapshot records a local snapshot at the applied index every
@@ -401,80 +366,80 @@ func (r *Replica) maybeSnapshot(tx *bolt.Tx, index uint64) error {
 // the merged list, applied in order, gives the same view. Other effects
 // (transactions, reloads, deletions, members) end a run and stay as they
 // are. Effects are not modified; merged ones are new.
-func coalesce(effects []*effect) []*effect {
+func coalesce(effects []*fsm.Effect) []*fsm.Effect {
 	if len(effects) < 2 {
 		return effects
 	}
-	out := make([]*effect, 0, len(effects))
+	out := make([]*fsm.Effect, 0, len(effects))
 	copied := false // out's last effect is a merged copy
 	for _, e := range effects {
 		last := len(out) - 1
-		if last < 0 || !plainChange(e) || !plainChange(out[last]) || out[last].zone != e.zone {
+		if last < 0 || !plainChange(e) || !plainChange(out[last]) || out[last].Zone != e.Zone {
 			out = append(out, e)
 			copied = false
 			continue
 		}
 		if !copied {
 			cp := *out[last]
-			cp.names = append([]zone.NameRecords(nil), cp.names...)
+			cp.Names = append([]zone.NameRecords(nil), cp.Names...)
 			out[last] = &cp
 			copied = true
 		}
 		m := out[last]
-		m.names = append(m.names, e.names...)
-		if e.hasBase {
-			m.base, m.hasBase = e.base, true
+		m.Names = append(m.Names, e.Names...)
+		if e.HasBase {
+			m.Base, m.HasBase = e.Base, true
 		}
 	}
 	return out
 }
 
-// plainChange reports whether e only changes records of a zone (opChange).
-func plainChange(e *effect) bool {
-	return e.zone != "" && e.tx == nil && e.member == nil && e.removed == 0 &&
-		!e.deleted && !e.reload && !e.seeded
+// plainChange reports whether e only changes records of a zone (OpChange).
+func plainChange(e *fsm.Effect) bool {
+	return e.Zone != "" && e.Tx == nil && e.Member == nil && e.Removed == 0 &&
+		!e.Deleted && !e.Reload && !e.Seeded
 }
 
 // applyEffect brings the views and the transport in line with an applied entry.
-func (r *Replica) applyEffect(e *effect) error {
+func (r *Replica) applyEffect(e *fsm.Effect) error {
 	if err := r.applyView(e); err != nil {
 		return err
 	}
-	if e.seeded {
-		r.noteSeeded(e.zone) // once the view serves the zone
+	if e.Seeded {
+		r.noteSeeded(e.Zone) // once the view serves the zone
 	}
 	return nil
 }
 
 // applyView brings the views and the transport up to date with e.
-func (r *Replica) applyView(e *effect) error {
-	if e.tx != nil {
+func (r *Replica) applyView(e *fsm.Effect) error {
+	if e.Tx != nil {
 		// After the data of a commit is in the view (below): a reader
 		// waiting for the lock then sees it.
-		defer r.locks.apply(e.zone, e.tx)
+		defer r.locks.apply(e.Zone, e.Tx)
 	}
 	switch {
-	case e.member != nil:
-		if e.member.ID != r.cfg.ID && e.member.Raft != "" {
-			r.tr.AddPeer(e.member.ID, e.member.Raft)
+	case e.Member != nil:
+		if e.Member.ID != r.cfg.ID && e.Member.Raft != "" {
+			r.tr.AddPeer(e.Member.ID, e.Member.Raft)
 		}
-	case e.removed != 0:
-		r.markRemoved(e.removed)
-		if e.removed == r.cfg.ID {
+	case e.Removed != 0:
+		r.markRemoved(e.Removed)
+		if e.Removed == r.cfg.ID {
 			r.setRemoved()
 		} else {
-			r.tr.RemovePeer(e.removed)
+			r.tr.RemovePeer(e.Removed)
 		}
-	case e.deleted:
-		r.swapZone(e.zone, nil)
-	case e.reload:
-		return r.reloadZone(e.zone)
-	case e.seeded: // a seed found the zone present: nothing to change
+	case e.Deleted:
+		r.swapZone(e.Zone, nil)
+	case e.Reload:
+		return r.reloadZone(e.Zone)
+	case e.Seeded: // a seed found the zone present: nothing to change
 	default:
-		if z := r.Zone(e.zone); z != nil {
-			z.Set(e.names)
-			if e.hasBase {
-				z.SetSerialBase(e.base)
+		if z := r.Zone(e.Zone); z != nil {
+			z.Set(e.Names)
+			if e.HasBase {
+				z.SetSerialBase(e.Base)
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/miekg/dns"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -18,9 +19,9 @@ var ErrNoQuorum = &Error{Kind: ErrUnavailable,
 	Msg: "not committed in time: no leader or no quorum (the change may still be applied later)"}
 
 // propose submits c and waits until it is committed and applied here.
-func (r *Replica) propose(ctx context.Context, c *command) (Result, error) {
+func (r *Replica) propose(ctx context.Context, c *fsm.Command) (Result, error) {
 	c.ID = r.nextID.Add(1)
-	data, err := c.marshal()
+	data, err := c.Marshal()
 	if err != nil {
 		return Result{}, Errorf(ErrInvalid, "%v", err)
 	}
@@ -193,14 +194,14 @@ func (r *Replica) giveUp(ctx context.Context, id uint64, ch chan applied) (appli
 // Change applies one atomic change to zone: deletions, then additions. It
 // returns the zone's new SOA serial.
 func (r *Replica) Change(ctx context.Context, zone string, add []dns.RR, del []Deletion) (uint32, error) {
-	res, err := r.proposeUnlocked(ctx, &command{Op: opChange, Zone: zone, Add: add, Del: del})
+	res, err := r.proposeUnlocked(ctx, &fsm.Command{Op: fsm.OpChange, Zone: zone, Add: add, Del: del})
 	return res.Serial, err
 }
 
 // proposeUnlocked proposes write c, again each time a transaction finishes
 // while a name c touches is locked by one (ErrBusy), until ctx ends: writes
 // that conflict with a transaction run after it.
-func (r *Replica) proposeUnlocked(ctx context.Context, c *command) (Result, error) {
+func (r *Replica) proposeUnlocked(ctx context.Context, c *fsm.Command) (Result, error) {
 	for {
 		changed := r.locks.wait()
 		res, err := r.propose(ctx, c)
@@ -217,7 +218,7 @@ func (r *Replica) proposeUnlocked(ctx context.Context, c *command) (Result, erro
 
 // DeleteZone removes a zone from every member.
 func (r *Replica) DeleteZone(ctx context.Context, zone string) error {
-	_, err := r.propose(ctx, &command{Op: opDeleteZone, Zone: zone})
+	_, err := r.propose(ctx, &fsm.Command{Op: fsm.OpDeleteZone, Zone: zone})
 	return err
 }
 
@@ -230,17 +231,17 @@ const importChunk = 4096
 // existing zone is left alone and Result.Skipped is set.
 func (r *Replica) PutZone(ctx context.Context, zone string, rrs []dns.RR, absent bool) (Result, error) {
 	id := r.nextID.Add(1) // import id: unique per proposer like proposal ids
-	if _, err := r.propose(ctx, &command{Op: opImportBegin, Zone: zone, Import: id, Absent: absent}); err != nil {
+	if _, err := r.propose(ctx, &fsm.Command{Op: fsm.OpImportBegin, Zone: zone, Import: id, Absent: absent}); err != nil {
 		return Result{}, err
 	}
 	for len(rrs) > 0 {
 		n := min(importChunk, len(rrs))
-		if _, err := r.propose(ctx, &command{Op: opImportChunk, Zone: zone, Import: id, Add: rrs[:n]}); err != nil {
+		if _, err := r.propose(ctx, &fsm.Command{Op: fsm.OpImportChunk, Zone: zone, Import: id, Add: rrs[:n]}); err != nil {
 			return Result{}, err
 		}
 		rrs = rrs[n:]
 	}
-	return r.propose(ctx, &command{Op: opImportCommit, Zone: zone, Import: id})
+	return r.propose(ctx, &fsm.Command{Op: fsm.OpImportCommit, Zone: zone, Import: id})
 }
 
 // AdvertiseSelf records this member's DNS and API addresses in the members
@@ -256,7 +257,7 @@ func (r *Replica) AdvertiseSelf(ctx context.Context, dnsAddr, apiAddr string) er
 				return nil
 			}
 			m.DNS, m.API = dnsAddr, apiAddr
-			_, err := r.propose(ctx, &command{Op: opMemberInfo, Member: m})
+			_, err := r.propose(ctx, &fsm.Command{Op: fsm.OpMemberInfo, Member: m})
 			return err
 		}
 	}

@@ -7,6 +7,14 @@
 // one fsync covers a whole Ready and a crash never loses or re-applies an
 // entry. The views are updated after that transaction commits; a proposer
 // is answered after its entry is applied to the views of its own member.
+//
+// What an entry does to the state is package fsm's (the state machine,
+// deterministic, over bbolt); this package drives Raft around it: the
+// node and its Ready loop (node.go), proposals and their waiters
+// (propose.go), reads that confirm the state is current (fresh.go),
+// readiness and storage health (health.go), leadership hand-off
+// (handoff.go), snapshots (snapshot.go), and the views that answer
+// queries (views.go, txview.go).
 package replica
 
 import (
@@ -23,6 +31,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/plugin/craftstore/raftlog"
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/craftdns/craftdns/plugin/craftstore/transport"
 
 	bolt "go.etcd.io/bbolt"
@@ -201,19 +210,19 @@ func Open(cfg Config) (*Replica, error) {
 // this cluster and member.
 func (r *Replica) checkOwner(meta *bolt.Bucket) error {
 	dir := r.cfg.Dir
-	if c := meta.Get(keyCluster); c != nil && string(c) != r.cfg.Cluster {
+	if c := meta.Get(fsm.KeyCluster); c != nil && string(c) != r.cfg.Cluster {
 		return fmt.Errorf("data directory %s belongs to cluster %q, not %q: start the member with its own directory, or with cluster %q", dir, c, r.cfg.Cluster, c)
 	}
-	if b := meta.Get(keyMember); len(b) == 8 && binary.BigEndian.Uint64(b) != r.cfg.ID {
+	if b := meta.Get(fsm.KeyMember); len(b) == 8 && binary.BigEndian.Uint64(b) != r.cfg.ID {
 		return fmt.Errorf("data directory %s belongs to member %d, not %d: every member needs a directory of its own", dir, binary.BigEndian.Uint64(b), r.cfg.ID)
 	}
-	if meta.Get(keyCluster) == nil {
-		if err := meta.Put(keyCluster, []byte(r.cfg.Cluster)); err != nil {
+	if meta.Get(fsm.KeyCluster) == nil {
+		if err := meta.Put(fsm.KeyCluster, []byte(r.cfg.Cluster)); err != nil {
 			return err
 		}
 	}
-	if meta.Get(keyMember) == nil {
-		return meta.Put(keyMember, binary.BigEndian.AppendUint64(nil, r.cfg.ID))
+	if meta.Get(fsm.KeyMember) == nil {
+		return meta.Put(fsm.KeyMember, binary.BigEndian.AppendUint64(nil, r.cfg.ID))
 	}
 	return nil
 }
@@ -223,26 +232,26 @@ func (r *Replica) open() error {
 	var members []Member
 	var appliedIndex uint64
 	err := r.db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		meta, err := tx.CreateBucketIfNotExists(fsm.BucketMeta)
 		if err != nil {
 			return err
 		}
 		if err := r.checkOwner(meta); err != nil {
 			return err // the transaction rolls back: nothing is written
 		}
-		if meta.Get(keyCurrent) == nil {
+		if meta.Get(fsm.KeyCurrent) == nil {
 			r.fresh = true
-			name, _, err := createGeneration(tx)
+			name, _, err := fsm.CreateGeneration(tx)
 			if err != nil {
 				return err
 			}
-			if err := meta.Put(keyCurrent, name); err != nil {
+			if err := meta.Put(fsm.KeyCurrent, name); err != nil {
 				return err
 			}
 		}
 		// Generations other than the current one are leftovers of a snapshot
 		// transfer that did not finish.
-		cur := meta.Get(keyCurrent)
+		cur := meta.Get(fsm.KeyCurrent)
 		var stale [][]byte
 		tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
 			if bytes.HasPrefix(name, []byte("data.")) && !bytes.Equal(name, cur) {
@@ -255,11 +264,11 @@ func (r *Replica) open() error {
 				return err
 			}
 		}
-		g := generation(tx)
-		appliedIndex, _ = getApplied(g)
-		removed := readRemoved(g)
+		g := fsm.Generation(tx)
+		appliedIndex, _ = fsm.Applied(g)
+		removed := fsm.RemovedIDs(g)
 		r.removedIDs.Store(&removed)
-		members, err = readMembers(g)
+		members, err = fsm.Members(g)
 		return err
 	})
 	if err != nil {
@@ -402,7 +411,7 @@ func (r *Replica) Status() (Status, error) {
 	}
 	err := r.db.View(func(tx *bolt.Tx) error {
 		var err error
-		s.Members, err = readMembers(generation(tx))
+		s.Members, err = fsm.Members(fsm.Generation(tx))
 		return err
 	})
 	if s.Members == nil {

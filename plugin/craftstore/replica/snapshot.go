@@ -9,6 +9,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
@@ -52,7 +53,7 @@ func (s *snapshotter) WriteSnapshot(w io.Writer) error {
 		if _, err := bw.WriteString(snapMagic); err != nil {
 			return err
 		}
-		return writeBucket(bw, generation(tx))
+		return writeBucket(bw, fsm.Generation(tx))
 	})
 	if err != nil {
 		return err
@@ -107,7 +108,7 @@ func (s *snapshotter) ReceiveSnapshot(m *pb.Message, rd io.Reader) error {
 	}
 	var gen []byte
 	err := r.db.Update(func(tx *bolt.Tx) error {
-		name, _, err := createGeneration(tx)
+		name, _, err := fsm.CreateGeneration(tx)
 		gen = name
 		return err
 	})
@@ -120,7 +121,7 @@ func (s *snapshotter) ReceiveSnapshot(m *pb.Message, rd io.Reader) error {
 	}
 	var applied uint64
 	r.db.View(func(tx *bolt.Tx) error {
-		applied, _ = getApplied(tx.Bucket(gen))
+		applied, _ = fsm.Applied(tx.Bucket(gen))
 		return nil
 	})
 	meta := m.GetSnapshot().GetMetadata()
@@ -236,9 +237,9 @@ func (r *Replica) installSnapshot(tx *bolt.Tx, snap *pb.Snapshot) error {
 	if err := r.store.ApplySnapshot(tx, snap); err != nil {
 		return err
 	}
-	m := tx.Bucket(bucketMeta)
-	old := append([]byte(nil), m.Get(keyCurrent)...)
-	if err := m.Put(keyCurrent, r.staged.gen); err != nil {
+	m := tx.Bucket(fsm.BucketMeta)
+	old := append([]byte(nil), m.Get(fsm.KeyCurrent)...)
+	if err := m.Put(fsm.KeyCurrent, r.staged.gen); err != nil {
 		return err
 	}
 	if err := tx.DeleteBucket(old); err != nil {
@@ -265,10 +266,10 @@ func (r *Replica) afterSnapshot() error {
 	var applied uint64
 	err := r.db.View(func(tx *bolt.Tx) error {
 		var err error
-		applied, _ = getApplied(generation(tx))
-		removed := readRemoved(generation(tx))
+		applied, _ = fsm.Applied(fsm.Generation(tx))
+		removed := fsm.RemovedIDs(fsm.Generation(tx))
 		r.removedIDs.Store(&removed)
-		members, err = readMembers(generation(tx))
+		members, err = fsm.Members(fsm.Generation(tx))
 		return err
 	})
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -31,8 +33,8 @@ func TestSnapshotStream(t *testing.T) {
 		t.Errorf("expected staged data applied to %d, got %d", want.Applied, dst.staged.applied)
 	}
 	dst.db.View(func(tx *bolt.Tx) error {
-		z := tx.Bucket(dst.staged.gen).Bucket(bucketZones).Bucket([]byte("example.org."))
-		if z == nil || z.Get(nameKey("www.example.org.")) == nil {
+		z := tx.Bucket(dst.staged.gen).Bucket(fsm.BucketZones).Bucket([]byte("example.org."))
+		if z == nil || z.Get(dnsname.CanonicalKey("www.example.org.")) == nil {
 			t.Error("expected the zone in the staged generation")
 		}
 		return nil
@@ -45,17 +47,17 @@ func TestImportInOneTransaction(t *testing.T) {
 	c := newTestCluster(t, 1, 0)
 	r := c.leader()
 	rrs := parseTestZone(t)
-	cmds := []*command{
-		{Op: opImportBegin, Zone: "example.org.", Import: 1},
-		{Op: opImportChunk, Zone: "example.org.", Import: 1, Add: rrs[:2]},
-		{Op: opImportChunk, Zone: "example.org.", Import: 1, Add: rrs[2:]},
-		{Op: opImportCommit, Zone: "example.org.", Import: 1},
+	cmds := []*fsm.Command{
+		{Op: fsm.OpImportBegin, Zone: "example.org.", Import: 1},
+		{Op: fsm.OpImportChunk, Zone: "example.org.", Import: 1, Add: rrs[:2]},
+		{Op: fsm.OpImportChunk, Zone: "example.org.", Import: 1, Add: rrs[2:]},
+		{Op: fsm.OpImportCommit, Zone: "example.org.", Import: 1},
 	}
 	var res Result
 	err := r.db.Update(func(tx *bolt.Tx) error {
 		for _, cmd := range cmds {
 			var err error
-			if res, _, err = applyCommand(generation(tx), cmd, 0); err != nil {
+			if res, _, err = fsm.Apply(fsm.Generation(tx), cmd, 0); err != nil {
 				return err
 			}
 		}
@@ -68,8 +70,8 @@ func TestImportInOneTransaction(t *testing.T) {
 		t.Errorf("expected %d records imported, got %d", len(rrs), res.Records)
 	}
 	r.db.View(func(tx *bolt.Tx) error {
-		z := generation(tx).Bucket(bucketZones).Bucket([]byte("example.org."))
-		if z == nil || z.Get(nameKey("www.example.org.")) == nil || z.Get(nameKey("example.org.")) == nil {
+		z := fsm.Generation(tx).Bucket(fsm.BucketZones).Bucket([]byte("example.org."))
+		if z == nil || z.Get(dnsname.CanonicalKey("www.example.org.")) == nil || z.Get(dnsname.CanonicalKey("example.org.")) == nil {
 			t.Error("expected the imported names stored")
 		}
 		return nil

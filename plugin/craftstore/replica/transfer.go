@@ -1,14 +1,10 @@
 package replica
 
 import (
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/craftdns/craftdns/internal/zonerules"
 )
-
-// xfrBatch is how many records a zone transfer hands over at a time.
-const xfrBatch = 512
 
 // Transfer hands fn the records of a zone transfer of origin to a secondary
 // whose copy has the given serial (0: it has none), in batches, from one
@@ -27,125 +23,8 @@ const xfrBatch = 512
 // fn may keep the slices it gets. An unknown zone is a 404 *Error.
 func (r *Replica) Transfer(origin string, serial uint32, fn func([]dns.RR) error) error {
 	return r.db.View(func(tx *bolt.Tx) error {
-		return transfer(generation(tx), origin, serial, false, nil, fn)
+		return fsm.Transfer(fsm.Generation(tx), origin, serial, false, nil, fn)
 	})
-}
-
-// transfer is Transfer within one read of generation g; start, when not
-// nil, learns the serial and base of the state before the first records.
-// With net, an incremental transfer is one difference, the journal's
-// changes folded (netChanges).
-func transfer(g *bolt.Bucket, origin string, serial uint32, net bool, start func(XfrStart) error, fn func([]dns.RR) error) error {
-	zb := g.Bucket(bucketZones).Bucket([]byte(origin))
-	if zb == nil {
-		return Errorf(ErrNotFound, "zone %q not found", origin)
-	}
-	apex, err := rrsAt(zb, origin)
-	if err != nil {
-		return err
-	}
-	var soa *dns.SOA
-	for _, rr := range apex {
-		if s, ok := rr.(*dns.SOA); ok {
-			soa = s
-		}
-	}
-	if soa == nil {
-		return Errorf(ErrInternal, "zone %q has no SOA", origin)
-	}
-	if start != nil {
-		st := XfrStart{Serial: soa.Serial, Base: soa.Serial}
-		if base, ok := getBase(g, origin); ok {
-			st.Base = base
-		}
-		if err := start(st); err != nil {
-			return err
-		}
-	}
-	if serial != 0 {
-		if serial == soa.Serial || zonerules.SerialAfter(serial, soa.Serial) {
-			return fn([]dns.RR{soa})
-		}
-		inc := incremental
-		if net {
-			inc = netIncremental
-		}
-		ok, err := inc(g, origin, serial, soa, fn)
-		if ok || err != nil {
-			return err
-		}
-	}
-	return full(zb, soa, fn)
-}
-
-// incremental sends the changes from serial to soa's serial, if the
-// journal has them all.
-func incremental(g *bolt.Bucket, origin string, serial uint32, soa *dns.SOA, fn func([]dns.RR) error) (bool, error) {
-	first := true
-	ok, err := journalChanges(g, origin, serial, soa.Serial, func(removed, added []dns.RR) error {
-		batch := make([]dns.RR, 0, len(removed)+len(added)+1)
-		if first {
-			batch = append(batch, soa)
-			first = false
-		}
-		return fn(append(append(batch, removed...), added...))
-	})
-	if !ok || err != nil {
-		return ok, err
-	}
-	return true, fn([]dns.RR{soa})
-}
-
-// netIncremental sends the changes from serial to soa's serial as one
-// difference (RFC 1995 section 4: the SOA, the old SOA, the records
-// removed, the SOA, the records added, the SOA), if the journal has them
-// all.
-func netIncremental(g *bolt.Bucket, origin string, serial uint32, soa *dns.SOA, fn func([]dns.RR) error) (bool, error) {
-	old, removed, added, ok, err := netChanges(g, origin, serial, soa)
-	if !ok || err != nil {
-		return ok, err
-	}
-	all := make([]dns.RR, 0, len(removed)+len(added)+4)
-	all = append(append(append(all, soa, old), removed...), soa)
-	all = append(append(all, added...), soa)
-	for len(all) > 0 {
-		n := min(len(all), xfrBatch)
-		if err := fn(all[:n:n]); err != nil {
-			return true, err
-		}
-		all = all[n:]
-	}
-	return true, nil
-}
-
-// full sends the SOA, every other record of the zone in DNS canonical order
-// of names, and the SOA again.
-func full(zb *bolt.Bucket, soa *dns.SOA, fn func([]dns.RR) error) error {
-	batch := make([]dns.RR, 0, xfrBatch)
-	batch = append(batch, soa)
-	err := zb.ForEach(func(_, v []byte) error {
-		rrs, err := decodeRRs(v)
-		if err != nil {
-			return err
-		}
-		for _, rr := range rrs {
-			if rr.Header().Rrtype == dns.TypeSOA {
-				continue
-			}
-			batch = append(batch, rr)
-		}
-		if len(batch) >= xfrBatch {
-			if err := fn(batch); err != nil {
-				return err
-			}
-			batch = make([]dns.RR, 0, xfrBatch)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return fn(append(batch, soa))
 }
 
 // announce tells Config.OnChange about the zones whose data a Ready
@@ -164,13 +43,13 @@ func (r *Replica) announce(p *pending) {
 	}
 	var seen map[string]bool
 	for _, e := range p.effects {
-		if e.zone == "" || e.deleted || seen[e.zone] {
+		if e.Zone == "" || e.Deleted || seen[e.Zone] {
 			continue
 		}
 		if seen == nil {
 			seen = map[string]bool{}
 		}
-		seen[e.zone] = true
-		f(e.zone)
+		seen[e.Zone] = true
+		f(e.Zone)
 	}
 }

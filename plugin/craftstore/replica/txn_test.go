@@ -40,7 +40,7 @@ func TestTxn(t *testing.T) {
 	for id, m := range c.members {
 		eventually(t, "the lock on every member", func() bool { return m.TxHeld() })
 		if has(m, "a.example.org.") {
-			t.Errorf("member %d serves a prepared name", id)
+			t.Errorf("member %d serves a fsm.PreparedPart name", id)
 		}
 	}
 	// Another transaction meets the lock.

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )
@@ -24,7 +25,7 @@ type lockView struct {
 }
 
 // apply adds or removes the names of e in zone.
-func (v *lockView) apply(zone string, e *txEffect) {
+func (v *lockView) apply(zone string, e *fsm.TxEffect) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.held == nil {
@@ -38,13 +39,13 @@ func (v *lockView) apply(zone string, e *txEffect) {
 	if v.at == nil {
 		v.at = map[[16]byte]time.Time{}
 	}
-	if e.prepared {
-		v.at[e.id] = time.Now()
+	if e.Prepared {
+		v.at[e.ID] = time.Now()
 	} else {
-		delete(v.at, e.id)
+		delete(v.at, e.ID)
 	}
-	for _, n := range e.names {
-		if e.prepared {
+	for _, n := range e.Names {
+		if e.Prepared {
 			names[n]++
 			v.n.Add(1)
 			continue
@@ -60,7 +61,7 @@ func (v *lockView) apply(zone string, e *txEffect) {
 	if len(names) == 0 {
 		delete(v.held, zone)
 	}
-	if !e.prepared {
+	if !e.Prepared {
 		v.signal()
 	}
 }
@@ -161,7 +162,7 @@ func (r *Replica) loadLocks() error {
 	held := map[string]map[string]int{}
 	var ids [][16]byte
 	err := r.db.View(func(tx *bolt.Tx) error {
-		if p := generation(tx).Bucket(bucketTxPrepared); p != nil {
+		if p := fsm.Generation(tx).Bucket(fsm.BucketTxPrepared); p != nil {
 			p.ForEach(func(k, _ []byte) error {
 				var id [16]byte
 				copy(id[:], k)
@@ -169,7 +170,7 @@ func (r *Replica) loadLocks() error {
 				return nil
 			})
 		}
-		b := generation(tx).Bucket(bucketTxLocks)
+		b := fsm.Generation(tx).Bucket(fsm.BucketTxLocks)
 		if b == nil {
 			return nil
 		}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -59,14 +60,14 @@ func (r *Replica) swapZone(origin string, z *zone.Zone) {
 
 // loadZone builds a fresh view of zone origin from generation g.
 func loadZone(g *bolt.Bucket, origin string) (*zone.Zone, error) {
-	b := g.Bucket(bucketZones).Bucket([]byte(origin))
+	b := g.Bucket(fsm.BucketZones).Bucket([]byte(origin))
 	z := zone.New(origin)
-	if base, ok := getBase(g, origin); ok {
+	if base, ok := fsm.SerialBase(g, origin); ok {
 		z.SetSerialBase(base)
 	}
 	batch := make([]zone.NameRecords, 0, 1024)
 	err := b.ForEach(func(k, v []byte) error {
-		rrs, err := decodeRRs(v)
+		rrs, err := fsm.DecodeRRs(v)
 		if err != nil {
 			return fmt.Errorf("zone %s: %w", origin, err)
 		}
@@ -93,11 +94,11 @@ func (r *Replica) loadAllZones() error {
 	var seeded map[string]bool
 	err := r.db.View(func(tx *bolt.Tx) error {
 		var err error
-		if seeded, err = readSeeded(generation(tx)); err != nil {
+		if seeded, err = fsm.SeededZones(fsm.Generation(tx)); err != nil {
 			return err
 		}
-		return generation(tx).Bucket(bucketZones).ForEach(func(k, _ []byte) error {
-			z, err := loadZone(generation(tx), string(k))
+		return fsm.Generation(tx).Bucket(fsm.BucketZones).ForEach(func(k, _ []byte) error {
+			z, err := loadZone(fsm.Generation(tx), string(k))
 			if err != nil {
 				return err
 			}
@@ -117,11 +118,11 @@ func (r *Replica) loadAllZones() error {
 func (r *Replica) reloadZone(origin string) error {
 	var z *zone.Zone
 	err := r.db.View(func(tx *bolt.Tx) error {
-		if generation(tx).Bucket(bucketZones).Bucket([]byte(origin)) == nil {
+		if fsm.Generation(tx).Bucket(fsm.BucketZones).Bucket([]byte(origin)) == nil {
 			return nil
 		}
 		var err error
-		z, err = loadZone(generation(tx), origin)
+		z, err = loadZone(fsm.Generation(tx), origin)
 		return err
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package replica
+package fsm
 
 import (
 	"testing"
@@ -7,14 +7,14 @@ import (
 )
 
 func TestCommandRoundTrip(t *testing.T) {
-	c := &command{Op: opChange, ID: 42, Zone: "example.org.", Import: 7, Absent: true,
+	c := &Command{Op: OpChange, ID: 42, Zone: "example.org.", Import: 7, Absent: true,
 		Add: []dns.RR{mustRR(t, "www.example.org. 60 IN A 192.0.2.1"), mustRR(t, `t.example.org. 60 IN TXT "a b" "c"`)},
 		Del: []Deletion{{RR: mustRR(t, "x.example.org. 60 IN AAAA 2001:db8::1")}, {Name: "y.example.org.", Type: dns.TypeMX}, {Name: "z.example.org."}}}
-	b, err := c.marshal()
+	b, err := c.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := unmarshalCommand(b)
+	got, err := Unmarshal(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		t.Errorf("expected deletions %v, got %v", c.Del, got.Del)
 	}
 	for i := 0; i < len(b); i++ {
-		if _, err := unmarshalCommand(b[:i]); err == nil {
+		if _, err := Unmarshal(b[:i]); err == nil {
 			t.Fatalf("expected an error for a command cut at %d bytes", i)
 		}
 	}
@@ -44,5 +44,30 @@ func TestNameKeyOrder(t *testing.T) {
 	}
 	if string(nameKey("WWW.Example.ORG")) != string(nameKey("www.example.org.")) {
 		t.Error("expected keys to ignore case")
+	}
+}
+
+// TestOpNumbers: an op's number is in every log entry and snapshot; it
+// never changes, and the transaction ops are the ones whose encoding
+// carries the transaction fields.
+func TestOpNumbers(t *testing.T) {
+	ops := []Op{OpChange, OpImportBegin, OpImportChunk, OpImportCommit, OpDeleteZone, OpMemberInfo, OpUpdate,
+		OpTxPrepare, OpTxCommit, OpTxAbort, OpTxDecide, OpTxFence, OpTxUnfence}
+	for i, o := range ops {
+		if int(o) != i+1 {
+			t.Errorf("op %d has number %d: numbers are on disk and never change", i+1, o)
+		}
+		if want := o >= OpTxPrepare; o.IsTx() != want {
+			t.Errorf("op %d: IsTx %v, expected %v", o, o.IsTx(), want)
+		}
+	}
+	c := &Command{Op: OpTxDecide, Tx: [16]byte{1, 2, 3}, Time: 99, Outcome: OutcomeAbort}
+	b, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Unmarshal(b)
+	if err != nil || got.Tx != c.Tx || got.Time != 99 || got.Outcome != OutcomeAbort {
+		t.Errorf("a transaction command round trip: %+v %v", got, err)
 	}
 }

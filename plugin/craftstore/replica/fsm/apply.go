@@ -1,4 +1,4 @@
-package replica
+package fsm
 
 import (
 	"bytes"
@@ -16,69 +16,69 @@ import (
 
 // Result is what applying a command produced, handed back to its proposer.
 type Result struct {
-	Rcode   int    // opUpdate: the RFC 2136 rcode
+	Rcode   int    // OpUpdate: the RFC 2136 rcode
 	Serial  uint32 // the zone's SOA serial after the change
 	Records int    // records in the zone after an import
 	Skipped bool   // an import with Absent set found the zone present
-	Outcome byte   // opTxCommit, opTxAbort, opTxDecide: the transaction's outcome (txn.go)
-	Held    bool   // opTxUnfence: the fence still held (fence.go)
+	Outcome byte   // OpTxCommit, OpTxAbort, OpTxDecide: the transaction's outcome (txn.go)
+	Held    bool   // OpTxUnfence: the fence still held (fence.go)
 }
 
-// effect is what the in-memory views must do once the transaction that
+// Effect is what the in-memory views must do once the transaction that
 // applied the entry has committed.
-type effect struct {
-	zone    string
-	names   []zone.NameRecords // opChange
-	reload  bool               // opImportCommit: rebuild the view from bbolt
-	deleted bool               // opDeleteZone
-	member  *Member            // opMemberInfo and conf changes
-	removed uint64             // conf change: member removed
-	seeded  bool               // opImportCommit of a seed: the group has seeded zone
-	base    uint32             // the zone's serial base after the change, when hasBase (serialbase.go)
-	hasBase bool
-	tx      *txEffect // a transaction's part prepared or finished (txn.go)
+type Effect struct {
+	Zone    string
+	Names   []zone.NameRecords // OpChange
+	Reload  bool               // OpImportCommit: rebuild the view from bbolt
+	Deleted bool               // OpDeleteZone
+	Member  *Member            // OpMemberInfo and conf changes
+	Removed uint64             // conf change: member removed
+	Seeded  bool               // OpImportCommit of a seed: the group has seeded zone
+	Base    uint32             // the zone's serial base after the change, when HasBase (serialbase.go)
+	HasBase bool
+	Tx      *TxEffect // a transaction's part prepared or finished (txn.go)
 }
 
-// applyCommand applies c to generation g inside a write transaction, then
+// Apply applies c to generation g inside a write transaction, then
 // trims the changed zone's IXFR journal to journal changes. A refusal is
 // returned as *Error with g unchanged.
-func applyCommand(g *bolt.Bucket, c *command, journal int) (Result, *effect, error) {
+func Apply(g *bolt.Bucket, c *Command, journal int) (Result, *Effect, error) {
 	res, eff, err := applyOp(g, c)
-	if err == nil && eff != nil && eff.zone != "" && !eff.deleted {
-		err = journalTrim(g, eff.zone, journal)
-		eff.base, eff.hasBase = getBase(g, eff.zone)
+	if err == nil && eff != nil && eff.Zone != "" && !eff.Deleted {
+		err = journalTrim(g, eff.Zone, journal)
+		eff.Base, eff.HasBase = SerialBase(g, eff.Zone)
 	}
 	return res, eff, err
 }
 
 // applyOp applies c's operation to g.
-func applyOp(g *bolt.Bucket, c *command) (Result, *effect, error) {
+func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	switch c.Op {
-	case opChange, opUpdate:
+	case OpChange, OpUpdate:
 		if err := checkUnlocked(g, c); err != nil {
 			return Result{}, nil, err
 		}
 		return applyWrite(g, c, applyOpts{})
-	case opTxPrepare:
+	case OpTxPrepare:
 		return applyTxPrepare(g, c)
-	case opTxCommit:
+	case OpTxCommit:
 		return applyTxCommit(g, c)
-	case opTxAbort:
+	case OpTxAbort:
 		return applyTxAbort(g, c)
-	case opTxDecide:
+	case OpTxDecide:
 		return applyTxDecide(g, c)
-	case opTxFence:
+	case OpTxFence:
 		return applyTxFence(g, c)
-	case opTxUnfence:
+	case OpTxUnfence:
 		return applyTxUnfence(g, c)
-	case opImportBegin:
+	case OpImportBegin:
 		return applyImportBegin(g, c)
-	case opImportChunk:
+	case OpImportChunk:
 		return applyImportChunk(g, c)
-	case opImportCommit:
+	case OpImportCommit:
 		return applyImportCommit(g, c)
-	case opDeleteZone:
-		zb := g.Bucket(bucketZones)
+	case OpDeleteZone:
+		zb := g.Bucket(BucketZones)
 		if zb.Bucket([]byte(c.Zone)) == nil {
 			return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
 		}
@@ -91,13 +91,13 @@ func applyOp(g *bolt.Bucket, c *command) (Result, *effect, error) {
 		if err := deleteBase(g, c.Zone); err != nil {
 			return Result{}, nil, err
 		}
-		return Result{}, &effect{zone: c.Zone, deleted: true}, nil
-	case opMemberInfo:
+		return Result{}, &Effect{Zone: c.Zone, Deleted: true}, nil
+	case OpMemberInfo:
 		// A member advertises its DNS and API addresses. Its Raft address
 		// is the group's (the peer lines, or the membership change that
 		// added it) and stays: the advertiser knows only the address it
 		// listens on, which need not be the one its peers reach it by.
-		v := g.Bucket(bucketMembers).Get(idKey(c.Member.ID))
+		v := g.Bucket(BucketMembers).Get(IDKey(c.Member.ID))
 		if v == nil {
 			return Result{}, nil, nil // removed meanwhile
 		}
@@ -106,25 +106,25 @@ func applyOp(g *bolt.Bucket, c *command) (Result, *effect, error) {
 			return Result{}, nil, err
 		}
 		m.DNS, m.API = c.Member.DNS, c.Member.API
-		return Result{}, nil, putMember(g, m)
+		return Result{}, nil, PutMember(g, m)
 	}
 	return Result{}, nil, Errorf(ErrInvalid, "unknown command %d", c.Op)
 }
 
-// rrsAt reads and decodes the RRs stored under name in bucket b.
-func rrsAt(b *bolt.Bucket, name string) ([]dns.RR, error) {
+// RRsAt reads and decodes the RRs stored under name in bucket b.
+func RRsAt(b *bolt.Bucket, name string) ([]dns.RR, error) {
 	v := b.Get(nameKey(name))
 	if v == nil {
 		return nil, nil
 	}
-	return decodeRRs(v)
+	return DecodeRRs(v)
 }
 
 func putRRs(b *bolt.Bucket, name string, rrs []dns.RR) error {
 	if len(rrs) == 0 {
 		return b.Delete(nameKey(name))
 	}
-	v, err := encodeRRs(rrs)
+	v, err := EncodeRRs(rrs)
 	if err != nil {
 		return err
 	}
@@ -137,9 +137,9 @@ type applyOpts struct {
 	skipPrereqs bool // the prerequisites held at prepare and their names stayed locked (a commit)
 }
 
-// applyWrite applies an opChange or opUpdate command.
-func applyWrite(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, error) {
-	if c.Op == opUpdate {
+// applyWrite applies an OpChange or OpUpdate command.
+func applyWrite(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, error) {
+	if c.Op == OpUpdate {
 		return applyUpdate(g, c, o)
 	}
 	return applyChange(g, c, o)
@@ -147,8 +147,8 @@ func applyWrite(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, error
 
 // applyChange applies an atomic record change: deletions first, then
 // additions, then the zone invariants are checked and the SOA serial bumped.
-func applyChange(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, error) {
-	zb := g.Bucket(bucketZones).Bucket([]byte(c.Zone))
+func applyChange(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, error) {
+	zb := g.Bucket(BucketZones).Bucket([]byte(c.Zone))
 	if zb == nil {
 		return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
 	}
@@ -246,8 +246,8 @@ func applyChange(g *bolt.Bucket, c *command, o applyOpts) (Result, *effect, erro
 // writeNames stores the new RRs of the names a change touched, journals the
 // difference from what was stored for IXFR, and returns the effect on the
 // views.
-func writeNames(g *bolt.Bucket, origin string, w *workset) (*effect, error) {
-	e := &effect{zone: origin, names: make([]zone.NameRecords, 0, len(w.order))}
+func writeNames(g *bolt.Bucket, origin string, w *workset) (*Effect, error) {
+	e := &Effect{Zone: origin, Names: make([]zone.NameRecords, 0, len(w.order))}
 	var removed, added []dns.RR
 	for _, name := range w.order {
 		rrs := w.names[name]
@@ -255,7 +255,7 @@ func writeNames(g *bolt.Bucket, origin string, w *workset) (*effect, error) {
 		if err := putRRs(w.zb, name, rrs); err != nil {
 			return nil, err
 		}
-		e.names = append(e.names, zone.NameRecords{Name: name, RRs: rrs})
+		e.Names = append(e.Names, zone.NameRecords{Name: name, RRs: rrs})
 	}
 	if err := journalAppend(g, origin, removed, added); err != nil {
 		return nil, err
@@ -379,7 +379,7 @@ func checkDNAMEs(zb *bolt.Bucket, zone string, names map[string][]dns.RR, order 
 		rrs, ok := names[n]
 		if !ok {
 			var err error
-			if rrs, err = rrsAt(zb, n); err != nil {
+			if rrs, err = RRsAt(zb, n); err != nil {
 				return false
 			}
 		}
@@ -406,7 +406,7 @@ func checkDNAMEs(zb *bolt.Bucket, zone string, names map[string][]dns.RR, order 
 			if len(k) == len(prefix) {
 				continue
 			}
-			below, err := decodeRRs(v)
+			below, err := DecodeRRs(v)
 			if err != nil || len(below) == 0 {
 				continue
 			}

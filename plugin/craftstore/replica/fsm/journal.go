@@ -1,4 +1,4 @@
-package replica
+package fsm
 
 import (
 	"encoding/binary"
@@ -26,7 +26,7 @@ import (
 // changes appended since the journal was last reset, this one included, so
 // the size of a journal is total(last) - total(first) + len(first) without
 // reading the values in between.
-var bucketJournal = []byte("journal")
+var BucketJournal = []byte("journal")
 
 const (
 	// DefaultJournal is how many changes per zone the journal keeps unless
@@ -72,7 +72,7 @@ func journalAppend(g *bolt.Bucket, zone string, removed, added []dns.RR) error {
 	if oldSOA == nil || newSOA == nil {
 		return journalReset(g, zone)
 	}
-	jb, err := g.CreateBucketIfNotExists(bucketJournal)
+	jb, err := g.CreateBucketIfNotExists(BucketJournal)
 	if err != nil {
 		return err
 	}
@@ -94,11 +94,11 @@ func journalAppend(g *bolt.Bucket, zone string, removed, added []dns.RR) error {
 			seq, total = binary.BigEndian.Uint64(k), last.total
 		}
 	}
-	rem, err := encodeRRs(append([]dns.RR{oldSOA}, removed...))
+	rem, err := EncodeRRs(append([]dns.RR{oldSOA}, removed...))
 	if err != nil {
 		return err
 	}
-	add, err := encodeRRs(append([]dns.RR{newSOA}, added...))
+	add, err := EncodeRRs(append([]dns.RR{newSOA}, added...))
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func journalAppend(g *bolt.Bucket, zone string, removed, added []dns.RR) error {
 	binary.BigEndian.PutUint32(v[1:], oldSOA.Serial)
 	binary.BigEndian.PutUint32(v[5:], newSOA.Serial)
 	binary.BigEndian.PutUint64(v[9:], total+uint64(len(v)))
-	return zb.Put(idKey(seq+1), v)
+	return zb.Put(IDKey(seq+1), v)
 }
 
 // splitSOA returns the first SOA of rrs and the other RRs.
@@ -129,7 +129,7 @@ func splitSOA(rrs []dns.RR) (*dns.SOA, []dns.RR) {
 // negative limit drops the whole journal (IXFR off). It runs in apply, so
 // members with the same limit hold the same journal.
 func journalTrim(g *bolt.Bucket, zone string, limit int) error {
-	jb := g.Bucket(bucketJournal)
+	jb := g.Bucket(BucketJournal)
 	if jb == nil || jb.Bucket([]byte(zone)) == nil {
 		return nil
 	}
@@ -170,7 +170,7 @@ func journalReset(g *bolt.Bucket, zone string) error {
 	if err := dropCuts(g, zone); err != nil {
 		return err
 	}
-	jb := g.Bucket(bucketJournal)
+	jb := g.Bucket(BucketJournal)
 	if jb == nil || jb.Bucket([]byte(zone)) == nil {
 		return nil
 	}
@@ -183,7 +183,7 @@ func journalReset(g *bolt.Bucket, zone string) error {
 // cover serial..current: it was trimmed past serial, reset since, or serial
 // was never the zone's.
 func journalChanges(g *bolt.Bucket, zone string, serial, current uint32, fn func(removed, added []dns.RR) error) (bool, error) {
-	jb := g.Bucket(bucketJournal)
+	jb := g.Bucket(BucketJournal)
 	if jb == nil {
 		return false, nil
 	}
@@ -235,10 +235,10 @@ func decodeJournalEntry(v []byte) (removed, added []dns.RR, err error) {
 	if w <= 0 || n > uint64(len(v)-w) {
 		return nil, nil, errJournal
 	}
-	if removed, err = decodeRRs(v[w : w+int(n)]); err != nil {
+	if removed, err = DecodeRRs(v[w : w+int(n)]); err != nil {
 		return nil, nil, err
 	}
-	if added, err = decodeRRs(v[w+int(n):]); err != nil {
+	if added, err = DecodeRRs(v[w+int(n):]); err != nil {
 		return nil, nil, err
 	}
 	return removed, added, nil

@@ -1,4 +1,4 @@
-package replica
+package fsm
 
 import (
 	"errors"
@@ -88,12 +88,12 @@ func FuzzUpdate(f *testing.F) {
 		rrs = append(rrs, x)
 	}
 	err := db.Update(func(tx *bolt.Tx) error {
-		for _, c := range []*command{
-			{Op: opImportBegin, Zone: origin, Import: 1},
-			{Op: opImportChunk, Zone: origin, Import: 1, Add: rrs},
-			{Op: opImportCommit, Zone: origin, Import: 1},
+		for _, c := range []*Command{
+			{Op: OpImportBegin, Zone: origin, Import: 1},
+			{Op: OpImportChunk, Zone: origin, Import: 1, Add: rrs},
+			{Op: OpImportCommit, Zone: origin, Import: 1},
 		} {
-			if _, _, err := applyCommand(generation(tx), c, 10); err != nil {
+			if _, _, err := Apply(Generation(tx), c, 10); err != nil {
 				return err
 			}
 		}
@@ -103,8 +103,8 @@ func FuzzUpdate(f *testing.F) {
 		f.Fatal(err)
 	}
 	zoneRRs := func(g *bolt.Bucket) (soa *dns.SOA, rest []string, all []dns.RR) {
-		g.Bucket(bucketZones).Bucket([]byte(origin)).ForEach(func(_, v []byte) error {
-			rrs, err := decodeRRs(v)
+		g.Bucket(BucketZones).Bucket([]byte(origin)).ForEach(func(_, v []byte) error {
+			rrs, err := DecodeRRs(v)
 			if err != nil {
 				f.Fatal(err)
 			}
@@ -128,18 +128,18 @@ func FuzzUpdate(f *testing.F) {
 			return
 		}
 		checked, _ := CheckUpdate(origin, m.Answer, m.Ns)
-		cmd := &command{Op: opUpdate, Zone: origin, Update: msg}
-		b, err := cmd.marshal()
+		cmd := &Command{Op: OpUpdate, Zone: origin, Update: msg}
+		b, err := cmd.Marshal()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cmd, err = unmarshalCommand(b); err != nil {
+		if cmd, err = Unmarshal(b); err != nil {
 			t.Fatalf("a marshalled UPDATE command does not decode: %v", err)
 		}
 		db.Update(func(tx *bolt.Tx) error {
-			g := generation(tx)
+			g := Generation(tx)
 			soa0, before, _ := zoneRRs(g)
-			res, _, err := applyCommand(g, cmd, 10)
+			res, _, err := Apply(g, cmd, 10)
 			var refused *Error
 			if errors.As(err, &refused) && checked != dns.RcodeSuccess {
 				return errRollback

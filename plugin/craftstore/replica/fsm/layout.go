@@ -1,4 +1,4 @@
-package replica
+package fsm
 
 import (
 	"encoding/binary"
@@ -27,16 +27,16 @@ import (
 //	data.<n>/journal/<origin>/<sequence> -> one change, for IXFR (journal.go)
 //	data.<n>/seeded/<origin>  -> empty: a seed import of the zone committed
 var (
-	bucketMeta       = []byte("meta")
-	keyCurrent       = []byte("current")
-	keyCluster       = []byte("cluster") // meta: the cluster name the directory was made for
-	keyMember        = []byte("member")  // meta: the member id it was made for (8 bytes)
+	BucketMeta       = []byte("meta")
+	KeyCurrent       = []byte("current")
+	KeyCluster       = []byte("cluster") // meta: the cluster name the directory was made for
+	KeyMember        = []byte("member")  // meta: the member id it was made for (8 bytes)
 	keyApplied       = []byte("applied")
-	bucketMembers    = []byte("members")
-	bucketZones      = []byte("zones")
+	BucketMembers    = []byte("members")
+	BucketZones      = []byte("zones")
 	bucketImports    = []byte("imports")
 	bucketImportMeta = []byte("importmeta")
-	bucketRemoved    = []byte("removed")
+	BucketRemoved    = []byte("removed")
 	bucketSeeded     = []byte("seeded")
 )
 
@@ -55,9 +55,9 @@ type Member struct {
 // order (dnsname.CanonicalKey).
 func nameKey(name string) []byte { return dnsname.CanonicalKey(name) }
 
-// encodeRRs encodes the RRs at one name (uncompressed wire format, each behind
+// EncodeRRs encodes the RRs at one name (uncompressed wire format, each behind
 // its length), the value stored under a name key.
-func encodeRRs(rrs []dns.RR) ([]byte, error) {
+func EncodeRRs(rrs []dns.RR) ([]byte, error) {
 	var b []byte
 	var err error
 	for _, rr := range rrs {
@@ -68,9 +68,9 @@ func encodeRRs(rrs []dns.RR) ([]byte, error) {
 	return b, nil
 }
 
-// decodeRRs decodes what encodeRRs wrote. It copies nothing it keeps from v,
+// DecodeRRs decodes what encodeRRs wrote. It copies nothing it keeps from v,
 // so v may be a bbolt value.
-func decodeRRs(v []byte) ([]dns.RR, error) {
+func DecodeRRs(v []byte) ([]dns.RR, error) {
 	d := decoder{b: v}
 	var rrs []dns.RR
 	for len(d.b) > 0 && d.err == nil {
@@ -79,14 +79,14 @@ func decodeRRs(v []byte) ([]dns.RR, error) {
 	return rrs, d.err
 }
 
-// generation returns the current generation bucket; it exists after open.
-func generation(tx *bolt.Tx) *bolt.Bucket {
-	return tx.Bucket(tx.Bucket(bucketMeta).Get(keyCurrent))
+// Generation returns the current Generation bucket; it exists after open.
+func Generation(tx *bolt.Tx) *bolt.Bucket {
+	return tx.Bucket(tx.Bucket(BucketMeta).Get(KeyCurrent))
 }
 
-// createGeneration makes an empty generation bucket with its sub-buckets.
-func createGeneration(tx *bolt.Tx) ([]byte, *bolt.Bucket, error) {
-	meta := tx.Bucket(bucketMeta)
+// CreateGeneration makes an empty generation bucket with its sub-buckets.
+func CreateGeneration(tx *bolt.Tx) ([]byte, *bolt.Bucket, error) {
+	meta := tx.Bucket(BucketMeta)
 	n, err := meta.NextSequence()
 	if err != nil {
 		return nil, nil, err
@@ -96,7 +96,7 @@ func createGeneration(tx *bolt.Tx) ([]byte, *bolt.Bucket, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, b := range [][]byte{bucketMembers, bucketZones, bucketImports, bucketImportMeta, bucketRemoved} {
+	for _, b := range [][]byte{BucketMembers, BucketZones, bucketImports, bucketImportMeta, BucketRemoved} {
 		if _, err := g.CreateBucket(b); err != nil {
 			return nil, nil, err
 		}
@@ -104,14 +104,14 @@ func createGeneration(tx *bolt.Tx) ([]byte, *bolt.Bucket, error) {
 	return name, g, nil
 }
 
-func putApplied(g *bolt.Bucket, index, term uint64) error {
+func PutApplied(g *bolt.Bucket, index, term uint64) error {
 	var v [16]byte
 	binary.BigEndian.PutUint64(v[:8], index)
 	binary.BigEndian.PutUint64(v[8:], term)
 	return g.Put(keyApplied, v[:])
 }
 
-func getApplied(g *bolt.Bucket) (index, term uint64) {
+func Applied(g *bolt.Bucket) (index, term uint64) {
 	v := g.Get(keyApplied)
 	if len(v) != 16 {
 		return 0, 0
@@ -119,19 +119,19 @@ func getApplied(g *bolt.Bucket) (index, term uint64) {
 	return binary.BigEndian.Uint64(v[:8]), binary.BigEndian.Uint64(v[8:])
 }
 
-func idKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
+func IDKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
-func putMember(g *bolt.Bucket, m Member) error {
+func PutMember(g *bolt.Bucket, m Member) error {
 	v, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return g.Bucket(bucketMembers).Put(idKey(m.ID), v)
+	return g.Bucket(BucketMembers).Put(IDKey(m.ID), v)
 }
 
-func readMembers(g *bolt.Bucket) ([]Member, error) {
+func Members(g *bolt.Bucket) ([]Member, error) {
 	var ms []Member
-	err := g.Bucket(bucketMembers).ForEach(func(k, v []byte) error {
+	err := g.Bucket(BucketMembers).ForEach(func(k, v []byte) error {
 		var m Member
 		if err := json.Unmarshal(v, &m); err != nil {
 			return fmt.Errorf("member %x: %w", k, err)
@@ -142,10 +142,10 @@ func readMembers(g *bolt.Bucket) ([]Member, error) {
 	return ms, err
 }
 
-// readRemoved returns the ids removed from the group.
-func readRemoved(g *bolt.Bucket) map[uint64]bool {
+// RemovedIDs returns the ids removed from the group.
+func RemovedIDs(g *bolt.Bucket) map[uint64]bool {
 	out := map[uint64]bool{}
-	if b := g.Bucket(bucketRemoved); b != nil {
+	if b := g.Bucket(BucketRemoved); b != nil {
 		b.ForEach(func(k, _ []byte) error {
 			if len(k) == 8 {
 				out[binary.BigEndian.Uint64(k)] = true

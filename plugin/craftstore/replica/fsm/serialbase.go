@@ -1,4 +1,4 @@
-package replica
+package fsm
 
 import (
 	"encoding/binary"
@@ -26,8 +26,8 @@ func putBase(g *bolt.Bucket, origin string, base uint32) error {
 	return b.Put([]byte(origin), binary.BigEndian.AppendUint32(nil, base))
 }
 
-// getBase returns zone origin's serial base; ok is false when none is kept.
-func getBase(g *bolt.Bucket, origin string) (base uint32, ok bool) {
+// SerialBase returns zone origin's serial base; ok is false when none is kept.
+func SerialBase(g *bolt.Bucket, origin string) (base uint32, ok bool) {
 	b := g.Bucket(bucketBases)
 	if b == nil {
 		return 0, false
@@ -55,7 +55,7 @@ func noteSerial(g *bolt.Bucket, origin string, old, serial uint32, explicit bool
 	if explicit {
 		return putBase(g, origin, serial)
 	}
-	if _, ok := getBase(g, origin); ok {
+	if _, ok := SerialBase(g, origin); ok {
 		return nil
 	}
 	return putBase(g, origin, old)

@@ -1,4 +1,4 @@
-package replica
+package fsm
 
 import (
 	"encoding/binary"
@@ -8,28 +8,37 @@ import (
 	"github.com/miekg/dns"
 )
 
-// op is the kind of a replicated command.
-type op byte
+// Op is the kind of a replicated command. Its number is written in every
+// log entry and snapshot: an op keeps its number forever, and a new op takes
+// the next free one at the end of the list (doc.go, "Adding a command").
+type Op byte
 
 const (
-	opChange       op = iota + 1 // atomic record change in one zone
-	opImportBegin                // start staging a whole-zone import
-	opImportChunk                // a chunk of records of a staged import
-	opImportCommit               // replace (or create) the zone with the staged import
-	opDeleteZone                 // remove a zone
-	opMemberInfo                 // a member's advertised addresses
-	opUpdate                     // an RFC 2136 UPDATE, prerequisites and updates
-	opTxPrepare                  // a shard's part of a transaction: evaluate, lock, keep (txn.go)
-	opTxCommit                   // apply a prepared part, unlock
-	opTxAbort                    // drop a prepared part, unlock
-	opTxDecide                   // the coordinator's decision for a transaction
-	opTxFence                    // hold a zone's transactions for a consistent transfer (fence.go)
-	opTxUnfence                  // release them
+	OpChange       Op = 1  // atomic record change in one zone
+	OpImportBegin  Op = 2  // start staging a whole-zone import
+	OpImportChunk  Op = 3  // a chunk of records of a staged import
+	OpImportCommit Op = 4  // replace (or create) the zone with the staged import
+	OpDeleteZone   Op = 5  // remove a zone
+	OpMemberInfo   Op = 6  // a member's advertised addresses
+	OpUpdate       Op = 7  // an RFC 2136 UPDATE, prerequisites and updates
+	OpTxPrepare    Op = 8  // a shard's part of a transaction: evaluate, lock, keep (txn.go)
+	OpTxCommit     Op = 9  // apply a prepared part, unlock
+	OpTxAbort      Op = 10 // drop a prepared part, unlock
+	OpTxDecide     Op = 11 // the coordinator's decision for a transaction
+	OpTxFence      Op = 12 // hold a zone's transactions for a consistent transfer (fence.go)
+	OpTxUnfence    Op = 13 // release them
 )
 
-// isTx reports whether o is a transaction op, which carries Tx, Time and,
-// by op, Part, Meta and Outcome.
-func (o op) isTx() bool { return o >= opTxPrepare && o <= opTxUnfence }
+// IsTx reports whether o is a transaction op, whose encoding carries the
+// transaction fields (Tx, Time, Part, Meta, Outcome; Command.Marshal). A
+// new op that needs them is listed here, wherever its number falls.
+func (o Op) IsTx() bool {
+	switch o {
+	case OpTxPrepare, OpTxCommit, OpTxAbort, OpTxDecide, OpTxFence, OpTxUnfence:
+		return true
+	}
+	return false
+}
 
 // Deletion selects what a change removes: one RR (RR set), every RRset of a
 // type at a name (Type set), or everything at a name.
@@ -39,26 +48,26 @@ type Deletion struct {
 	Type uint16
 }
 
-// command is the payload of one Raft log entry. Only the fields of its op are
+// Command is the payload of one Raft log entry. Only the fields of its op are
 // used. The encoding is a compact binary one (RRs in uncompressed wire
 // format) because entries are written to disk and sent to every member.
-type command struct {
-	Op     op
+type Command struct {
+	Op     Op
 	ID     uint64 // proposal id, for the proposer to find its waiter; 0 for none
 	Zone   string // canonical origin
 	Import uint64 // import id (opImport*)
-	Absent bool   // opImportBegin: commit only if the zone does not exist (seeding)
+	Absent bool   // OpImportBegin: commit only if the zone does not exist (seeding)
 	Add    []dns.RR
 	Del    []Deletion
-	Member Member // opMemberInfo
-	Update []byte // opUpdate: a packed message, prerequisites in Answer, updates in Ns
+	Member Member // OpMemberInfo
+	Update []byte // OpUpdate: a packed message, prerequisites in Answer, updates in Ns
 
 	// Transaction ops (txn.go).
 	Tx      [16]byte // the transaction's ID
 	Time    int64    // the proposer's clock (Unix ns): when finished IDs expire
-	Part    []byte   // opTxPrepare: the part, a marshalled opChange or opUpdate command
-	Meta    []byte   // opTxPrepare: the coordinator and participants (JSON)
-	Outcome byte     // opTxDecide: the outcome to record unless one is
+	Part    []byte   // OpTxPrepare: the part, a marshalled OpChange or OpUpdate command
+	Meta    []byte   // OpTxPrepare: the coordinator and participants (JSON)
+	Outcome byte     // OpTxDecide: the outcome to record unless one is
 }
 
 const (
@@ -67,7 +76,7 @@ const (
 	delName = 3
 )
 
-func (c *command) marshal() ([]byte, error) {
+func (c *Command) Marshal() ([]byte, error) {
 	b := make([]byte, 0, 64+len(c.Add)*48)
 	b = append(b, 1, byte(c.Op)) // format version, op
 	b = binary.AppendUvarint(b, c.ID)
@@ -102,11 +111,11 @@ func (c *command) marshal() ([]byte, error) {
 			b = appendString(b, d.Name)
 		}
 	}
-	if c.Op == opUpdate {
+	if c.Op == OpUpdate {
 		b = binary.AppendUvarint(b, uint64(len(c.Update)))
 		b = append(b, c.Update...)
 	}
-	if c.Op.isTx() {
+	if c.Op.IsTx() {
 		b = append(b, c.Tx[:]...)
 		b = binary.AppendUvarint(b, uint64(c.Time))
 		b = binary.AppendUvarint(b, uint64(len(c.Part)))
@@ -115,7 +124,7 @@ func (c *command) marshal() ([]byte, error) {
 		b = append(b, c.Meta...)
 		b = append(b, c.Outcome)
 	}
-	if c.Op == opMemberInfo {
+	if c.Op == OpMemberInfo {
 		b = binary.AppendUvarint(b, c.Member.ID)
 		b = appendString(b, c.Member.Raft)
 		b = appendString(b, c.Member.DNS)
@@ -124,13 +133,13 @@ func (c *command) marshal() ([]byte, error) {
 	return b, nil
 }
 
-func unmarshalCommand(data []byte) (*command, error) {
+func Unmarshal(data []byte) (*Command, error) {
 	d := decoder{b: data}
 	if v := d.byte(); v != 1 {
 		return nil, fmt.Errorf("unknown command format %d", v)
 	}
-	c := &command{Op: op(d.byte())}
-	if c.Op < opChange || c.Op > opTxUnfence {
+	c := &Command{Op: Op(d.byte())}
+	if c.Op < OpChange || c.Op > OpTxUnfence {
 		return nil, fmt.Errorf("unknown command op %d", c.Op)
 	}
 	c.ID = d.uvarint()
@@ -158,10 +167,10 @@ func unmarshalCommand(data []byte) (*command, error) {
 			d.fail(errors.New("unknown deletion kind"))
 		}
 	}
-	if c.Op == opUpdate {
+	if c.Op == OpUpdate {
 		c.Update = append([]byte(nil), d.bytes()...)
 	}
-	if c.Op.isTx() {
+	if c.Op.IsTx() {
 		for i := range c.Tx {
 			c.Tx[i] = d.byte()
 		}
@@ -170,7 +179,7 @@ func unmarshalCommand(data []byte) (*command, error) {
 		c.Meta = append([]byte(nil), d.bytes()...)
 		c.Outcome = d.byte()
 	}
-	if c.Op == opMemberInfo {
+	if c.Op == OpMemberInfo {
 		c.Member = Member{ID: d.uvarint(), Raft: d.string(), DNS: d.string(), API: d.string()}
 	}
 	if d.err != nil {

@@ -1,0 +1,379 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strings"
+
+	"github.com/craftdns/craftdns/internal/txn"
+
+	"github.com/miekg/dns"
+	bolt "go.etcd.io/bbolt"
+)
+
+// The state machine of transactions that span shards (package
+// internal/txn has the protocol and its invariants). All of it is
+// replicated state in the generation bucket, so it survives restarts and
+// travels in snapshots:
+//
+//	data.<n>/txprepared/<id>          -> the OpTxPrepare command (marshalled)
+//	data.<n>/txlocks/<zone> 0 <name>  -> id: a name a prepared part holds
+//	data.<n>/txdone/<id>              -> outcome (1 byte), time (8): a part finished here
+//	data.<n>/txdecided/<id>           -> outcome (1 byte), time (8): a decision, on the coordinator
+//	data.<n>/txexpiry/<time><kind><id> -> empty: when a txdone or txdecided entry goes
+var (
+	BucketTxPrepared = []byte("txprepared")
+	BucketTxLocks    = []byte("txlocks")
+	bucketTxDone     = []byte("txdone")
+	bucketTxDecided  = []byte("txdecided")
+	bucketTxExpiry   = []byte("txexpiry")
+)
+
+// Outcome bytes in the log and in bbolt.
+const (
+	OutcomeCommit byte = 1
+	OutcomeAbort  byte = 2
+)
+
+func OutcomeOf(b byte) txn.Outcome {
+	if b == OutcomeCommit {
+		return txn.Commit
+	}
+	return txn.Abort
+}
+
+// Touched returns the canonical names that write c (OpChange or OpUpdate)
+// reads or writes: its additions and deletions, or its prerequisites and
+// updates.
+func Touched(c *Command) ([]string, error) {
+	var names []string
+	add := func(name string) { names = append(names, strings.ToLower(dns.Fqdn(name))) }
+	switch c.Op {
+	case OpChange:
+		for _, rr := range c.Add {
+			add(rr.Header().Name)
+		}
+		for _, d := range c.Del {
+			if d.RR != nil {
+				add(d.RR.Header().Name)
+			} else {
+				add(d.Name)
+			}
+		}
+	case OpUpdate:
+		m := new(dns.Msg)
+		if err := m.Unpack(c.Update); err != nil {
+			return nil, Errorf(ErrInvalid, "unpacking update: %v", err)
+		}
+		for _, rr := range append(m.Answer, m.Ns...) {
+			add(rr.Header().Name)
+		}
+	default:
+		return nil, Errorf(ErrInvalid, "a transaction's part must be a change or an update")
+	}
+	return names, nil
+}
+
+func lockKey(zone, name string) []byte {
+	return append(append([]byte(zone), 0), name...)
+}
+
+// lockedBy returns the transaction that holds name of zone, if any.
+func lockedBy(g *bolt.Bucket, zone, name string) ([]byte, bool) {
+	b := g.Bucket(BucketTxLocks)
+	if b == nil {
+		return nil, false
+	}
+	v := b.Get(lockKey(zone, name))
+	return v, v != nil
+}
+
+// anyLocks reports whether some transaction holds names on this shard.
+func anyLocks(g *bolt.Bucket) bool {
+	b := g.Bucket(BucketTxLocks)
+	if b == nil {
+		return false
+	}
+	k, _ := b.Cursor().First()
+	return k != nil
+}
+
+// checkUnlocked refuses write c with ErrBusy when a transaction holds a
+// name it touches.
+func checkUnlocked(g *bolt.Bucket, c *Command) error {
+	if !anyLocks(g) {
+		return nil
+	}
+	names, err := Touched(c)
+	if err != nil {
+		return err
+	}
+	return checkNames(g, c.Zone, names)
+}
+
+// checkNames refuses with ErrBusy when a transaction holds one of names of
+// zone.
+func checkNames(g *bolt.Bucket, zone string, names []string) error {
+	for _, n := range names {
+		if by, ok := lockedBy(g, zone, n); ok {
+			return Errorf(ErrBusy, "%s is locked by transaction %x in progress", n, by)
+		}
+	}
+	return nil
+}
+
+// txRecord is an outcome with its time, as txdone and txdecided hold it.
+func txRecord(outcome byte, t int64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{outcome}, uint64(t))
+}
+
+func getOutcome(g *bolt.Bucket, bucket []byte, id []byte) (byte, bool) {
+	b := g.Bucket(bucket)
+	if b == nil {
+		return 0, false
+	}
+	v := b.Get(id)
+	if len(v) < 1 {
+		return 0, false
+	}
+	return v[0], true
+}
+
+// putOutcome records outcome for id in bucket (txdone or txdecided) and
+// when it expires, then forgets what expired by c.Time.
+func putOutcome(g *bolt.Bucket, bucket []byte, c *Command, outcome byte) error {
+	b, err := g.CreateBucketIfNotExists(bucket)
+	if err != nil {
+		return err
+	}
+	if err := b.Put(c.Tx[:], txRecord(outcome, c.Time)); err != nil {
+		return err
+	}
+	exp, err := g.CreateBucketIfNotExists(bucketTxExpiry)
+	if err != nil {
+		return err
+	}
+	until := c.Time + int64(txn.Retention)
+	k := binary.BigEndian.AppendUint64(nil, uint64(until))
+	k = append(append(k, bucket[2]), c.Tx[:]...) // 'd'one or 'd'ecided: the third letter tells them apart
+	if err := exp.Put(k, nil); err != nil {
+		return err
+	}
+	return expireTx(g, c.Time)
+}
+
+// expireTx forgets finished IDs and decisions whose time passed by now
+// (the proposer's clock of the entry being applied: every member forgets
+// the same ones).
+func expireTx(g *bolt.Bucket, now int64) error {
+	exp := g.Bucket(bucketTxExpiry)
+	if exp == nil {
+		return nil
+	}
+	cur := exp.Cursor()
+	for k, _ := cur.First(); k != nil && len(k) == 8+1+16; k, _ = cur.First() {
+		if int64(binary.BigEndian.Uint64(k)) > now {
+			break
+		}
+		bucket := bucketTxDone
+		if k[8] == bucketTxDecided[2] {
+			bucket = bucketTxDecided
+		}
+		if b := g.Bucket(bucket); b != nil {
+			if err := b.Delete(k[9:]); err != nil {
+				return err
+			}
+		}
+		if err := cur.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyTxPrepare evaluates a transaction's part against this shard's state
+// and, when it passes, keeps it and locks its names. The vote is the
+// result: Rcode for an UPDATE part, an error (ErrBusy when a name is
+// locked by another transaction or the transaction was aborted already)
+// for anything that fails.
+func applyTxPrepare(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
+	if o, ok := getOutcome(g, bucketTxDone, c.Tx[:]); ok {
+		if o == OutcomeAbort {
+			// A prepare repeated after a participant's recovery aborted the
+			// transaction (its router was slower than txn.ResolveAfter, as
+			// when the member it asked first died). The abort stands at the
+			// coordinator, so nothing of it is written anywhere: the router
+			// runs the request again under a new ID, as after a lock.
+			return Result{}, nil, Errorf(ErrBusy, "transaction %x was aborted while its router retried: run it again under a new ID", c.Tx)
+		}
+		return Result{}, nil, nil // committed already: a repeated prepare
+	}
+	if p := g.Bucket(BucketTxPrepared); p != nil && p.Get(c.Tx[:]) != nil {
+		return Result{}, nil, nil // a repeated prepare
+	}
+	part, err := Unmarshal(c.Part)
+	if err != nil {
+		return Result{}, nil, Errorf(ErrInvalid, "transaction part: %v", err)
+	}
+	if part.Zone != c.Zone {
+		return Result{}, nil, Errorf(ErrInvalid, "transaction part for zone %q in a prepare for %q", part.Zone, c.Zone)
+	}
+	names, err := Touched(part)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if err := checkNames(g, c.Zone, names); err != nil {
+		return Result{}, nil, err
+	}
+	if err := checkFence(g, c); err != nil {
+		return Result{}, nil, err
+	}
+	if g.Bucket(bucketImportMeta).Get([]byte(c.Zone)) != nil {
+		return Result{}, nil, Errorf(ErrBusy, "zone %q is being imported", c.Zone)
+	}
+	res, _, err := applyWrite(g, part, applyOpts{dry: true})
+	if err != nil || res.Rcode != dns.RcodeSuccess {
+		return res, nil, err
+	}
+	p, err := g.CreateBucketIfNotExists(BucketTxPrepared)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	rec, err := c.Marshal()
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if err := p.Put(c.Tx[:], rec); err != nil {
+		return Result{}, nil, err
+	}
+	locks, err := g.CreateBucketIfNotExists(BucketTxLocks)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	for _, n := range names {
+		if err := locks.Put(lockKey(c.Zone, n), c.Tx[:]); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	return Result{Serial: res.Serial}, &Effect{Zone: c.Zone, Tx: &TxEffect{ID: c.Tx, Names: names, Prepared: true}}, nil
+}
+
+// PreparedPart returns the prepare command of transaction id on this shard.
+func PreparedPart(g *bolt.Bucket, id []byte) (*Command, error) {
+	p := g.Bucket(BucketTxPrepared)
+	if p == nil {
+		return nil, nil
+	}
+	v := p.Get(id)
+	if v == nil {
+		return nil, nil
+	}
+	return Unmarshal(v)
+}
+
+// unlock drops prepared part c and its locks, and records that it finished
+// with outcome.
+func unlock(g *bolt.Bucket, c *Command, finish *Command, outcome byte) ([]string, error) {
+	part, err := Unmarshal(c.Part)
+	if err != nil {
+		return nil, err
+	}
+	names, err := Touched(part)
+	if err != nil {
+		return nil, err
+	}
+	if locks := g.Bucket(BucketTxLocks); locks != nil {
+		for _, n := range names {
+			if by, ok := lockedBy(g, c.Zone, n); ok && bytes.Equal(by, c.Tx[:]) {
+				if err := locks.Delete(lockKey(c.Zone, n)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if err := g.Bucket(BucketTxPrepared).Delete(c.Tx[:]); err != nil {
+		return nil, err
+	}
+	return names, putOutcome(g, bucketTxDone, finish, outcome)
+}
+
+// applyTxCommit applies a prepared part: its names are still locked, so it
+// writes what its prepare evaluated (the prerequisites are not evaluated
+// again), with the serial bump of any change.
+func applyTxCommit(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
+	if o, ok := getOutcome(g, bucketTxDone, c.Tx[:]); ok {
+		if o == OutcomeAbort {
+			return Result{}, nil, Errorf(ErrConflict, "transaction %x was aborted here", c.Tx)
+		}
+		return Result{Outcome: OutcomeCommit}, nil, nil // a repeated commit
+	}
+	prep, err := PreparedPart(g, c.Tx[:])
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if prep == nil {
+		return Result{}, nil, Errorf(ErrNotFound, "transaction %x is not prepared here", c.Tx)
+	}
+	part, err := Unmarshal(prep.Part)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	res, eff, werr := applyWrite(g, part, applyOpts{skipPrereqs: true})
+	// The part passed at prepare and its names stayed locked: it cannot
+	// fail now but for a broken store. Either way the locks go.
+	names, err := unlock(g, prep, c, OutcomeCommit)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if werr != nil {
+		return Result{}, nil, werr
+	}
+	if eff == nil {
+		eff = &Effect{Zone: prep.Zone}
+	}
+	eff.Tx = &TxEffect{ID: c.Tx, Names: names}
+	res.Outcome = OutcomeCommit
+	return res, eff, nil
+}
+
+// applyTxAbort drops a prepared part, or notes that transaction id is
+// aborted so that a prepare arriving late is refused.
+func applyTxAbort(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
+	if o, ok := getOutcome(g, bucketTxDone, c.Tx[:]); ok {
+		if o == OutcomeCommit {
+			return Result{}, nil, Errorf(ErrConflict, "transaction %x was committed here", c.Tx)
+		}
+		return Result{Outcome: OutcomeAbort}, nil, nil
+	}
+	prep, err := PreparedPart(g, c.Tx[:])
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if prep == nil {
+		return Result{Outcome: OutcomeAbort}, nil, putOutcome(g, bucketTxDone, c, OutcomeAbort)
+	}
+	names, err := unlock(g, prep, c, OutcomeAbort)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	return Result{Outcome: OutcomeAbort}, &Effect{Zone: prep.Zone, Tx: &TxEffect{ID: c.Tx, Names: names}}, nil
+}
+
+// applyTxDecide records the coordinator's decision for a transaction: the
+// first one recorded stands, and is the result.
+func applyTxDecide(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
+	if o, ok := getOutcome(g, bucketTxDecided, c.Tx[:]); ok {
+		return Result{Outcome: o}, nil, nil
+	}
+	if c.Outcome != OutcomeCommit && c.Outcome != OutcomeAbort {
+		return Result{}, nil, Errorf(ErrInvalid, "unknown outcome %d", c.Outcome)
+	}
+	return Result{Outcome: c.Outcome}, nil, putOutcome(g, bucketTxDecided, c, c.Outcome)
+}
+
+// TxEffect is what a transaction entry changes in the member's lock view.
+type TxEffect struct {
+	ID       [16]byte
+	Names    []string
+	Prepared bool // locked (prepare) or unlocked (commit, abort)
+}
