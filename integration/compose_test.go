@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/integration/harness"
+
 	"github.com/miekg/dns"
 )
 

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"github.com/craftdns/craftdns/integration/harness"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/craftdns/craftdns/integration/harness"
 )
 
 // TestReloadAndMetrics reloads the Corefile (SIGUSR1) of a running member:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/integration/harness"
+
 	"github.com/miekg/dns"
 )
 

@@ -411,6 +411,12 @@ func TestShardedKill(t *testing.T) {
 	if live2 <= live1 {
 		t.Errorf("expected requests to the live members of shard a to go on, got %v then %v", live1, live2)
 	}
+	// Every query to the shard is timed, failovers included.
+	n1 := metricSum(t, m1, "coredns_craftroute_request_duration_seconds_count", `shard="a"`)
+	n2 := metricSum(t, m2, "coredns_craftroute_request_duration_seconds_count", `shard="a"`)
+	if n2 <= n1 || metricSum(t, m2, "coredns_craftroute_request_duration_seconds_bucket", `shard="a"`, `le="+Inf"`) != n2 {
+		t.Errorf("expected the request duration histogram of shard a to count the queries, got counts %v then %v", n1, n2)
+	}
 	if d := metricSum(t, routerMetrics(t, r), "coredns_craftroute_member_down", back); d != 0 {
 		t.Errorf("expected %s no longer marked down, got member_down %v", a[0].name, d)
 	}

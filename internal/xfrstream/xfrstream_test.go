@@ -7,9 +7,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/miekg/dns"
-
 	"github.com/craftdns/craftdns/internal/zonerules"
+
+	"github.com/miekg/dns"
 )
 
 func TestRoundTrip(t *testing.T) {

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/miekg/dns"
-
 	"github.com/craftdns/craftdns/internal/zonerules"
+
+	"github.com/miekg/dns"
 )
 
 // FuzzParseZone: any zone file text a PUT carries is refused with an error

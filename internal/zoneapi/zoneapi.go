@@ -15,10 +15,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/miekg/dns"
-
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/zonerules"
+
+	"github.com/miekg/dns"
 )
 
 // Limits and defaults.

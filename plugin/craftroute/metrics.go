@@ -14,6 +14,11 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "requests_total",
 		Help: "Responses received from shard members, by rcode.",
 	}, []string{"shard", "member", "rcode"})
+	requestDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "request_duration_seconds",
+		Buckets: plugin.TimeBuckets,
+		Help:    "Time of the router's queries to a shard, from the first try to the answer used: failovers and the retries of names held by a transaction included.",
+	}, []string{"shard"})
 	failoverCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "failovers_total",
 		Help: "Queries sent to the next member of a shard after a timeout, error or SERVFAIL.",

@@ -128,6 +128,8 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 	// A name held by a transaction in progress: the member waited
 	// txn.RoutedWait for its outcome; ask again, for at most heldFor.
 	var deadline time.Time
+	start := time.Now()
+	defer func() { requestDuration.WithLabelValues(s.Name).Observe(time.Since(start).Seconds()) }()
 	for {
 		if c.ex != nil {
 			resp, err = c.ex.exchange(ctx, s, req)

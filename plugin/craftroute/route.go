@@ -7,9 +7,10 @@ import (
 	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
-	"github.com/miekg/dns"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+
+	"github.com/miekg/dns"
 )
 
 // Placement: which shard owns a name.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+
 	"github.com/miekg/dns"
 )
 

@@ -5,10 +5,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/miekg/dns"
-
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
+	"github.com/miekg/dns"
 )
 
 func TestCoalesce(t *testing.T) {

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+
 	bolt "go.etcd.io/bbolt"
 )
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"

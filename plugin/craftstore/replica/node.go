@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
-	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 )
 
 // run is the Ready loop: persist, send, apply, advance.

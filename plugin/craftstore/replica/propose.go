@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+
 	"github.com/miekg/dns"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"
 )

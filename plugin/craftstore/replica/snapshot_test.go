@@ -6,6 +6,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+
 	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"

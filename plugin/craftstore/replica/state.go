@@ -2,6 +2,7 @@ package replica
 
 import (
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+
 	"github.com/miekg/dns"
 )
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )

@@ -5,6 +5,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+
 	"github.com/miekg/dns"
 )
 

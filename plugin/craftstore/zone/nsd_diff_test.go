@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/coredns/coredns/plugin/test"
+
 	"github.com/craftdns/craftdns/internal/dnsdiff"
 
 	"github.com/miekg/dns"

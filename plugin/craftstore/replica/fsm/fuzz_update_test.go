@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/craftdns/craftdns/internal/zonerules"
+
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/craftdns/craftdns/internal/zonerules"
 )
 
 // fuzzUpdateZone is the zone FuzzUpdate updates: a CNAME, a wildcard, a

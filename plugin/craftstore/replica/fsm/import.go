@@ -4,10 +4,10 @@ import (
 	"encoding/binary"
 	"strings"
 
+	"github.com/craftdns/craftdns/internal/zonerules"
+
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/craftdns/craftdns/internal/zonerules"
 )
 
 // A whole-zone import is staged over several entries (a zone of a million

@@ -1,10 +1,10 @@
 package fsm
 
 import (
+	"github.com/craftdns/craftdns/internal/zonerules"
+
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
-
-	"github.com/craftdns/craftdns/internal/zonerules"
 )
 
 // XfrBatch is how many records a zone transfer hands over at a time.
