@@ -209,15 +209,23 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	a.importZone(w, r, origin, rrs)
+}
+
+// importZone replaces (or creates) zone origin with rrs, which passed the
+// zone's checks, tells the routers, and answers with the zone's new serial
+// and size. It returns whether the import committed.
+func (a *apiServer) importZone(w http.ResponseWriter, r *http.Request, origin string, rrs []dns.RR) (replica.Result, bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))
 	defer cancel()
 	res, err := a.rep.PutZone(a.late(ctx, origin, shardproto.ZonePut), origin, rrs, false)
 	if err != nil {
 		fail(w, err)
-		return
+		return res, false
 	}
 	noticeChange(r.Context(), a.leases, a.rep, origin, shardproto.ZonePut)
 	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
+	return res, true
 }
 
 func (a *apiServer) getZone(w http.ResponseWriter, r *http.Request) {

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/craftdns/craftdns/internal/httpapi"
-	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/internal/zonerules"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
@@ -122,16 +120,9 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))
-	defer cancel()
-	res, err := a.rep.PutZone(a.late(ctx, origin, shardproto.ZonePut), origin, rrs, false)
-	if err != nil {
-		fail(w, err)
-		return
+	if res, ok := a.importZone(w, r, origin, rrs); ok {
+		log.Infof("imported zone %s by AXFR from %s: %d records, serial %d", origin, primary, res.Records, res.Serial)
 	}
-	noticeChange(r.Context(), a.leases, a.rep, origin, shardproto.ZonePut)
-	log.Infof("imported zone %s by AXFR from %s: %d records, serial %d", origin, primary, res.Records, res.Serial)
-	httpapi.WriteJSON(w, http.StatusOK, zoneapi.ZoneInfo{Zone: origin, Serial: res.Serial, Records: res.Records})
 }
 
 // axfrIn transfers origin from primary by AXFR, TSIG-signed with key unless

@@ -27,15 +27,8 @@ func (r *Replica) Export(origin string, fn func(dns.RR) error) error {
 				}
 			}
 		}
-		return b.ForEach(func(_, v []byte) error {
-			rrs, err := fsm.DecodeRRs(v)
-			if err != nil {
-				return err
-			}
+		return fsm.EachName(b, func(rrs []dns.RR) error {
 			for _, rr := range rrs {
-				if rr.Header().Rrtype == dns.TypeSOA {
-					continue
-				}
 				if err := fn(rr); err != nil {
 					return err
 				}

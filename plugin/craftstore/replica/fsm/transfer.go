@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"slices"
+
 	"github.com/craftdns/craftdns/internal/zonerules"
 
 	"github.com/miekg/dns"
@@ -102,17 +104,8 @@ func netIncremental(g *bolt.Bucket, origin string, serial uint32, soa *dns.SOA, 
 func full(zb *bolt.Bucket, soa *dns.SOA, fn func([]dns.RR) error) error {
 	batch := make([]dns.RR, 0, XfrBatch)
 	batch = append(batch, soa)
-	err := zb.ForEach(func(_, v []byte) error {
-		rrs, err := DecodeRRs(v)
-		if err != nil {
-			return err
-		}
-		for _, rr := range rrs {
-			if rr.Header().Rrtype == dns.TypeSOA {
-				continue
-			}
-			batch = append(batch, rr)
-		}
+	err := EachName(zb, func(rrs []dns.RR) error {
+		batch = append(batch, rrs...)
 		if len(batch) >= XfrBatch {
 			if err := fn(batch); err != nil {
 				return err
@@ -125,4 +118,23 @@ func full(zb *bolt.Bucket, soa *dns.SOA, fn func([]dns.RR) error) error {
 		return err
 	}
 	return fn(append(batch, soa))
+}
+
+// EachName calls fn with the records of each name of zone bucket zb, the
+// SOA left out, in DNS canonical order of names, reading one name at a
+// time: a zone file or a transfer puts the SOA around them.
+func EachName(zb *bolt.Bucket, fn func(rrs []dns.RR) error) error {
+	return zb.ForEach(func(_, v []byte) error {
+		rrs, err := DecodeRRs(v)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(rrs, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeSOA }) {
+			rrs = slices.DeleteFunc(slices.Clone(rrs), func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeSOA })
+		}
+		if len(rrs) == 0 {
+			return nil
+		}
+		return fn(rrs)
+	})
 }
