@@ -2,7 +2,9 @@ package zone
 
 import (
 	"fmt"
+	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -292,5 +294,51 @@ func TestWithOwner(t *testing.T) {
 	}
 	if kept != len(in) {
 		t.Errorf("the zone holds %d of the %d RRs", kept, len(in))
+	}
+}
+
+// TestBlockTypeList: the types a block holds are blockTypes, and each of them
+// is copied by synthesize and withOwner as the same record under its new
+// owner.
+func TestBlockTypeList(t *testing.T) {
+	samples := map[uint16]string{
+		dns.TypeA: "192.0.2.1", dns.TypeAAAA: "2001:db8::1", dns.TypeCNAME: "c.example.org.",
+		dns.TypeNS: "ns.example.org.", dns.TypePTR: "p.example.org.", dns.TypeMX: "10 mail.example.org.",
+		dns.TypeSRV: "0 5 5060 sip.example.org.", dns.TypeTXT: `"a" "b"`,
+	}
+	var held []uint16
+	for typ, newRR := range dns.TypeToRR {
+		rr := newRR()
+		rr.Header().Rrtype = typ
+		if typ == dns.TypeA {
+			rr.(*dns.A).A = net.IPv4(192, 0, 2, 1).To4()
+		}
+		if typ == dns.TypeAAAA {
+			rr.(*dns.AAAA).AAAA = net.ParseIP("2001:db8::1")
+		}
+		if typ == dns.TypeTXT {
+			rr.(*dns.TXT).Txt = []string{"a"}
+		}
+		if _, _, ok := blockRR(rr); ok {
+			held = append(held, typ)
+		}
+	}
+	slices.Sort(held)
+	want := slices.Sorted(slices.Values(blockTypes))
+	if !slices.Equal(held, want) {
+		t.Errorf("blockRR holds %v, blockTypes lists %v", held, want)
+	}
+	for _, typ := range blockTypes {
+		rr, err := dns.NewRR("a.example.org. 300 IN " + dns.TypeToString[typ] + " " + samples[typ])
+		if err != nil {
+			t.Fatalf("%s: %v", dns.TypeToString[typ], err)
+		}
+		wantText := strings.Replace(rr.String(), "a.example.org.", "b.example.org.", 1)
+		if got := synthesize(rr, "b.example.org."); got.String() != wantText || got == rr {
+			t.Errorf("synthesize %s: got %s", rr, got)
+		}
+		if got := withOwner(rr, "a.example.org."); got.String() != rr.String() || got.Header().Rrtype != typ {
+			t.Errorf("withOwner %s: got %s", rr, got)
+		}
 	}
 }
