@@ -962,6 +962,9 @@ func (c *chaos) finish() {
 	js, _ := json.MarshalIndent(summary, "", "  ")
 	t.Logf("chaos summary:\n%s", js)
 	if *chaosOut != "" {
+		if err := os.MkdirAll(*chaosOut, 0o755); err != nil {
+			t.Error(err)
+		}
 		if err := os.WriteFile(filepath.Join(*chaosOut, t.Name()+"-summary.json"), js, 0o644); err != nil {
 			t.Error(err)
 		}
