@@ -90,9 +90,12 @@ type chaos struct {
 	routerFails []string          // the first few failures
 	// Puts through a router whose names span shards are transactions
 	// (internal/txn): while one is in flight, and for txWindow after it
-	// returned (a part left prepared is finished within about that), reads
-	// of its key wait for its outcome and may fail under a fault. Such
-	// failures are counted apart (txBlocked), not as unavailability.
+	// returned (a part left prepared is finished within about that), a
+	// read of its key meets its prepared part. Its member reads the
+	// decision at the coordinator instead of waiting, but waits when the
+	// coordinator's group cannot say (an election after a fault there), and
+	// such a read may fail. Such failures are counted apart (txBlocked),
+	// not as unavailability, until issue 50 is done.
 	txFlight  map[string]int       // key → puts in flight
 	txUntil   map[string]time.Time // key → end of the window after the last put
 	txBlocked int

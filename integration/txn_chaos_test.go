@@ -228,7 +228,7 @@ func TestCrossShardUpdatesUnderKill(t *testing.T) {
 		report = append(report, fmt.Sprintf("pair %d: v=%d (%d acknowledged, %d unknown)", i, v, lo, hi-lo))
 	}
 	t.Logf("%d UPDATEs over two shards: %d refused by their prerequisites; %s", moves.Load(), refused.Load(), strings.Join(report, "; "))
-	t.Logf("%d pair reads through routers and members: %d torn through a router, %d from a lagging member, %d failed (%d through a router: a shard electing a leader, or a name held by a transaction for longer than the router waits)",
+	t.Logf("%d pair reads through routers and members: %d torn through a router, %d from a lagging member, %d failed (%d through a router: a name held by a transaction whose coordinator was electing a leader)",
 		reads.Load(), torn.Load(), lagging.Load(), failed.Load(), failedRouter.Load())
 	t.Logf("%d AXFRs through the routers: %d torn, %d failed (a shard electing a leader)", xfrs.Load(), xfrTorn.Load(), xfrFailed.Load())
 	if torn.Load() > 0 || xfrTorn.Load() > 0 {

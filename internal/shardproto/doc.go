@@ -14,6 +14,8 @@
 //   - lease.go, change leases and notices: how every router learns of a
 //     write before it is acknowledged.
 //   - serial.go, one zone serial over shards.
+//   - held.go, the mark of an answer read past undecided transactions,
+//     which a router does not cache.
 //   - auth.go, the MACs under the key routers and members share.
 //
 // Trust: the options that shape only the answer to the query carrying them

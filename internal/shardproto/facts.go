@@ -222,8 +222,8 @@ func Parse(m *dns.Msg) (Facts, error) {
 	return Facts{}, ErrMissing
 }
 
-// Strip removes the partition option, the applied index, the serial and
-// their MAC from m's OPT record.
+// Strip removes the partition option, the applied index, the serial, the
+// held mark and their MAC from m's OPT record.
 func Strip(m *dns.Msg) {
 	opt := m.IsEdns0()
 	if opt == nil {
@@ -231,7 +231,7 @@ func Strip(m *dns.Msg) {
 	}
 	kept := opt.Option[:0]
 	for _, o := range opt.Option {
-		if c := o.Option(); c != Code && c != IndexCode && c != SerialCode && c != AuthCode {
+		if c := o.Option(); c != Code && c != IndexCode && c != SerialCode && c != AuthCode && c != HeldCode {
 			kept = append(kept, o)
 		}
 	}

@@ -60,13 +60,19 @@
 //     transactions) are refused with Busy and retried by their sender, so
 //     conflicting writes run one after the other; the prerequisites, read
 //     at prepare under the locks, still hold at commit.
-//   - Atomic visibility: a member answers no query about a name that a
-//     prepared part holds, or that such a name can change (an ancestor, a
-//     descendant, a wildcard that covers it), until the part finished; it
-//     waits for the outcome. A reader therefore sees either none or all of
-//     a transaction: before the decision the parts are either not prepared
-//     (the state before) or prepared (wait); after it, finished (the state
-//     after) or prepared (wait).
+//   - Atomic visibility: a member asked about a name that a prepared part
+//     holds, or that such a name can change (an ancestor, a descendant, a
+//     wildcard that covers it), reads the decision at the coordinator
+//     (StatusPath: a read of the coordinator group's current state) before
+//     it answers. Decided, it finishes the part itself and answers from
+//     the state after it. Not decided, it answers from the state before:
+//     the commit, if it comes, is recorded after that read, and every part
+//     applies only after the commit, so the answer is one of a moment
+//     before the transaction; such an answer is marked for routers, which
+//     do not cache it (shardproto's held mark). When the coordinator
+//     cannot say (its group has no quorum), the query waits for the
+//     outcome. A reader therefore sees either none or all of a
+//     transaction, and waits for one only while its coordinator is down.
 //   - Idempotence: prepare, decide, commit and abort may be repeated (the
 //     router retries on a timeout); an ID is remembered after it finished,
 //     so a prepare that arrives after its abort is refused.
@@ -191,6 +197,12 @@ func PreparePath(id ID) string { return "/v1/txn/" + id.String() + "/prepare" }
 
 // DecidePath is the path of a decision on a coordinator member.
 func DecidePath(id ID) string { return "/v1/txn/" + id.String() + "/decide" }
+
+// StatusPath is the path of a decision's read on a coordinator member
+// (GET): the answer is a Decision read from the group's current state
+// (the member confirms it with its leader first), its Outcome "" while
+// nothing was decided. It decides nothing.
+func StatusPath(id ID) string { return "/v1/txn/" + id.String() }
 
 // FinishPath is the path that applies outcome on a participant member.
 func FinishPath(id ID, outcome Outcome) string {

@@ -69,8 +69,9 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 			return m, nil
 		}
 	}
-	var stale atomic.Bool
+	var stale, held atomic.Bool
 	ctx = context.WithValue(ctx, staleKey{}, &stale)
+	ctx = context.WithValue(ctx, heldKey{}, &held)
 	resp, broadcast, err := c.resolveName(ctx, r)
 	if err != nil {
 		return nil, err
@@ -87,7 +88,9 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 	if broadcast {
 		if neg := negativeKind(resp); neg != "" {
 			negativeMerged.WithLabelValues(neg).Inc()
-			if cacheOn {
+			// An answer read past an undecided transaction is right now,
+			// but its commit may come at any moment: not cached.
+			if cacheOn && !held.Load() {
 				c.neg.put(q.Name, q.Qtype, edns, do, resp, start)
 			}
 		}
@@ -160,6 +163,11 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 				c.soa.observe(dnsname.Lower(zone), s.Name, serial, base, time.Now())
 			}
 		}
+		if shardproto.Held(resp) {
+			if mark, ok := ctx.Value(heldKey{}).(*atomic.Bool); ok {
+				mark.Store(true)
+			}
+		}
 		if e := ede.Of(resp); e != nil && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
 			if mark, ok := ctx.Value(staleKey{}).(*atomic.Bool); ok {
 				mark.Store(true)
@@ -179,6 +187,11 @@ const heldFor = 2 * txn.ResolveAfter
 // state. Such a resolution is not cached, and its answer says so with the
 // Extended DNS Error Stale Answer.
 type staleKey struct{}
+
+// heldKey is the context key of a resolution's held mark: an *atomic.Bool
+// set when an answer it used was read past a transaction whose outcome was
+// not decided yet (shardproto.Held). Such a resolution is not cached.
+type heldKey struct{}
 
 // exchanger sends a query to a shard; (*Shard).Exchange in production, an
 // in-memory shard in tests.

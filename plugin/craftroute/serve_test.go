@@ -219,3 +219,42 @@ func TestServeStale(t *testing.T) {
 		t.Errorf("expected the A record with one Stale Answer, got %d in %v", n, m)
 	}
 }
+
+// heldShards marks every answer of its shards as read past an undecided
+// transaction, as a member whose name a prepared part holds does
+// (shardproto.MarkHeld).
+type heldShards struct{ exchanger }
+
+func (s heldShards) exchange(ctx context.Context, sh *Shard, req *dns.Msg) (*dns.Msg, error) {
+	resp, err := s.exchanger.exchange(ctx, sh, req)
+	if err == nil {
+		shardproto.MarkHeld(resp)
+	}
+	return resp, err
+}
+
+// TestServeHeldNotCached: a negative answer built from answers read past an
+// undecided transaction is right, but not cached (the commit may come at
+// any moment), and the mark does not reach the client; the same answer
+// unmarked is cached.
+func TestServeHeldNotCached(t *testing.T) {
+	c, _ := testRouter(t, "example.org.", serveZone, 3)
+	c.neg = newNegCache(100)
+	holdLeases(c)
+	plain := c.ex
+	c.ex = heldShards{plain}
+	r := new(dns.Msg)
+	r.SetQuestion("nothere.example.org.", dns.TypeA)
+	r.SetEdns0(1232, false)
+	m := serve(t, c, r)
+	if m.Rcode != dns.RcodeNameError || ede.Of(m) != nil || shardproto.Held(m) {
+		t.Fatalf("expected a plain NXDOMAIN, got %v", m)
+	}
+	if c.neg.len() != 0 {
+		t.Errorf("an answer read past an undecided transaction was cached")
+	}
+	c.ex = plain
+	if m := serve(t, c, r); m.Rcode != dns.RcodeNameError || c.neg.len() != 1 {
+		t.Errorf("the same answer unmarked: expected it cached, got %d entries for %v", c.neg.len(), m)
+	}
+}

@@ -76,6 +76,7 @@ func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, erro
 	mux.HandleFunc("DELETE /v1/cluster/members/{id}", a.removeMember)
 	mux.HandleFunc("POST /v1/txn/{id}/prepare", httpapi.Body(httpapi.JSON, a.txPrepare))
 	mux.HandleFunc("POST /v1/txn/{id}/decide", httpapi.Body(httpapi.JSON, a.txDecide))
+	mux.HandleFunc("GET /v1/txn/{id}", a.txStatus)
 	mux.HandleFunc("POST /v1/txn/{id}/commit", httpapi.Body(httpapi.JSON, a.txFinish))
 	mux.HandleFunc("POST /v1/txn/{id}/abort", httpapi.Body(httpapi.JSON, a.txFinish))
 	a.srv = httpapi.Server(cfg.listen, cfg.token, httpapi.Auth("craftstore", cfg.token, httpapi.CleanPaths(mux)))

@@ -43,6 +43,9 @@ type Craftstore struct {
 	leases atomic.Pointer[leases]
 	// notify sends NOTIFY through the block's transfer plugin (notify.go).
 	notify *xfrnotify.Notifier
+	// held finishes the transaction parts that queries found decided
+	// (heldread.go).
+	held heldReads
 }
 
 // ServeDNS implements plugin.Handler.
@@ -146,19 +149,12 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// The transfer plugin, when configured, runs before us and serves these.
 		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed")
 	}
+	readPast := false
 	if rep.TxHeld() {
 		// A transaction across shards holds a name that can change this
-		// answer: wait for its outcome, so that no reader sees part of it
-		// (package internal/txn, "Atomic visibility").
-		// A router's query waits less, and the router asks again.
-		wait := txReadWait
-		if routed {
-			wait = txn.RoutedWait
-		}
-		wctx, cancel := context.WithTimeout(ctx, wait)
-		err := rep.TxWait(wctx, z.Origin(), qname)
-		cancel()
-		if err != nil {
+		// answer (heldread.go).
+		var ok bool
+		if readPast, ok = c.readHeld(ctx, rep, z.Origin(), qname, routed); !ok {
 			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText)
 		}
 	}
@@ -187,6 +183,9 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// Read after the lookup: at least the state answered from.
 		applied := rep.Applied()
 		shardproto.AttachIndex(m, applied)
+		if readPast {
+			shardproto.MarkHeld(m) // the router does not cache it
+		}
 		signed := false
 		if facts || hasSOA(m) {
 			// craftroute presents one serial for the zone's shards.

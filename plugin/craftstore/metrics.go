@@ -57,6 +57,10 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "fresh_reads_total",
 		Help: "craftroute's queries by whether the member confirmed with its leader that its state was current (ok) or could not (failed: answered SERVFAIL Not Ready).",
 	}, []string{"member", "result"})
+	heldReadCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "held_reads_total",
+		Help: "Queries about names that prepared transaction parts held, by result: before (answered from the state before undecided parts), after (the parts finished first: decided), waited (the coordinator could not say: waited for the outcome), held (answered SERVFAIL Not Ready, held).",
+	}, []string{"member", "result"})
 	staleCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "stale_responses_total",
 		Help: "Queries answered from the member's last state while it was not ready, by action: served or refused (the stale option).",

@@ -1,11 +1,18 @@
 package craftstore
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+
+	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 
@@ -17,7 +24,12 @@ import (
 // returns the vote.
 func preparePart(t *testing.T, a *apiServer, token string, id txn.ID, name string) txn.Vote {
 	t.Helper()
-	self := txn.Coordinator{Shard: "a", APIs: []string{"http://" + a.addr()}}
+	return preparePartAt(t, a, token, id, name, txn.Coordinator{Shard: "a", APIs: []string{"http://" + a.addr()}})
+}
+
+// preparePartAt is preparePart with coordinator co.
+func preparePartAt(t *testing.T, a *apiServer, token string, id txn.ID, name string, self txn.Coordinator) txn.Vote {
+	t.Helper()
 	body, _ := json.Marshal(txn.Prepare{Zone: "example.org.", Coordinator: self, Participants: []string{"a", "b"},
 		Change: &zoneapi.Change{Add: []string{name + " 60 IN A 192.0.2.9"}}})
 	code, _, raw := call(t, a, token, "POST", txn.PreparePath(id), string(body))
@@ -109,5 +121,99 @@ func TestTxnAPI(t *testing.T) {
 	}
 	if rep.TxHeld() || has("two.example.org.") {
 		t.Error("a prepare repeated after its abort locked or wrote its name")
+	}
+}
+
+// TestReadsPastTransactions: a query about a name a prepared part holds
+// reads the decision at the coordinator instead of waiting for the outcome:
+// committed, the member commits the part and answers from the state after
+// it; aborted, it aborts the part and answers from the state before;
+// undecided with the coordinator alive, it answers at once from the state
+// before, marked for routers not to cache; undecided with the coordinator
+// unreachable, it waits, and a router's query is answered held.
+func TestReadsPastTransactions(t *testing.T) {
+	const token = "s3cret"
+	a, rep := newAPI(t, token)
+	if code, _, raw := call(t, a, token, "PUT", "/v1/zones/example.org", apiZone); code != http.StatusOK {
+		t.Fatalf("PUT: %d %s", code, raw)
+	}
+	cs := &Craftstore{Zones: []string{"org."}, cfg: config{id: 1, token: token, timeout: 2 * time.Second}}
+	cs.rep.Store(rep)
+	cs.leases.Store(a.leases)
+	query := func(name string, routed bool) (*dns.Msg, time.Duration) {
+		t.Helper()
+		r := new(dns.Msg)
+		r.SetQuestion(name, dns.TypeA)
+		r.SetEdns0(1232, false)
+		if routed {
+			shardproto.Request(r)
+		}
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		start := time.Now()
+		if _, err := cs.ServeDNS(context.Background(), rec, r); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return rec.Msg, time.Since(start)
+	}
+	decide := func(id txn.ID, o txn.Outcome) {
+		t.Helper()
+		if code, out, raw := call(t, a, token, "POST", txn.DecidePath(id), `{"outcome":"`+string(o)+`"}`); code != http.StatusOK || out["outcome"] != string(o) {
+			t.Fatalf("decide %s: %d %s", o, code, raw)
+		}
+	}
+	held := func(name string) bool {
+		ids, _ := rep.TxHolders("example.org.", name)
+		return len(ids) > 0
+	}
+
+	// Committed: the reader commits the part and sees it.
+	id1 := txn.NewID()
+	if v := preparePart(t, a, token, id1, "one.example.org."); !v.Yes {
+		t.Fatalf("prepare: %+v", v)
+	}
+	decide(id1, txn.Commit)
+	if m, _ := query("one.example.org.", false); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || held("one.example.org.") {
+		t.Errorf("committed: expected the new record and the part finished, got held %v\n%v", held("one.example.org."), m)
+	}
+
+	// Aborted: the reader aborts the part and sees the state before.
+	id2 := txn.NewID()
+	preparePart(t, a, token, id2, "two.example.org.")
+	decide(id2, txn.Abort)
+	if m, _ := query("two.example.org.", true); m.Rcode != dns.RcodeNameError || held("two.example.org.") || shardproto.Held(m) {
+		t.Errorf("aborted: expected NXDOMAIN, unmarked, and the part finished, got held %v\n%v", held("two.example.org."), m)
+	}
+
+	// Undecided, coordinator alive: the state before, at once, marked for
+	// routers; the part stays prepared.
+	id3 := txn.NewID()
+	preparePart(t, a, token, id3, "three.example.org.")
+	m, took := query("three.example.org.", true)
+	if m.Rcode != dns.RcodeNameError || !shardproto.Held(m) || !held("three.example.org.") {
+		t.Errorf("undecided: expected NXDOMAIN marked held with the part still prepared, got held %v\n%v", held("three.example.org."), m)
+	}
+	if took >= txn.RoutedWait {
+		t.Errorf("undecided: the query waited %v, as long as for the outcome", took)
+	}
+	if m, _ := query("www.example.org.", true); m.Rcode != dns.RcodeSuccess || shardproto.Held(m) {
+		t.Errorf("a name no part holds: expected its answer unmarked, got\n%v", m)
+	}
+	decide(id3, txn.Commit)
+	if m, _ := query("three.example.org.", true); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || shardproto.Held(m) {
+		t.Errorf("undecided, then committed: expected the new record, got\n%v", m)
+	}
+
+	// Undecided, coordinator unreachable: the query waits for the outcome;
+	// a router's is answered held.
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	id4 := txn.NewID()
+	preparePartAt(t, a, token, id4, "four.example.org.", txn.Coordinator{Shard: "b", APIs: []string{dead.URL}})
+	m, _ = query("four.example.org.", true)
+	if e := ede.Of(m); m.Rcode != dns.RcodeServerFailure || e == nil || e.ExtraText != txn.HeldText {
+		t.Errorf("coordinator down: expected SERVFAIL held, got\n%v", m)
+	}
+	if !held("four.example.org.") {
+		t.Error("coordinator down: the part was finished without its decision")
 	}
 }

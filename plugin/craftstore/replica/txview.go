@@ -2,11 +2,13 @@ package replica
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 
 	"github.com/miekg/dns"
@@ -23,6 +25,13 @@ type lockView struct {
 	held    map[string]map[string]int // zone → name → parts holding it
 	changed chan struct{}             // closed, and replaced, when a lock goes
 	at      map[[16]byte]time.Time    // prepared parts → when this member applied them
+	parts   map[[16]byte]partNames    // prepared parts → the names they hold
+}
+
+// partNames are the names one prepared part holds in its zone.
+type partNames struct {
+	zone  string
+	names []string
 }
 
 // apply adds or removes the names of e in zone.
@@ -40,10 +49,15 @@ func (v *lockView) apply(zone string, e *fsm.TxEffect) {
 	if v.at == nil {
 		v.at = map[[16]byte]time.Time{}
 	}
+	if v.parts == nil {
+		v.parts = map[[16]byte]partNames{}
+	}
 	if e.Prepared {
 		v.at[e.ID] = time.Now()
+		v.parts[e.ID] = partNames{zone: zone, names: e.Names}
 	} else {
 		delete(v.at, e.ID)
+		delete(v.parts, e.ID)
 	}
 	for _, n := range e.Names {
 		if e.Prepared {
@@ -98,15 +112,16 @@ func (v *lockView) preparedBefore(t time.Time) map[[16]byte]time.Time {
 	return out
 }
 
-// replace sets the view to held and the prepared parts to ids (from bbolt:
-// at start, after a snapshot; they count as prepared now).
-func (v *lockView) replace(held map[string]map[string]int, ids [][16]byte) {
+// replace sets the view to held and the prepared parts to parts (from
+// bbolt: at start, after a snapshot; they count as prepared now).
+func (v *lockView) replace(held map[string]map[string]int, parts map[[16]byte]partNames) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.at = map[[16]byte]time.Time{}
-	for _, id := range ids {
+	for id := range parts {
 		v.at[id] = time.Now()
 	}
+	v.parts = parts
 	n := 0
 	for _, names := range held {
 		for _, c := range names {
@@ -161,13 +176,13 @@ func related(zone, name, qname string) bool {
 // loadLocks reads the lock view from the current generation.
 func (r *Replica) loadLocks() error {
 	held := map[string]map[string]int{}
-	var ids [][16]byte
+	parts := map[[16]byte]partNames{}
 	err := r.db.View(func(tx *bolt.Tx) error {
 		if p := fsm.Generation(tx).Bucket(fsm.BucketTxPrepared); p != nil {
 			p.ForEach(func(k, _ []byte) error {
 				var id [16]byte
 				copy(id[:], k)
-				ids = append(ids, id)
+				parts[id] = partNames{}
 				return nil
 			})
 		}
@@ -175,7 +190,7 @@ func (r *Replica) loadLocks() error {
 		if b == nil {
 			return nil
 		}
-		return b.ForEach(func(k, _ []byte) error {
+		return b.ForEach(func(k, v []byte) error {
 			zone, name, ok := strings.Cut(string(k), "\x00")
 			if !ok {
 				return nil
@@ -184,14 +199,80 @@ func (r *Replica) loadLocks() error {
 				held[zone] = map[string]int{}
 			}
 			held[zone][name]++
+			var id [16]byte
+			if copy(id[:], v) == len(id) {
+				p := parts[id]
+				p.zone, p.names = zone, append(p.names, name)
+				parts[id] = p
+			}
 			return nil
 		})
 	})
 	if err != nil {
 		return err
 	}
-	r.locks.replace(held, ids)
+	r.locks.replace(held, parts)
 	return nil
+}
+
+// holders returns the prepared parts that hold a name whose change can
+// change the answer for qname in zone (as holds), and a channel closed when
+// a lock goes.
+func (v *lockView) holders(zone, qname string) ([]txn.ID, <-chan struct{}) {
+	if v.n.Load() == 0 {
+		return nil, nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var ids []txn.ID
+	for id, p := range v.parts {
+		if p.zone == zone && slices.ContainsFunc(p.names, func(name string) bool { return related(zone, name, qname) }) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if v.changed == nil {
+		v.changed = make(chan struct{})
+	}
+	return ids, v.changed
+}
+
+// TxHolders returns the transactions whose prepared parts on this member
+// hold a name that can change the answer for qname in zone (both
+// canonical; TxWait waits for them), and a channel closed when one of their
+// locks goes.
+func (r *Replica) TxHolders(zone, qname string) ([]txn.ID, <-chan struct{}) {
+	return r.locks.holders(zone, qname)
+}
+
+// TxDecided returns the decision this member's state records for
+// transaction id, as its coordinator: the outcome, or "" when none was
+// recorded. It reads the member's own state: call Fresh first for the
+// group's.
+func (r *Replica) TxDecided(id txn.ID) (txn.Outcome, error) {
+	var o txn.Outcome
+	err := r.db.View(func(tx *bolt.Tx) error {
+		o, _ = fsm.Decided(fsm.Generation(tx), id[:])
+		return nil
+	})
+	return o, err
+}
+
+// TxCoordinator returns the coordinator and participants (JSON, as the
+// prepare carried them) of the part of transaction id prepared on this
+// member.
+func (r *Replica) TxCoordinator(id txn.ID) ([]byte, bool) {
+	var meta []byte
+	r.db.View(func(tx *bolt.Tx) error {
+		c, err := fsm.PreparedPart(fsm.Generation(tx), id[:])
+		if err == nil && c != nil {
+			meta = c.Meta
+		}
+		return nil
+	})
+	return meta, meta != nil
 }
 
 // TxWait waits until no prepared transaction part holds a name that can

@@ -42,6 +42,16 @@ func OutcomeOf(b byte) txn.Outcome {
 	return txn.Abort
 }
 
+// Decided returns the decision recorded for transaction id on this shard as
+// its coordinator, and whether there is one.
+func Decided(g *bolt.Bucket, id []byte) (txn.Outcome, bool) {
+	o, ok := getOutcome(g, bucketTxDecided, id)
+	if !ok {
+		return "", false
+	}
+	return OutcomeOf(o), true
+}
+
 // Touched returns the canonical names that write c (OpChange or OpUpdate)
 // reads or writes: its additions and deletions, or its prerequisites and
 // updates.
