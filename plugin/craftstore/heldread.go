@@ -223,13 +223,19 @@ func getDecision(ctx context.Context, url, token string) (txn.Outcome, error) {
 }
 
 // txStatus answers a decision's read (GET /v1/txn/{id}) on a coordinator
-// member: the outcome its group recorded, "" while none, read once the
-// member confirmed with its leader that its state is current (replica.Fresh):
-// a decision recorded before the read began is in it.
+// member: the outcome its group recorded, "" while none. A decision this
+// member applied is final (the first one recorded stands), so it answers
+// at once, even while its group elects a leader; "none" is answered only
+// once the member confirmed with its leader that its state is current
+// (replica.Fresh): a decision recorded before the read began is in it.
 func (a *apiServer) txStatus(w http.ResponseWriter, r *http.Request) {
 	id, err := txID(r)
 	if err != nil {
 		fail(w, err)
+		return
+	}
+	if o, err := a.rep.TxDecided(id); err == nil && o != "" {
+		httpapi.WriteJSON(w, http.StatusOK, txn.Decision{Outcome: o})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)

@@ -3,6 +3,7 @@ package craftstore
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
 )
@@ -215,5 +217,60 @@ func TestReadsPastTransactions(t *testing.T) {
 	}
 	if !held("four.example.org.") {
 		t.Error("coordinator down: the part was finished without its decision")
+	}
+}
+
+// TestTxStatusWithoutLeader: a coordinator member answers a decision it
+// applied even while its group has no leader (a decision is final), and
+// refuses to say "none" then (it cannot confirm its state is current).
+func TestTxStatusWithoutLeader(t *testing.T) {
+	ports := make([]string, 3)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = ln.Addr().String()
+		ln.Close()
+	}
+	peers := []replica.Member{{ID: 1, Raft: ports[0]}, {ID: 2, Raft: ports[1]}, {ID: 3, Raft: ports[2]}}
+	reps := make([]*replica.Replica, 3)
+	for i := range reps {
+		rep, err := replica.Open(replica.Config{ID: uint64(i + 1), Dir: t.TempDir(), RaftAddr: ports[i], Peers: peers, Tick: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps[i] = rep
+		t.Cleanup(func() { rep.Close() })
+	}
+	a, err := startAPI(apiConfig{listen: "127.0.0.1:0", timeout: time.Second}, reps[0], newLeases(time.Now(), true, testRouterKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.close)
+	for deadline := time.Now().Add(10 * time.Second); !reps[0].Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("member 1 never became ready")
+		}
+	}
+	decided, open := txn.NewID(), txn.NewID()
+	if code, out, raw := call(t, a, "", "POST", txn.DecidePath(decided), `{"outcome":"commit"}`); code != http.StatusOK || out["outcome"] != "commit" {
+		t.Fatalf("decide: %d %s", code, raw)
+	}
+	if code, out, raw := call(t, a, "", "GET", txn.StatusPath(open), ""); code != http.StatusOK || out["outcome"] != "" {
+		t.Fatalf("an undecided transaction with a leader: expected 200 and no outcome, got %d %s", code, raw)
+	}
+	reps[1].Close()
+	reps[2].Close()
+	for deadline := time.Now().Add(10 * time.Second); reps[0].Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("member 1 stayed ready without its peers")
+		}
+	}
+	if code, out, raw := call(t, a, "", "GET", txn.StatusPath(decided), ""); code != http.StatusOK || out["outcome"] != "commit" {
+		t.Errorf("a decided transaction without a leader: expected commit, got %d %s", code, raw)
+	}
+	if code, _, raw := call(t, a, "", "GET", txn.StatusPath(open), ""); code < 500 {
+		t.Errorf("an undecided transaction without a leader: expected a 5xx (cannot confirm), got %d %s", code, raw)
 	}
 }
