@@ -95,7 +95,8 @@ type chaos struct {
 	// decision at the coordinator instead of waiting, but waits when the
 	// coordinator's group cannot say (an election after a fault there), and
 	// such a read may fail. Such failures are counted apart (txBlocked),
-	// not as unavailability, until issue 50 is done.
+	// not as unavailability, until issue 50 is done; while a router is
+	// down they count as that router's.
 	txFlight  map[string]int       // key → puts in flight
 	txUntil   map[string]time.Time // key → end of the window after the last put
 	txBlocked int
@@ -328,7 +329,7 @@ func (c *chaos) read(ep endpoint, key string) (string, bool) {
 		c.mu.Lock()
 		n := c.routerReads[fault]
 		n[0]++
-		if err != nil && (c.txFlight[key] > 0 || time.Now().Before(c.txUntil[key])) {
+		if err != nil && fault != "router-kill" && (c.txFlight[key] > 0 || time.Now().Before(c.txUntil[key])) {
 			c.txBlocked++
 		} else if err != nil {
 			n[1]++
