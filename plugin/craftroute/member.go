@@ -33,6 +33,18 @@ type Shard struct {
 	// router was told of (shardproto/index.go): its routed queries ask for
 	// a state that has applied it.
 	minIndex atomic.Uint64
+	// duration is the shard's request_duration_seconds, made on first use.
+	duration atomic.Value // prometheus.Observer
+}
+
+// observeDuration records the time of one query to the shard.
+func (s *Shard) observeDuration(d time.Duration) {
+	o, ok := s.duration.Load().(prometheus.Observer)
+	if !ok {
+		o = requestDuration.WithLabelValues(s.Name)
+		s.duration.Store(o)
+	}
+	o.Observe(d.Seconds())
 }
 
 // APIs returns the API base URLs of the shard's members, in the order of

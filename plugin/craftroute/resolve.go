@@ -69,15 +69,14 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 			return m, nil
 		}
 	}
-	var stale, held atomic.Bool
-	ctx = context.WithValue(ctx, staleKey{}, &stale)
-	ctx = context.WithValue(ctx, heldKey{}, &held)
+	var mk marks
+	ctx = context.WithValue(ctx, marksKey{}, &mk)
 	resp, broadcast, err := c.resolveName(ctx, r)
 	if err != nil {
 		return nil, err
 	}
 	c.present(ctx, r, resp, began)
-	if stale.Load() {
+	if mk.stale.Load() {
 		// Not cached: a write acknowledged before the shard lost its
 		// leader may be missing from it.
 		if e := ede.Of(resp); e == nil || e.InfoCode != dns.ExtendedErrorCodeStaleAnswer { // not kept from a member's answer
@@ -90,7 +89,7 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 			negativeMerged.WithLabelValues(neg).Inc()
 			// An answer read past an undecided transaction is right now,
 			// but its commit may come at any moment: not cached.
-			if cacheOn && !held.Load() {
+			if cacheOn && !mk.held.Load() {
 				c.neg.put(q.Name, q.Qtype, edns, do, resp, start)
 			}
 		}
@@ -115,7 +114,8 @@ func negativeKind(m *dns.Msg) string {
 
 // exchange sends req, which it may change, to shard s: the test exchanger
 // when set, else the shard's members in order of liveness. A stale answer (no member could
-// confirm its state, Shard.Exchange) is recorded in ctx's staleMark.
+// confirm its state, Shard.Exchange) and one read past an undecided
+// transaction (shardproto.Held) are recorded in ctx's marks.
 func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns.Msg, error) {
 	var (
 		resp *dns.Msg
@@ -132,7 +132,7 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 	// txn.RoutedWait for its outcome; ask again, for at most heldFor.
 	var deadline time.Time
 	start := time.Now()
-	defer func() { requestDuration.WithLabelValues(s.Name).Observe(time.Since(start).Seconds()) }()
+	defer func() { s.observeDuration(time.Since(start)) }()
 	for {
 		if c.ex != nil {
 			resp, err = c.ex.exchange(ctx, s, req)
@@ -163,14 +163,12 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 				c.soa.observe(dnsname.Lower(zone), s.Name, serial, base, time.Now())
 			}
 		}
-		if shardproto.Held(resp) {
-			if mark, ok := ctx.Value(heldKey{}).(*atomic.Bool); ok {
-				mark.Store(true)
+		if mk, ok := ctx.Value(marksKey{}).(*marks); ok {
+			if shardproto.Held(resp) {
+				mk.held.Store(true)
 			}
-		}
-		if e := ede.Of(resp); e != nil && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
-			if mark, ok := ctx.Value(staleKey{}).(*atomic.Bool); ok {
-				mark.Store(true)
+			if e := ede.Of(resp); e != nil && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
+				mk.stale.Store(true)
 			}
 		}
 	}
@@ -182,16 +180,19 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 // prepared is finished by its shard after txn.ResolveAfter.
 const heldFor = 2 * txn.ResolveAfter
 
-// staleKey is the context key of a resolution's stale mark: an
-// *atomic.Bool set when an answer it used came from a member's unconfirmed
-// state. Such a resolution is not cached, and its answer says so with the
-// Extended DNS Error Stale Answer.
-type staleKey struct{}
+// marks are what a resolution learns from the answers it used (shards are
+// asked concurrently): none of its answers is cached when one is set.
+type marks struct {
+	// stale: an answer came from a member's unconfirmed state; the
+	// resolution's answer says so with the Extended DNS Error Stale Answer.
+	stale atomic.Bool
+	// held: an answer was read past a transaction whose outcome was not
+	// decided yet (shardproto.Held).
+	held atomic.Bool
+}
 
-// heldKey is the context key of a resolution's held mark: an *atomic.Bool
-// set when an answer it used was read past a transaction whose outcome was
-// not decided yet (shardproto.Held). Such a resolution is not cached.
-type heldKey struct{}
+// marksKey is the context key of a resolution's *marks.
+type marksKey struct{}
 
 // exchanger sends a query to a shard; (*Shard).Exchange in production, an
 // in-memory shard in tests.

@@ -1,6 +1,7 @@
 package craftstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -189,8 +190,9 @@ func decision(ctx context.Context, rep *replica.Replica, id txn.ID, token string
 	return "", true, fmt.Errorf("transaction %s: coordinator %s: %w", id, meta.Coordinator.Shard, errors.Join(errs...))
 }
 
-// statusClient reads decisions: connections kept between reads, no proxy.
-var statusClient = func() *http.Client {
+// coordinatorClient asks coordinators for decisions: connections kept
+// between calls, no proxy (members reach each other directly).
+var coordinatorClient = func() *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	tr.MaxIdleConnsPerHost = 16
@@ -198,16 +200,30 @@ var statusClient = func() *http.Client {
 }()
 
 // getDecision reads the decision at url (a coordinator member's
-// txn.StatusPath).
+// txn.StatusPath): "" while none.
 func getDecision(ctx context.Context, url, token string) (txn.Outcome, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	return coordinatorCall(ctx, http.MethodGet, url, token, nil)
+}
+
+// coordinatorCall sends a decision's read (GET, no body) or a decision
+// (POST, a txn.Decide) to url on a coordinator member and returns the
+// outcome its answer carries: commit, abort, or "" (none recorded).
+func coordinatorCall(ctx context.Context, method, url, token string, body []byte) (txn.Outcome, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return "", err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := statusClient.Do(req)
+	resp, err := coordinatorClient.Do(req)
 	if err != nil {
 		return "", err
 	}

@@ -1,7 +1,6 @@
 package craftstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -239,25 +238,9 @@ func askCoordinator(co txn.Coordinator, id txn.ID, token string, timeout time.Du
 }
 
 func postDecide(ctx context.Context, url, token string, body []byte) (txn.Outcome, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return "", err
+	o, err := coordinatorCall(ctx, http.MethodPost, url, token, body)
+	if err == nil && o == "" {
+		return "", fmt.Errorf("%s: no outcome", url)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var d txn.Decision
-	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: status %d", url, resp.StatusCode)
-	}
-	if d.Outcome != txn.Commit && d.Outcome != txn.Abort {
-		return "", fmt.Errorf("%s: outcome %q", url, d.Outcome)
-	}
-	return d.Outcome, nil
+	return o, err
 }

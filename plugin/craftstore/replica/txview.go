@@ -15,70 +15,40 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// lockView is the member's in-memory view of the names that prepared
-// transaction parts hold (txlocks in bbolt), for readers: a query about a
-// name that a part can change waits until the part finished (package
-// internal/txn, "Atomic visibility"). The zero value is ready to use.
+// lockView is the member's in-memory view of the prepared transaction
+// parts and the names they hold (txprepared and txlocks in bbolt), for
+// readers: a query about a name that a part can change reads past it or
+// waits until it finished (package internal/txn, "Atomic visibility").
+// The zero value is ready to use.
 type lockView struct {
-	n       atomic.Int64 // names held; 0: the fast path of every query
+	n       atomic.Int64 // prepared parts; 0: the fast path of every query
 	mu      sync.Mutex
-	held    map[string]map[string]int // zone → name → parts holding it
-	changed chan struct{}             // closed, and replaced, when a lock goes
-	at      map[[16]byte]time.Time    // prepared parts → when this member applied them
-	parts   map[[16]byte]partNames    // prepared parts → the names they hold
+	parts   map[[16]byte]lockedPart
+	changed chan struct{} // closed, and replaced, when a lock goes
 }
 
-// partNames are the names one prepared part holds in its zone.
-type partNames struct {
+// lockedPart is one prepared part: the names it holds in its zone, and
+// when this member applied its prepare (its clock).
+type lockedPart struct {
 	zone  string
 	names []string
+	at    time.Time
 }
 
-// apply adds or removes the names of e in zone.
+// apply records part e of zone as prepared, or as finished.
 func (v *lockView) apply(zone string, e *fsm.TxEffect) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.held == nil {
-		v.held = map[string]map[string]int{}
-	}
-	names := v.held[zone]
-	if names == nil {
-		names = map[string]int{}
-		v.held[zone] = names
-	}
-	if v.at == nil {
-		v.at = map[[16]byte]time.Time{}
-	}
 	if v.parts == nil {
-		v.parts = map[[16]byte]partNames{}
+		v.parts = map[[16]byte]lockedPart{}
 	}
 	if e.Prepared {
-		v.at[e.ID] = time.Now()
-		v.parts[e.ID] = partNames{zone: zone, names: e.Names}
+		v.parts[e.ID] = lockedPart{zone: zone, names: e.Names, at: time.Now()}
 	} else {
-		delete(v.at, e.ID)
 		delete(v.parts, e.ID)
-	}
-	for _, n := range e.Names {
-		if e.Prepared {
-			names[n]++
-			v.n.Add(1)
-			continue
-		}
-		if names[n] > 0 {
-			names[n]--
-			v.n.Add(-1)
-			if names[n] == 0 {
-				delete(names, n)
-			}
-		}
-	}
-	if len(names) == 0 {
-		delete(v.held, zone)
-	}
-	if !e.Prepared {
 		v.signal()
 	}
+	v.n.Store(int64(len(v.parts)))
 }
 
 // signal wakes the readers waiting for a lock to go.
@@ -104,55 +74,53 @@ func (v *lockView) preparedBefore(t time.Time) map[[16]byte]time.Time {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	out := map[[16]byte]time.Time{}
-	for id, at := range v.at {
-		if at.Before(t) {
-			out[id] = at
+	for id, p := range v.parts {
+		if p.at.Before(t) {
+			out[id] = p.at
 		}
 	}
 	return out
 }
 
-// replace sets the view to held and the prepared parts to parts (from
-// bbolt: at start, after a snapshot; they count as prepared now).
-func (v *lockView) replace(held map[string]map[string]int, parts map[[16]byte]partNames) {
+// replace sets the view to parts (from bbolt: at start, after a snapshot;
+// they count as prepared now).
+func (v *lockView) replace(parts map[[16]byte]lockedPart) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.at = map[[16]byte]time.Time{}
-	for id := range parts {
-		v.at[id] = time.Now()
+	now := time.Now()
+	for id, p := range parts {
+		p.at = now
+		parts[id] = p
 	}
 	v.parts = parts
-	n := 0
-	for _, names := range held {
-		for _, c := range names {
-			n += c
-		}
-	}
-	v.held = held
-	v.n.Store(int64(n))
+	v.n.Store(int64(len(parts)))
 	v.signal()
 }
 
-// holds reports whether a prepared part holds a name whose change can
+// holders returns the prepared parts that hold a name whose change can
 // change the answer for qname in zone: qname itself, an ancestor of it
 // (a delegation, a CNAME or the name's existence), a descendant (an empty
-// non-terminal) or a wildcard at an ancestor. It returns a channel closed
-// when a lock goes.
-func (v *lockView) holds(zone, qname string) (bool, <-chan struct{}) {
+// non-terminal) or a wildcard at an ancestor; and a channel closed when a
+// lock goes.
+func (v *lockView) holders(zone, qname string) ([]txn.ID, <-chan struct{}) {
 	if v.n.Load() == 0 {
-		return false, nil
+		return nil, nil
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for name := range v.held[zone] {
-		if related(zone, name, qname) {
-			if v.changed == nil {
-				v.changed = make(chan struct{})
-			}
-			return true, v.changed
+	var ids []txn.ID
+	for id, p := range v.parts {
+		if p.zone == zone && slices.ContainsFunc(p.names, func(name string) bool { return related(zone, name, qname) }) {
+			ids = append(ids, id)
 		}
 	}
-	return false, nil
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if v.changed == nil {
+		v.changed = make(chan struct{})
+	}
+	return ids, v.changed
 }
 
 // related reports whether a change at name can change the answer for
@@ -175,14 +143,11 @@ func related(zone, name, qname string) bool {
 
 // loadLocks reads the lock view from the current generation.
 func (r *Replica) loadLocks() error {
-	held := map[string]map[string]int{}
-	parts := map[[16]byte]partNames{}
+	parts := map[[16]byte]lockedPart{}
 	err := r.db.View(func(tx *bolt.Tx) error {
 		if p := fsm.Generation(tx).Bucket(fsm.BucketTxPrepared); p != nil {
 			p.ForEach(func(k, _ []byte) error {
-				var id [16]byte
-				copy(id[:], k)
-				parts[id] = partNames{}
+				parts[[16]byte(k)] = lockedPart{}
 				return nil
 			})
 		}
@@ -192,51 +157,20 @@ func (r *Replica) loadLocks() error {
 		}
 		return b.ForEach(func(k, v []byte) error {
 			zone, name, ok := strings.Cut(string(k), "\x00")
-			if !ok {
+			if !ok || len(v) != 16 {
 				return nil
 			}
-			if held[zone] == nil {
-				held[zone] = map[string]int{}
-			}
-			held[zone][name]++
-			var id [16]byte
-			if copy(id[:], v) == len(id) {
-				p := parts[id]
-				p.zone, p.names = zone, append(p.names, name)
-				parts[id] = p
-			}
+			p := parts[[16]byte(v)]
+			p.zone, p.names = zone, append(p.names, name)
+			parts[[16]byte(v)] = p
 			return nil
 		})
 	})
 	if err != nil {
 		return err
 	}
-	r.locks.replace(held, parts)
+	r.locks.replace(parts)
 	return nil
-}
-
-// holders returns the prepared parts that hold a name whose change can
-// change the answer for qname in zone (as holds), and a channel closed when
-// a lock goes.
-func (v *lockView) holders(zone, qname string) ([]txn.ID, <-chan struct{}) {
-	if v.n.Load() == 0 {
-		return nil, nil
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	var ids []txn.ID
-	for id, p := range v.parts {
-		if p.zone == zone && slices.ContainsFunc(p.names, func(name string) bool { return related(zone, name, qname) }) {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	if v.changed == nil {
-		v.changed = make(chan struct{})
-	}
-	return ids, v.changed
 }
 
 // TxHolders returns the transactions whose prepared parts on this member
@@ -279,8 +213,8 @@ func (r *Replica) TxCoordinator(id txn.ID) ([]byte, bool) {
 // change the answer for qname in zone (both canonical), or ctx ends.
 func (r *Replica) TxWait(ctx context.Context, zone, qname string) error {
 	for {
-		held, changed := r.locks.holds(zone, qname)
-		if !held {
+		ids, changed := r.locks.holders(zone, qname)
+		if len(ids) == 0 {
 			return nil
 		}
 		select {
@@ -291,5 +225,6 @@ func (r *Replica) TxWait(ctx context.Context, zone, qname string) error {
 	}
 }
 
-// TxHeld reports whether transactions hold names on this member.
+// TxHeld reports whether prepared transaction parts hold names on this
+// member.
 func (r *Replica) TxHeld() bool { return r.locks.n.Load() > 0 }

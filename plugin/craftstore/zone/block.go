@@ -40,14 +40,13 @@ func (l *blockLayout) take(n, align uintptr) uintptr {
 	return o
 }
 
-// blockTypes are the types whose records a node's block holds, copied
-// field by field rather than by dns.Copy. Each is a case of four type
-// switches: blockRR and blockFill.copy here, synthesize (answer.go) and
-// withOwner (set.go); a type added to one goes in all four and here
-// (TestBlockTypeList checks blockRR against this list and the others
-// against each type; TestBlockTypes checks the fields blockFill.copy
-// copies).
-var blockTypes = []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeCNAME, dns.TypeNS, dns.TypePTR, dns.TypeMX, dns.TypeSRV, dns.TypeTXT}
+// The types a node's block holds (A, AAAA, CNAME, NS, PTR, MX, SRV, TXT)
+// are copied field by field rather than by dns.Copy, each a case of four
+// type switches: blockRR and blockFill.copy here, synthesize (answer.go)
+// and withOwner (set.go). A type added to one goes in all four and in
+// blockTypes (set_test.go), which TestBlockTypeList checks blockRR against
+// and the others with; TestBlockTypes checks the fields blockFill.copy
+// copies.
 
 // blockRR returns the bytes of rr's copy in a block: its struct (and for a
 // TXT its strings' headers), 8-aligned, and the octets it points to; ok is

@@ -297,6 +297,9 @@ func TestWithOwner(t *testing.T) {
 	}
 }
 
+// blockTypes are the types whose records a node's block holds (block.go).
+var blockTypes = []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeCNAME, dns.TypeNS, dns.TypePTR, dns.TypeMX, dns.TypeSRV, dns.TypeTXT}
+
 // TestBlockTypeList: the types a block holds are blockTypes, and each of them
 // is copied by synthesize and withOwner as the same record under its new
 // owner.

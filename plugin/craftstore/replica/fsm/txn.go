@@ -268,7 +268,8 @@ func applyTxPrepare(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	return Result{Serial: res.Serial}, &Effect{Zone: c.Zone, Tx: &TxEffect{ID: c.Tx, Names: names, Prepared: true}}, nil
 }
 
-// PreparedPart returns the prepare command of transaction id on this shard.
+// PreparedPart returns the prepare command of transaction id on this shard,
+// its own copy: it may be kept after g's transaction ends.
 func PreparedPart(g *bolt.Bucket, id []byte) (*Command, error) {
 	p := g.Bucket(BucketTxPrepared)
 	if p == nil {
@@ -278,7 +279,9 @@ func PreparedPart(g *bolt.Bucket, id []byte) (*Command, error) {
 	if v == nil {
 		return nil, nil
 	}
-	return Unmarshal(v)
+	// Its byte fields (Part, Meta) are slices of what it is read from:
+	// copied, they outlive the transaction g belongs to.
+	return Unmarshal(bytes.Clone(v))
 }
 
 // unlock drops prepared part c and its locks, and records that it finished
