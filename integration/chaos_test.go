@@ -91,12 +91,11 @@ type chaos struct {
 	// Puts through a router whose names span shards are transactions
 	// (internal/txn): while one is in flight, and for txWindow after it
 	// returned (a part left prepared is finished within about that), a
-	// read of its key meets its prepared part. Its member reads the
-	// decision at the coordinator instead of waiting, but waits when the
-	// coordinator's group cannot say (an election after a fault there), and
-	// such a read may fail. Such failures are counted apart (txBlocked),
-	// not as unavailability, until issue 50 is done; while a router is
-	// down they count as that router's.
+	// read of its key may meet its prepared part. Its member reads the
+	// decision from a majority of the coordinator's group instead of
+	// waiting, and waits only while that group has no majority (the
+	// majority faults). Such a read's failure is a failure like any other,
+	// and counted once more in txBlocked, to tell it in the summary.
 	txFlight  map[string]int       // key → puts in flight
 	txUntil   map[string]time.Time // key → end of the window after the last put
 	txBlocked int
@@ -331,7 +330,8 @@ func (c *chaos) read(ep endpoint, key string) (string, bool) {
 		n[0]++
 		if err != nil && fault != "router-kill" && (c.txFlight[key] > 0 || time.Now().Before(c.txUntil[key])) {
 			c.txBlocked++
-		} else if err != nil {
+		}
+		if err != nil {
 			n[1]++
 			if !majorityFaults[fault] && len(c.routerFails) < 10 {
 				c.routerFails = append(c.routerFails, fmt.Sprintf("%s at %v during %s: %v", key, time.Duration(call).Round(time.Millisecond), fault, err))

@@ -63,8 +63,9 @@
 //   - Atomic visibility: a member asked about a name that a prepared part
 //     holds, or that such a name can change (an ancestor, a descendant, a
 //     wildcard that covers it), reads the decision at the coordinator
-//     (StatusPath: a read of the coordinator group's current state) before
-//     it answers. Decided, it finishes the part itself and answers from
+//     (StatusPath: a read of the coordinator group's current state, from a
+//     majority of its members or confirmed with its leader) before it
+//     answers. Decided, it finishes the part itself and answers from
 //     the state after it. Not decided, it answers from the state before:
 //     the commit, if it comes, is recorded after that read, and every part
 //     applies only after the commit, so the answer is one of a moment
@@ -94,6 +95,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/craftdns/craftdns/internal/zoneapi"
@@ -201,8 +203,15 @@ func DecidePath(id ID) string { return "/v1/txn/" + id.String() + "/decide" }
 // StatusPath is the path of a decision's read on a coordinator member
 // (GET): the answer is a Decision read from the group's current state
 // (the member confirms it with its leader first), its Outcome "" while
-// nothing was decided. It decides nothing.
+// nothing was decided. It decides nothing. With LocalRead as its query,
+// the member answers at once from its own state, with Local set when it
+// applied no decision: a majority of such answers says what a confirmed
+// read would (NoneByMajority), without the group's leader.
 func StatusPath(id ID) string { return "/v1/txn/" + id.String() }
+
+// LocalRead is the query of a decision's read answered from the member's
+// own state (StatusPath).
+const LocalRead = "read=local"
 
 // FinishPath is the path that applies outcome on a participant member.
 func FinishPath(id ID, outcome Outcome) string {
@@ -233,6 +242,55 @@ type Decide struct {
 // Decision is the outcome recorded for a transaction.
 type Decision struct {
 	Outcome Outcome `json:"outcome"`
+	// Local is set in the answer to a LocalRead by a member that applied
+	// no decision.
+	Local *Local `json:"local,omitempty"`
+}
+
+// Local is what a coordinator member's own state says of a decision it
+// did not apply: whether its log holds one past what it applied, or
+// anything else that keeps it from vouching for "none" (Pending), and the
+// voters of the configuration it applied.
+type Local struct {
+	Member  uint64   `json:"member"`
+	Voters  []uint64 `json:"voters"`
+	Pending bool     `json:"pending,omitempty"`
+}
+
+// NoneByMajority reports whether answers to a LocalRead of one decision
+// show that nothing was decided before they were asked: those not Pending
+// come from a majority of the voters of one configuration, which each of
+// them reports. A decision is recorded once a majority of the voters hold
+// it in their logs, where it stays (applied, or past the applied index:
+// Pending), and any majority of the same voters shares a member with that
+// one; a change of the configuration is committed the same way, so a
+// majority whose members report no pending change still have the current
+// one.
+func NoneByMajority(answers []Local) bool {
+	for _, a := range answers {
+		if a.Pending {
+			continue
+		}
+		n := 0
+		seen := map[uint64]bool{}
+		for _, b := range answers {
+			if !b.Pending && !seen[b.Member] && slices.Equal(sorted(b.Voters), sorted(a.Voters)) && slices.Contains(a.Voters, b.Member) {
+				seen[b.Member] = true
+				n++
+			}
+		}
+		if len(a.Voters) > 0 && 2*n > len(a.Voters) {
+			return true
+		}
+	}
+	return false
+}
+
+// sorted returns a sorted copy of ids.
+func sorted(ids []uint64) []uint64 {
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	return s
 }
 
 // Finished is the answer to POST /v1/txn/{id}/commit and /abort: the

@@ -20,13 +20,19 @@ import (
 // query about a name that a prepared transaction part holds, or that such a
 // name can change (an ancestor, a descendant, a covering wildcard:
 // replica.TxHolders), does not wait for the part's outcome: the member asks
-// the transaction's coordinator for its decision, one round trip to a
-// member of the coordinator's group, which reads it from a state confirmed
-// current with its leader (GET /v1/txn/{id}, txStatus):
+// the transaction's coordinator for its decision, one round trip to the
+// members of the coordinator's group (GET /v1/txn/{id}, txStatus): each
+// answers from its own state, and a decision one applied, or "none" from a
+// majority that can vouch for it (txn.NoneByMajority), will do, so the
+// read needs no leader there; only when that majority cannot vouch (a
+// decision being replicated, a change of members) does it read the
+// decision again from a state a member confirmed with its leader:
 //
-//   - committed or aborted: the member finishes the part itself, as a
-//     participant's recovery does (one Raft entry, shared by the queries
-//     that meet the part at once), and answers from the state after it;
+//   - committed: the member finishes the part itself, as a participant's
+//     recovery does (one Raft entry, shared by the queries that meet the
+//     part at once), and answers from the state after it;
+//   - aborted: it answers at once from the state before the part, which is
+//     the state after it, and finishes the part meanwhile;
 //   - nothing decided: it answers from the state before the part. The read
 //     comes before the commit, which the coordinator can only record after
 //     the decision was read, and every part applies only after it: no
@@ -34,8 +40,9 @@ import (
 //     must not cache such an answer (the commit may come at any moment, and
 //     the router learns of it from the commit's notice alone), so a routed
 //     answer carries shardproto's held mark;
-//   - the coordinator cannot say (its group has no quorum, or none of its
-//     members answers in time): the query waits for the part's outcome as
+//   - the coordinator cannot say (no majority of its group answers in
+//     time, and no member confirmed with a leader): the query waits for the
+//     part's outcome as
 //     before, and a router's query is answered Held (SERVFAIL, Not Ready)
 //     after txn.RoutedWait so that the router asks again.
 
@@ -85,9 +92,10 @@ func (c *Craftstore) readHeld(ctx context.Context, rep *replica.Replica, zone, q
 
 // readPast resolves the prepared parts that hold qname in zone, as above,
 // within ctx. It returns whether the answer reads past parts whose outcome
-// is not decided (the held mark) and whether it finished decided parts
+// is not decided (the held mark) and whether it met decided parts
 // first, or an error when the query must wait for them instead.
 func (c *Craftstore) readPast(ctx context.Context, rep *replica.Replica, ls *leases, zone, qname string) (undecided, finished bool, err error) {
+	var aborted map[txn.ID]bool // read past: they change nothing
 	for range 3 {
 		ids, _ := rep.TxHolders(zone, qname)
 		if len(ids) == 0 {
@@ -96,6 +104,9 @@ func (c *Craftstore) readPast(ctx context.Context, rep *replica.Replica, ls *lea
 		undecided = false
 		round := false
 		for _, id := range ids {
+			if aborted[id] {
+				continue
+			}
 			o, ok, err := decision(ctx, rep, id, c.cfg.token)
 			switch {
 			case err != nil:
@@ -104,6 +115,13 @@ func (c *Craftstore) readPast(ctx context.Context, rep *replica.Replica, ls *lea
 				round = true
 			case o == "":
 				undecided = true
+			case o == txn.Abort:
+				if aborted == nil {
+					aborted = map[txn.ID]bool{}
+				}
+				aborted[id] = true
+				finished = true // its outcome is known: the state before is the one after
+				c.held.start(rep, ls, id, o, c.cfg.timeout)
 			default:
 				if err := c.held.finish(ctx, rep, ls, id, o, c.cfg.timeout); err != nil {
 					return false, false, err
@@ -121,6 +139,17 @@ func (c *Craftstore) readPast(ctx context.Context, rep *replica.Replica, ls *lea
 // finish finishes transaction id's part with outcome o, or waits for the
 // query that is doing it already, until ctx ends.
 func (h *heldReads) finish(ctx context.Context, rep *replica.Replica, ls *leases, id txn.ID, o txn.Outcome, timeout time.Duration) error {
+	select {
+	case <-h.start(rep, ls, id, o, timeout):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// start starts finishing transaction id's part with outcome o, unless a
+// query is doing it already, and returns a channel closed when that ends.
+func (h *heldReads) start(rep *replica.Replica, ls *leases, id txn.ID, o txn.Outcome, timeout time.Duration) <-chan struct{} {
 	h.mu.Lock()
 	if h.finishing == nil {
 		h.finishing = map[txn.ID]chan struct{}{}
@@ -143,17 +172,13 @@ func (h *heldReads) finish(ctx context.Context, rep *replica.Replica, ls *leases
 		}()
 	}
 	h.mu.Unlock()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return done
 }
 
 // decision reads the decision for transaction id from the members of its
-// coordinator's group, the first that answers (ok false: the part is no
-// longer prepared here).
+// coordinator's group (ok false: the part is no longer prepared here):
+// from their own states first, then, when no majority of them could vouch
+// for "none", from a state confirmed with their leader.
 func decision(ctx context.Context, rep *replica.Replica, id txn.ID, token string) (o txn.Outcome, ok bool, err error) {
 	raw, ok := rep.TxCoordinator(id)
 	if !ok {
@@ -163,31 +188,65 @@ func decision(ctx context.Context, rep *replica.Replica, id txn.ID, token string
 	if err := json.Unmarshal(raw, &meta); err != nil || len(meta.Coordinator.APIs) == 0 {
 		return "", true, fmt.Errorf("transaction %s: no coordinator address", id)
 	}
-	// Every member of the coordinator's group at once: the first answer
-	// will do (each is a read of the group's current state), and a member
-	// that is down or cut off costs no time.
+	o, err = readDecision(ctx, meta.Coordinator.APIs, id, token, true)
+	if err != nil && ctx.Err() == nil {
+		o, err = readDecision(ctx, meta.Coordinator.APIs, id, token, false)
+	}
+	if err != nil {
+		return "", true, fmt.Errorf("transaction %s: coordinator %s: %w", id, meta.Coordinator.Shard, err)
+	}
+	return o, true, nil
+}
+
+// errNoMajority: the members' own states that answered do not show that
+// nothing was decided.
+var errNoMajority = errors.New("no majority of its members can vouch that nothing was decided")
+
+// readDecision asks every member at apis at once for transaction id's
+// decision: local, each from its own state (txn.LocalRead: a decision one
+// applied, or "none" from a majority, txn.NoneByMajority); else confirmed
+// with their leader, when the first answer will do. A member down or cut
+// off costs no time.
+func readDecision(ctx context.Context, apis []string, id txn.ID, token string, local bool) (txn.Outcome, error) {
+	path := txn.StatusPath(id)
+	if local {
+		path += "?" + txn.LocalRead
+	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type answer struct {
-		o   txn.Outcome
+		d   txn.Decision
 		err error
 	}
-	answers := make(chan answer, len(meta.Coordinator.APIs))
-	for _, base := range meta.Coordinator.APIs {
+	answers := make(chan answer, len(apis))
+	for _, base := range apis {
 		go func() {
-			o, err := getDecision(actx, base+txn.StatusPath(id), token)
-			answers <- answer{o, err}
+			d, err := coordinatorCall(actx, http.MethodGet, base+path, token, nil)
+			answers <- answer{d, err}
 		}()
 	}
-	var errs []error
-	for range meta.Coordinator.APIs {
+	var (
+		errs   []error
+		locals []txn.Local
+	)
+	for range apis {
 		a := <-answers
-		if a.err == nil {
-			return a.o, true, nil
+		switch {
+		case a.err != nil:
+			errs = append(errs, a.err)
+		case a.d.Outcome != "" || a.d.Local == nil:
+			return a.d.Outcome, nil // applied (final), or a confirmed read
+		default:
+			locals = append(locals, *a.d.Local)
+			if txn.NoneByMajority(locals) {
+				return "", nil
+			}
 		}
-		errs = append(errs, a.err)
 	}
-	return "", true, fmt.Errorf("transaction %s: coordinator %s: %w", id, meta.Coordinator.Shard, errors.Join(errs...))
+	if len(errs) == 0 {
+		return "", errNoMajority
+	}
+	return "", errors.Join(errs...)
 }
 
 // coordinatorClient asks coordinators for decisions: connections kept
@@ -199,23 +258,17 @@ var coordinatorClient = func() *http.Client {
 	return &http.Client{Transport: tr}
 }()
 
-// getDecision reads the decision at url (a coordinator member's
-// txn.StatusPath): "" while none.
-func getDecision(ctx context.Context, url, token string) (txn.Outcome, error) {
-	return coordinatorCall(ctx, http.MethodGet, url, token, nil)
-}
-
 // coordinatorCall sends a decision's read (GET, no body) or a decision
-// (POST, a txn.Decide) to url on a coordinator member and returns the
-// outcome its answer carries: commit, abort, or "" (none recorded).
-func coordinatorCall(ctx context.Context, method, url, token string, body []byte) (txn.Outcome, error) {
+// (POST, a txn.Decide) to url on a coordinator member and returns its
+// answer: the outcome commit, abort, or "" (none recorded).
+func coordinatorCall(ctx context.Context, method, url, token string, body []byte) (txn.Decision, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return "", err
+		return txn.Decision{}, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -225,29 +278,43 @@ func coordinatorCall(ctx context.Context, method, url, token string, body []byte
 	}
 	resp, err := coordinatorClient.Do(req)
 	if err != nil {
-		return "", err
+		return txn.Decision{}, err
 	}
 	defer resp.Body.Close()
 	var d txn.Decision
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 4<<10)).Decode(&d) != nil {
-		return "", fmt.Errorf("%s: status %d", url, resp.StatusCode)
+		return txn.Decision{}, fmt.Errorf("%s: status %d", url, resp.StatusCode)
 	}
 	if d.Outcome != "" && d.Outcome != txn.Commit && d.Outcome != txn.Abort {
-		return "", fmt.Errorf("%s: outcome %q", url, d.Outcome)
+		return txn.Decision{}, fmt.Errorf("%s: outcome %q", url, d.Outcome)
 	}
-	return d.Outcome, nil
+	return d, nil
 }
 
 // txStatus answers a decision's read (GET /v1/txn/{id}) on a coordinator
 // member: the outcome its group recorded, "" while none. A decision this
 // member applied is final (the first one recorded stands), so it answers
-// at once, even while its group elects a leader; "none" is answered only
-// once the member confirmed with its leader that its state is current
-// (replica.Fresh): a decision recorded before the read began is in it.
+// at once, even while its group elects a leader. A local read
+// (txn.LocalRead) is answered at once from the member's own state
+// (replica.TxLocal); otherwise "none" is answered only once the member
+// confirmed with its leader that its state is current (replica.Fresh): a
+// decision recorded before the read began is in it.
 func (a *apiServer) txStatus(w http.ResponseWriter, r *http.Request) {
 	id, err := txID(r)
 	if err != nil {
 		fail(w, err)
+		return
+	}
+	if r.URL.RawQuery == txn.LocalRead {
+		l, err := a.rep.TxLocal(id)
+		switch {
+		case err != nil:
+			fail(w, err)
+		case l.Outcome != "":
+			httpapi.WriteJSON(w, http.StatusOK, txn.Decision{Outcome: l.Outcome})
+		default:
+			httpapi.WriteJSON(w, http.StatusOK, txn.Decision{Local: &txn.Local{Member: a.rep.ID(), Voters: l.Voters, Pending: l.Pending}})
+		}
 		return
 	}
 	if o, err := a.rep.TxDecided(id); err == nil && o != "" {

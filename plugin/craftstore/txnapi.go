@@ -238,9 +238,9 @@ func askCoordinator(co txn.Coordinator, id txn.ID, token string, timeout time.Du
 }
 
 func postDecide(ctx context.Context, url, token string, body []byte) (txn.Outcome, error) {
-	o, err := coordinatorCall(ctx, http.MethodPost, url, token, body)
-	if err == nil && o == "" {
+	d, err := coordinatorCall(ctx, http.MethodPost, url, token, body)
+	if err == nil && d.Outcome == "" {
 		return "", fmt.Errorf("%s: no outcome", url)
 	}
-	return o, err
+	return d.Outcome, err
 }

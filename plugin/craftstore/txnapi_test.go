@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,12 +179,18 @@ func TestReadsPastTransactions(t *testing.T) {
 		t.Errorf("committed: expected the new record and the part finished, got held %v\n%v", held("one.example.org."), m)
 	}
 
-	// Aborted: the reader aborts the part and sees the state before.
+	// Aborted: the reader sees the state before at once, unmarked (it is
+	// final), and aborts the part meanwhile.
 	id2 := txn.NewID()
 	preparePart(t, a, token, id2, "two.example.org.")
 	decide(id2, txn.Abort)
-	if m, _ := query("two.example.org.", true); m.Rcode != dns.RcodeNameError || held("two.example.org.") || shardproto.Held(m) {
-		t.Errorf("aborted: expected NXDOMAIN, unmarked, and the part finished, got held %v\n%v", held("two.example.org."), m)
+	if m, _ := query("two.example.org.", true); m.Rcode != dns.RcodeNameError || shardproto.Held(m) {
+		t.Errorf("aborted: expected NXDOMAIN, unmarked, got\n%v", m)
+	}
+	for deadline := time.Now().Add(5 * time.Second); held("two.example.org."); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("aborted: the reader did not finish the part")
+		}
 	}
 
 	// Undecided, coordinator alive: the state before, at once, marked for
@@ -222,7 +229,9 @@ func TestReadsPastTransactions(t *testing.T) {
 
 // TestTxStatusWithoutLeader: a coordinator member answers a decision it
 // applied even while its group has no leader (a decision is final), and
-// refuses to say "none" then (it cannot confirm its state is current).
+// refuses to say "none" then from its own state alone (it cannot confirm
+// it is current); a majority of the members' own states says "none"
+// without a leader (txn.LocalRead), one member's cannot.
 func TestTxStatusWithoutLeader(t *testing.T) {
 	ports := make([]string, 3)
 	for i := range ports {
@@ -235,42 +244,87 @@ func TestTxStatusWithoutLeader(t *testing.T) {
 	}
 	peers := []replica.Member{{ID: 1, Raft: ports[0]}, {ID: 2, Raft: ports[1]}, {ID: 3, Raft: ports[2]}}
 	reps := make([]*replica.Replica, 3)
+	apis := make([]*apiServer, 3)
+	urls := make([]string, 3)
 	for i := range reps {
-		rep, err := replica.Open(replica.Config{ID: uint64(i + 1), Dir: t.TempDir(), RaftAddr: ports[i], Peers: peers, Tick: 10 * time.Millisecond})
+		// Members 2 and 3 notice a leader's loss only after 3 s or more:
+		// member 1 leads, and once it is gone they have none for that long.
+		tick := 300 * time.Millisecond
+		if i == 0 {
+			tick = 50 * time.Millisecond
+		}
+		rep, err := replica.Open(replica.Config{ID: uint64(i + 1), Dir: t.TempDir(), RaftAddr: ports[i], Peers: peers, Tick: tick})
 		if err != nil {
 			t.Fatal(err)
 		}
-		reps[i] = rep
-		t.Cleanup(func() { rep.Close() })
+		a, err := startAPI(apiConfig{listen: "127.0.0.1:0", timeout: time.Second}, rep, newLeases(time.Now(), true, testRouterKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps[i], apis[i], urls[i] = rep, a, "http://"+a.addr()
+		t.Cleanup(func() { a.close(); rep.Close() })
 	}
-	a, err := startAPI(apiConfig{listen: "127.0.0.1:0", timeout: time.Second}, reps[0], newLeases(time.Now(), true, testRouterKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.close)
-	for deadline := time.Now().Add(10 * time.Second); !reps[0].Ready(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); !reps[0].IsLeader() || !reps[1].Ready() || !reps[2].Ready(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("member 1 never became ready")
+			t.Fatalf("member 1 never led a ready group: leader %v, ready %v %v", reps[0].IsLeader(), reps[1].Ready(), reps[2].Ready())
 		}
 	}
 	decided, open := txn.NewID(), txn.NewID()
-	if code, out, raw := call(t, a, "", "POST", txn.DecidePath(decided), `{"outcome":"commit"}`); code != http.StatusOK || out["outcome"] != "commit" {
+	if code, out, raw := call(t, apis[0], "", "POST", txn.DecidePath(decided), `{"outcome":"commit"}`); code != http.StatusOK || out["outcome"] != "commit" {
 		t.Fatalf("decide: %d %s", code, raw)
 	}
-	if code, out, raw := call(t, a, "", "GET", txn.StatusPath(open), ""); code != http.StatusOK || out["outcome"] != "" {
-		t.Fatalf("an undecided transaction with a leader: expected 200 and no outcome, got %d %s", code, raw)
-	}
-	reps[1].Close()
-	reps[2].Close()
-	for deadline := time.Now().Add(10 * time.Second); reps[0].Ready(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		o2, _ := reps[1].TxDecided(decided)
+		o3, _ := reps[2].TxDecided(decided)
+		if o2 == txn.Commit && o3 == txn.Commit {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("member 1 stayed ready without its peers")
+			t.Fatal("the decision never reached members 2 and 3")
 		}
 	}
-	if code, out, raw := call(t, a, "", "GET", txn.StatusPath(decided), ""); code != http.StatusOK || out["outcome"] != "commit" {
-		t.Errorf("a decided transaction without a leader: expected commit, got %d %s", code, raw)
+	// A member may be not ready for a moment on a loaded machine.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, out, raw := call(t, apis[0], "", "GET", txn.StatusPath(open), "")
+		if code == http.StatusOK && out["outcome"] == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an undecided transaction with a leader: expected 200 and no outcome, got %d %s", code, raw)
+		}
 	}
-	if code, _, raw := call(t, a, "", "GET", txn.StatusPath(open), ""); code < 500 {
-		t.Errorf("an undecided transaction without a leader: expected a 5xx (cannot confirm), got %d %s", code, raw)
+	if code, _, raw := call(t, apis[1], "", "GET", txn.StatusPath(open)+"?"+txn.LocalRead, ""); code != http.StatusOK || !strings.Contains(raw, `"local":{"member":2,"voters":[1,2,3]}`) {
+		t.Fatalf("a local read: expected member 2's own word, got %d %s", code, raw)
+	}
+
+	// The leader gone: members 2 and 3 have none for seconds.
+	apis[0].close()
+	reps[0].Close()
+	read := func(id txn.ID, local bool) (txn.Outcome, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		return readDecision(ctx, urls, id, "", local)
+	}
+	if o, err := read(open, true); err != nil || o != "" {
+		t.Errorf("undecided, no leader, a majority: expected none from their own states, got %q %v", o, err)
+	}
+	if o, err := read(decided, true); err != nil || o != txn.Commit {
+		t.Errorf("decided, no leader: expected commit, got %q %v", o, err)
+	}
+	if code, _, raw := call(t, apis[1], "", "GET", txn.StatusPath(open), ""); code < 500 {
+		t.Errorf("undecided, no leader, a confirmed read: expected a 5xx (cannot confirm), got %d %s", code, raw)
+	}
+	if reps[1].IsLeader() || reps[2].IsLeader() {
+		t.Fatal("members 2 and 3 elected a leader too soon for the test")
+	}
+
+	// One member left: its own word is not a majority's.
+	apis[2].close()
+	reps[2].Close()
+	if o, err := read(open, true); err == nil {
+		t.Errorf("undecided, one member of three: expected no answer, got %q", o)
+	}
+	if code, out, raw := call(t, apis[1], "", "GET", txn.StatusPath(decided), ""); code != http.StatusOK || out["outcome"] != "commit" {
+		t.Errorf("a decided transaction without a leader: expected commit, got %d %s", code, raw)
 	}
 }

@@ -164,3 +164,43 @@ func (s *Storage) Snapshot() (*pb.Snapshot, error) {
 	}
 	return pb.EnsureSnapshot(&pb.Snapshot{Metadata: md}), nil
 }
+
+// The functions below read inside a transaction of the caller's, so that
+// what they see of the log and of the state machine sharing its file is one
+// moment of both.
+
+// ConfStateIn returns the ConfState stored in tx (as InitialState does).
+func ConfStateIn(tx *bolt.Tx) (*pb.ConfState, error) {
+	st, err := loadMarker(tx)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: %w", err)
+	}
+	cs := &pb.ConfState{}
+	if v := st.meta.Get(confStateKey); v != nil {
+		if err := proto.Unmarshal(v, cs); err != nil {
+			return nil, fmt.Errorf("raftlog: decoding conf state: %w", err)
+		}
+	}
+	return pb.EnsureConfState(cs), nil
+}
+
+// ScanIn calls f with each entry of the log in tx after index after, in
+// order, until f returns false. The entry passed to f is reused for the
+// next one: f must not keep it.
+func ScanIn(tx *bolt.Tx, after uint64, f func(*pb.Entry) bool) error {
+	st, err := loadMarker(tx)
+	if err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	c := st.log.Cursor()
+	var e pb.Entry
+	for k, v := c.Seek(encodeIndex(max(after, st.compacted) + 1)); k != nil; k, v = c.Next() {
+		if err := proto.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("raftlog: decoding entry %d: %w", decodeIndex(k), err)
+		}
+		if !f(&e) {
+			return nil
+		}
+	}
+	return nil
+}

@@ -55,6 +55,9 @@ type pending struct {
 	results   map[uint64]applied
 	snapshot  bool
 	lastIndex uint64 // applied index after the transaction
+	// raftApplied is the last entry handed to raft, or the installed
+	// snapshot's index when there were none (Replica.raftApplied).
+	raftApplied uint64
 }
 
 // handleReady persists rd, sends its messages, applies its committed
@@ -106,6 +109,9 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 		return err
 	}) {
 		return false
+	}
+	if p.snapshot || p.raftApplied > r.raftApplied.Load() {
+		r.raftApplied.Store(p.raftApplied)
 	}
 	if hs := rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
 		r.voted.term, r.voted.vote = hs.GetTerm(), hs.GetVote()
@@ -176,6 +182,7 @@ func (r *Replica) persist(rd raft.Ready) (pending, error) {
 				return err
 			}
 			p.snapshot = true
+			p.raftApplied = rd.Snapshot.GetMetadata().GetIndex()
 		}
 		if err := r.store.Append(tx, rd.Entries); err != nil {
 			return err
@@ -193,6 +200,7 @@ func (r *Replica) persist(rd raft.Ready) (pending, error) {
 				return fmt.Errorf("applying entry %d: %w", e.GetIndex(), err)
 			}
 			lastIndex, lastTerm = e.GetIndex(), e.GetTerm()
+			p.raftApplied = lastIndex
 		}
 		if lastIndex > done {
 			if err := fsm.PutApplied(g, lastIndex, lastTerm); err != nil {

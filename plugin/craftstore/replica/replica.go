@@ -124,6 +124,12 @@ type Replica struct {
 	voted struct{ term, vote uint64 }
 
 	applied atomic.Uint64
+	// raftApplied is the index of the last entry handed to raft as applied
+	// (a conf change among them applied to the stored ConfState): below
+	// applied while the entries of a snapshot whose data was newer than
+	// its metadata come again (persist). Set after the transaction that
+	// reaches it committed.
+	raftApplied atomic.Uint64
 	// appliedSignal is closed, and replaced, each time applied rises.
 	appliedSignal atomic.Pointer[chan struct{}]
 	freshReads    freshReads
@@ -292,6 +298,7 @@ func (r *Replica) open() error {
 	r.confState = cs
 	r.snapIndex = snap.GetMetadata().GetIndex()
 	r.applied.Store(appliedIndex)
+	r.raftApplied.Store(min(appliedIndex, hs.GetCommit())) // raft.Config.Applied below
 	r.commit.Store(hs.GetCommit())
 	r.term.Store(hs.GetTerm())
 	r.voted.term, r.voted.vote = hs.GetTerm(), hs.GetVote()

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -171,4 +172,57 @@ func TestRelated(t *testing.T) {
 			t.Errorf("related(%s, %s) = %v, expected %v", tc.locked, tc.qname, got, tc.want)
 		}
 	}
+}
+
+// TestTxLocal: a member's own word on a decision (TxLocal): the decision
+// it applied; none, with its voters, when it applied none and its log holds
+// none; pending when its log holds one it has not applied (the leader that
+// lost its followers before the decision committed).
+func TestTxLocal(t *testing.T) {
+	// A leader without followers steps down only after a second.
+	c := &testCluster{t: t, dir: t.TempDir(), members: map[uint64]*Replica{}, tick: 100 * time.Millisecond}
+	c.addPeers(3)
+	c.startAll()
+	l := c.leader()
+	decided, open, stuck := txn.NewID(), txn.NewID(), txn.NewID()
+	if o, err := l.TxDecide(ctx(t), decided, txn.Commit); err != nil || o != txn.Commit {
+		t.Fatalf("decide: %v %v", o, err)
+	}
+	f := c.follower()
+	eventually(t, "the decision on a follower", func() bool {
+		o, _ := f.TxDecided(decided)
+		return o == txn.Commit
+	})
+	for _, r := range []*Replica{l, f} {
+		if got, err := r.TxLocal(decided); err != nil || got.Outcome != txn.Commit {
+			t.Errorf("member %d, decided: expected commit, got %+v %v", r.ID(), got, err)
+		}
+		got, err := r.TxLocal(open)
+		if err != nil || got.Outcome != "" || got.Pending || !slices.Equal(sortedIDs(got.Voters), []uint64{1, 2, 3}) {
+			t.Errorf("member %d, undecided: expected none, not pending, voters 1-3, got %+v %v", r.ID(), got, err)
+		}
+	}
+
+	for id := range c.members {
+		if id != l.ID() {
+			c.stop(id)
+		}
+	}
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := l.TxDecide(short, stuck, txn.Abort); err == nil {
+		t.Fatal("a decision without quorum was acknowledged")
+	}
+	if got, err := l.TxLocal(stuck); err != nil || got.Outcome != "" || !got.Pending {
+		t.Errorf("a decision in the log, not applied: expected pending, got %+v %v", got, err)
+	}
+	if got, err := l.TxLocal(open); err != nil || got.Pending {
+		t.Errorf("another transaction's decision in the log: expected not pending, got %+v %v", got, err)
+	}
+}
+
+func sortedIDs(ids []uint64) []uint64 {
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	return s
 }

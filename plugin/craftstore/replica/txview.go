@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/txn"
+	"github.com/craftdns/craftdns/plugin/craftstore/raftlog"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
+	pb "go.etcd.io/raft/v3/raftpb"
 )
 
 // lockView is the member's in-memory view of the prepared transaction
@@ -192,6 +194,68 @@ func (r *Replica) TxDecided(id txn.ID) (txn.Outcome, error) {
 		return nil
 	})
 	return o, err
+}
+
+// TxLocal is what one member's own state says of a transaction's decision,
+// for a read of it from a majority of the coordinator's group that needs
+// no leader (craftstore's decision reads): a decision committed before the
+// read began is in the log, or applied, of a majority of the voters, so
+// when a majority of one configuration answers Outcome "" and not Pending,
+// none was.
+type TxLocal struct {
+	Outcome txn.Outcome // the decision the member applied, "" for none
+	// Pending: the member cannot vouch for "none": its log holds, past
+	// what it applied, a decision of the transaction or a configuration
+	// change, or its stored configuration may be older than its data (the
+	// entries of a snapshot whose data was newer come again), or it is
+	// in a joint configuration.
+	Pending bool
+	Voters  []uint64 // the voters of the configuration it applied
+}
+
+// txLocalScan bounds the log entries TxLocal reads past the applied index:
+// a member that far behind cannot vouch for anything.
+const txLocalScan = 4096
+
+// TxLocal reads what this member's own state says of transaction id's
+// decision (TxLocal), from one moment of its file: no round to the leader.
+func (r *Replica) TxLocal(id txn.ID) (TxLocal, error) {
+	// Read before the transaction: it is at most what the state the
+	// transaction sees reached, so an older value only says Pending.
+	through := r.raftApplied.Load()
+	var l TxLocal
+	err := r.db.View(func(tx *bolt.Tx) error {
+		g := fsm.Generation(tx)
+		l.Outcome, _ = fsm.Decided(g, id[:])
+		if l.Outcome != "" {
+			return nil
+		}
+		applied, _ := fsm.Applied(g)
+		cs, err := raftlog.ConfStateIn(tx)
+		if err != nil {
+			return err
+		}
+		l.Voters = cs.GetVoters()
+		l.Pending = through < applied || len(cs.GetVotersOutgoing()) > 0
+		n := 0
+		return raftlog.ScanIn(tx, applied, func(e *pb.Entry) bool {
+			n++
+			if n > txLocalScan || e.GetType() != pb.EntryNormal || decides(e.GetData(), id) {
+				l.Pending = true
+			}
+			return !l.Pending
+		})
+	})
+	return l, err
+}
+
+// decides reports whether entry data is a decision of transaction id.
+func decides(data []byte, id txn.ID) bool {
+	if len(data) < 2 || fsm.Op(data[1]) != fsm.OpTxDecide {
+		return false
+	}
+	c, err := fsm.Unmarshal(data)
+	return err != nil || c.Tx == id // one it cannot read: assume it is
 }
 
 // TxCoordinator returns the coordinator and participants (JSON, as the
