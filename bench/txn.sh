@@ -10,10 +10,12 @@
 # each with CLIENTS clients for DURATION seconds: committed updates/s and
 # latency p50/p99 (bench/updates). Then query latency through the router
 # (QRATE queries/s of existing names), idle and while one-name UPDATEs,
-# then cross-shard UPDATEs run.
+# then cross-shard UPDATEs run; and once more while cross-shard UPDATEs run
+# with HELD percent of the queries asking for a name of an UPDATE in flight,
+# which its prepared part holds (issue 50: readers read past it).
 #
 # Knobs (environment): RECORDS (10000), CLIENTS (16), DURATION (10),
-# QRATE (2000), BEFORE_BINARY (optional), COREDNS_BINARY, KEEP=1.
+# QRATE (2000), HELD (50), BEFORE_BINARY (optional), COREDNS_BINARY, KEEP=1.
 
 . "$(dirname "$0")/lib.sh"
 
@@ -21,6 +23,7 @@ RECORDS=${RECORDS:-10000}
 CLIENTS=${CLIENTS:-16}
 DURATION=${DURATION:-10}
 QRATE=${QRATE:-2000}
+HELD=${HELD:-50}
 KEY=$ROOT/Corefile.examples/keys/update.key
 need curl dig
 if [ -n "${BEFORE_BINARY:-}" ]; then
@@ -84,6 +87,7 @@ single=$(updates single s1 -span "http://127.0.0.1:$r_api" -pairs single)
 cross=$(updates cross c1 -span "http://127.0.0.1:$r_api" -pairs cross)
 load1=$(updates load1 m1 -query "127.0.0.1:$r_dns" -qnames "$WORK/queries" -qrate "$QRATE" -idle 5s)
 load=$(updates load l1 -span "http://127.0.0.1:$r_api" -pairs cross -pool 8000 -query "127.0.0.1:$r_dns" -qnames "$WORK/queries" -qrate "$QRATE" -idle 5s)
+held=$(updates held h1 -span "http://127.0.0.1:$r_api" -pairs cross -pool 8000 -query "127.0.0.1:$r_dns" -qnames "$WORK/queries" -qrate "$QRATE" -idle 5s -qinflight "$HELD")
 teardown
 
 echo
@@ -97,11 +101,14 @@ row "two names on two shards (txn)" "$cross"
 echo
 [ -n "${before_one:-}" ] && echo "one name, after/before: $(calc %.2f "$(field "$one" updates_per_s) / $(field "$before_one" updates_per_s)")"
 echo "two shards/one shard (two names): $(calc %.2f "$(field "$cross" updates_per_s) / $(field "$single" updates_per_s)") updates/s, p99 $(calc %.2f "$(field "$cross" p99_ms) / $(field "$single" p99_ms)")x"
-for run in load1 load; do
+for run in load1 load held; do
 	out=${!run}
 	idle=$(grep '^queries phase=idle' <<<"$out")
 	busy=$(grep '^queries phase=load' <<<"$out")
-	what="one-name UPDATEs"
-	[ "$run" = load ] && what="cross-shard UPDATEs"
-	echo "queries through the router at $QRATE/s: idle p50/p99 $(field "$idle" p50_ms)/$(field "$idle" p99_ms) ms; during $what ($(field "$(grep '^updates' <<<"$out")" updates_per_s)/s) p50/p99 $(field "$busy" p50_ms)/$(field "$busy" p99_ms) ms: p99 $(calc %.2f "$(field "$busy" p99_ms) / $(field "$idle" p99_ms)")x"
+	case $run in
+	load1) what="one-name UPDATEs" ;;
+	load) what="cross-shard UPDATEs" ;;
+	held) what="cross-shard UPDATEs, $HELD% of the queries for names they hold" ;;
+	esac
+	echo "queries through the router at $QRATE/s: idle p50/p99 $(field "$idle" p50_ms)/$(field "$idle" p99_ms) ms; during $what ($(field "$(grep '^updates' <<<"$out")" updates_per_s)/s) p50/p99 $(field "$busy" p50_ms)/$(field "$busy" p99_ms) ms: p99 $(calc %.2f "$(field "$busy" p99_ms) / $(field "$idle" p99_ms)")x, $(field "$busy" errors) errors, $(field "$busy" lost) lost"
 done

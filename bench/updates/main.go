@@ -68,6 +68,7 @@ func main() {
 		span     = flag.String("span", "", "craftroute API base URL: each UPDATE adds two names, placed on shards by the router's ring (see -pairs)")
 		pairs    = flag.String("pairs", "cross", "with -span: cross (the two names on two shards: a transaction) or single (both on one shard)")
 		npool    = flag.Int("pool", 4000, "with -span: names found per shard before the run (one UPDATE uses two)")
+		inflight = flag.Int("qinflight", 0, "with -span and -query: percent of the queries (during the updates) that ask for a name of an UPDATE in flight, which a transaction holds")
 	)
 	flag.Parse()
 	if *keyFile != "" {
@@ -110,6 +111,9 @@ func main() {
 		wg      sync.WaitGroup
 	)
 	if q != nil {
+		if pool != nil && *inflight > 0 {
+			q.inflight, q.share = pool.pick, *inflight
+		}
 		go func() { qDone <- q.run(*dur) }()
 	}
 	start := time.Now()
@@ -189,12 +193,15 @@ func runClient(id int, server, origin, prefix, key, alg, secret string, tcp bool
 		m := new(dns.Msg)
 		m.SetUpdate(origin)
 		m.Insert([]dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: ip}})
+		var pair []string // the names in flight (with a pool)
 		if pool != nil {
 			first, second, ok := pool.next()
 			if !ok {
 				break // the names found before the run are used up
 			}
 			name = first
+			pair = []string{first, second}
+			pool.begin(pair...)
 			m.Ns = nil
 			m.Insert([]dns.RR{
 				&dns.A{Hdr: dns.RR_Header{Name: first, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 300}, A: ip},
@@ -205,6 +212,9 @@ func runClient(id int, server, origin, prefix, key, alg, secret string, tcp bool
 		t0 := time.Now()
 		r, err := exchange(conn, m, secret, timeout)
 		d := time.Since(t0)
+		if pair != nil {
+			pool.end(pair...)
+		}
 		res.sent++
 		switch {
 		case err != nil && r == nil:
@@ -267,6 +277,10 @@ type querier struct {
 	questions []dns.Question
 	rate      int
 	workers   int
+	// inflight, when set, names an UPDATE in flight: share percent of the
+	// queries ask for one (type A) instead of the next question.
+	inflight func() string
+	share    int
 }
 
 // stats are the figures of one query phase.
@@ -361,6 +375,11 @@ func (q *querier) worker(w int, start time.Time, d, interval time.Duration) stat
 		m := new(dns.Msg)
 		m.Id = id
 		m.Question = []dns.Question{q.questions[i%len(q.questions)]}
+		if q.inflight != nil && (i/q.workers)%100 < q.share {
+			if name := q.inflight(); name != "" {
+				m.Question = []dns.Question{{Name: name, Qtype: dns.TypeA, Qclass: dns.ClassINET}}
+			}
+		}
 		wire, err := m.Pack()
 		if err != nil {
 			continue

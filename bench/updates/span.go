@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 )
@@ -12,10 +14,34 @@ import (
 // namePool hands out pairs of fresh names: on two shards (cross) or both on
 // one shard (single), as a craftroute router places them.
 type namePool struct {
-	mu     sync.Mutex
-	shards [][]string // names per shard, used from the end
-	cross  bool
-	turn   int
+	mu       sync.Mutex
+	shards   [][]string // names per shard, used from the end
+	cross    bool
+	turn     int
+	inflight []string // names of the UPDATEs sent and not answered yet
+}
+
+// begin records names as those of an UPDATE in flight, end as answered.
+func (p *namePool) begin(names ...string) {
+	p.mu.Lock()
+	p.inflight = append(p.inflight, names...)
+	p.mu.Unlock()
+}
+
+func (p *namePool) end(names ...string) {
+	p.mu.Lock()
+	p.inflight = slices.DeleteFunc(p.inflight, func(n string) bool { return slices.Contains(names, n) })
+	p.mu.Unlock()
+}
+
+// pick returns a name of an UPDATE in flight, at random ("" when none).
+func (p *namePool) pick() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.inflight) == 0 {
+		return ""
+	}
+	return p.inflight[rand.IntN(len(p.inflight))]
 }
 
 // findNames asks the router's API (GET /v1/shards?name=) which shard holds

@@ -206,7 +206,7 @@ func DecidePath(id ID) string { return "/v1/txn/" + id.String() + "/decide" }
 // nothing was decided. It decides nothing. With LocalRead as its query,
 // the member answers at once from its own state, with Local set when it
 // applied no decision: a majority of such answers says what a confirmed
-// read would (NoneByMajority), without the group's leader.
+// read would (FromMajority), without the group's leader.
 func StatusPath(id ID) string { return "/v1/txn/" + id.String() }
 
 // LocalRead is the query of a decision's read answered from the member's
@@ -248,42 +248,68 @@ type Decision struct {
 }
 
 // Local is what a coordinator member's own state says of a decision it
-// did not apply: whether its log holds one past what it applied, or
-// anything else that keeps it from vouching for "none" (Pending), and the
-// voters of the configuration it applied.
+// did not apply: the first decision of the transaction its log holds past
+// what it applied (Logged), the term of its Raft state, the voters of the
+// configuration it applied, and Unsure when anything keeps it from
+// vouching for either (a change of the configuration in its log, a state
+// older than its data).
 type Local struct {
-	Member  uint64   `json:"member"`
-	Voters  []uint64 `json:"voters"`
-	Pending bool     `json:"pending,omitempty"`
+	Member uint64   `json:"member"`
+	Voters []uint64 `json:"voters"`
+	Term   uint64   `json:"term"`
+	Logged *Logged  `json:"logged,omitempty"`
+	Unsure bool     `json:"unsure,omitempty"`
 }
 
-// NoneByMajority reports whether answers to a LocalRead of one decision
-// show that nothing was decided before they were asked: those not Pending
-// come from a majority of the voters of one configuration, which each of
-// them reports. A decision is recorded once a majority of the voters hold
-// it in their logs, where it stays (applied, or past the applied index:
-// Pending), and any majority of the same voters shares a member with that
-// one; a change of the configuration is committed the same way, so a
-// majority whose members report no pending change still have the current
-// one.
-func NoneByMajority(answers []Local) bool {
+// Logged is a decision in a member's Raft log, not applied yet.
+type Logged struct {
+	Index   uint64  `json:"index"`
+	Term    uint64  `json:"term"`
+	Outcome Outcome `json:"outcome"`
+}
+
+// FromMajority reads the decision off answers to a LocalRead of one
+// transaction, when a majority of the voters of one configuration, each
+// reporting that configuration and not Unsure, say the same:
+//
+//   - none of them logged a decision: nothing was decided before they were
+//     asked (ok, outcome ""). A decision is recorded once a majority of the
+//     voters hold it in their logs, where it stays (applied, or past the
+//     applied index: Logged), and any two majorities share a member; a
+//     change of the configuration is committed the same way, so a majority
+//     that logged none still has the current configuration.
+//   - each logged the same first decision, in the term it is in: that
+//     decision is committed (ok, its outcome). An entry of a term on a
+//     majority whose members saw no later term is in the log of every
+//     later leader (Raft's election restriction), as when the leader of
+//     that term counts it committed; the first decision stands.
+//
+// ok is false when the answers cannot tell.
+func FromMajority(answers []Local) (o Outcome, ok bool) {
 	for _, a := range answers {
-		if a.Pending {
+		if a.Unsure || len(a.Voters) == 0 || (a.Logged != nil && a.Logged.Term != a.Term) {
 			continue
 		}
-		n := 0
+		voters := sorted(a.Voters)
 		seen := map[uint64]bool{}
 		for _, b := range answers {
-			if !b.Pending && !seen[b.Member] && slices.Equal(sorted(b.Voters), sorted(a.Voters)) && slices.Contains(a.Voters, b.Member) {
+			same := !b.Unsure && !seen[b.Member] && slices.Contains(voters, b.Member) && slices.Equal(sorted(b.Voters), voters)
+			switch {
+			case !same:
+			case a.Logged == nil && b.Logged == nil:
 				seen[b.Member] = true
-				n++
+			case a.Logged != nil && b.Logged != nil && *b.Logged == *a.Logged && b.Term == a.Logged.Term:
+				seen[b.Member] = true
 			}
 		}
-		if len(a.Voters) > 0 && 2*n > len(a.Voters) {
-			return true
+		if 2*len(seen) > len(voters) {
+			if a.Logged == nil {
+				return "", true
+			}
+			return a.Logged.Outcome, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // sorted returns a sorted copy of ids.

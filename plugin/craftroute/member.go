@@ -335,6 +335,8 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 	var (
 		buf      [8]*Member
 		servfail *dns.Msg
+		heldResp *dns.Msg
+		heldFrom *Member
 		resp     *dns.Msg
 		from     *Member
 		err      error
@@ -353,9 +355,14 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 			}
 			return false
 		case r.Rcode == dns.RcodeServerFailure && held(r):
-			// Alive, and every member of the shard holds the same locks:
-			// the caller asks again (Craftroute.exchange).
+			// Alive, but it could not resolve a transaction that holds
+			// the name: its coordinator's group could not say, or the
+			// member could not apply the decision (a full disk, a member
+			// behind). Another member may; when none does, the caller
+			// asks again (Craftroute.exchange).
 			m.Succeeded(now)
+			heldResp, heldFrom = r, m
+			return false
 		case r.Rcode == dns.RcodeServerFailure:
 			m.Failed(now, downFor)
 			servfail, from = r, m
@@ -368,6 +375,9 @@ func (s *Shard) Exchange(ctx context.Context, req *dns.Msg, downFor time.Duratio
 	})
 	if resp != nil {
 		return resp, from, nil
+	}
+	if heldResp != nil {
+		return heldResp, heldFrom, nil
 	}
 	if servfail != nil && ctx.Err() == nil && notCurrent(servfail) && shardproto.Routed(req) && !shardproto.StaleAllowed(req) {
 		// No member could confirm its state is current: the shard has no

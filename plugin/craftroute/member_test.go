@@ -439,32 +439,43 @@ func TestShardExchangeStale(t *testing.T) {
 }
 
 // TestShardExchangeHeld: a member whose answer says a transaction holds
-// the name is alive (not marked down, the next member not tried), and the
-// router asks again until the transaction is over.
+// the name is alive (not marked down), the next member is asked (it may
+// have applied the decision), and when every member answers so the router
+// asks again until the transaction is over.
 func TestShardExchangeHeld(t *testing.T) {
-	held, other := startTarget(t, targetHeld), startTarget(t, targetAnswer)
-	s := &Shard{Name: "held", Members: []*Member{
-		targetMember(t, "held", held, time.Second),
-		targetMember(t, "held", other, time.Second),
-	}}
-	s.Members[1].Failed(time.Now(), time.Minute) // tried last
-	q := func(id uint16) *dns.Msg {              // routed queries carry EDNS0 (the EDE)
+	q := func(id uint16) *dns.Msg { // routed queries carry EDNS0 (the EDE)
 		m := targetQuery(id)
 		m.SetEdns0(1232, false)
 		return m
 	}
+	first, other := startTarget(t, targetHeld), startTarget(t, targetAnswer)
+	s := &Shard{Name: "held", Members: []*Member{
+		targetMember(t, "held", first, time.Second),
+		targetMember(t, "held", other, time.Second),
+	}}
+	s.Members[1].Failed(time.Now(), time.Minute) // tried last
 	resp, m, err := s.Exchange(context.Background(), q(5), time.Minute)
-	if err != nil || m != s.Members[0] || resp.Rcode != dns.RcodeServerFailure || s.Members[0].Down(time.Now()) || other.other.Load() != 0 {
-		t.Fatalf("expected Held from the first member, kept alive, the other not asked; got %v from %v, %v", resp, m, err)
+	if err != nil || m != s.Members[1] || resp.Rcode != dns.RcodeSuccess || s.Members[0].Down(time.Now()) || first.other.Load() != 1 {
+		t.Fatalf("expected the answer of the second member, the first asked once and kept alive; got %v from %v, %v", resp, m, err)
+	}
+
+	both := []*target{startTarget(t, targetHeld), startTarget(t, targetHeld)}
+	s = &Shard{Name: "held", Members: []*Member{
+		targetMember(t, "held", both[0], time.Second),
+		targetMember(t, "held", both[1], time.Second),
+	}}
+	resp, _, err = s.Exchange(context.Background(), q(6), time.Minute)
+	if err != nil || resp.Rcode != dns.RcodeServerFailure || !held(resp) || s.Members[0].Down(time.Now()) || s.Members[1].Down(time.Now()) {
+		t.Fatalf("expected Held with both members asked and kept alive, got %v, %v", resp, err)
 	}
 	c := &Craftroute{cfg: config{downFor: time.Minute}}
 	before := memberMetric(heldRetries)
-	resp, err = c.exchange(context.Background(), s, q(6))
+	resp, err = c.exchange(context.Background(), s, q(7))
 	if err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
 		t.Fatalf("expected the answer once the name is no longer held, got %v, %v", resp, err)
 	}
-	if got := memberMetric(heldRetries) - before; got != 2 {
-		t.Errorf("expected held_retries_total up by 2, got %v", got)
+	if got := memberMetric(heldRetries) - before; got < 1 {
+		t.Errorf("expected held_retries_total up, got %v", got)
 	}
 }
 

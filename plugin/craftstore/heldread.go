@@ -22,11 +22,12 @@ import (
 // replica.TxHolders), does not wait for the part's outcome: the member asks
 // the transaction's coordinator for its decision, one round trip to the
 // members of the coordinator's group (GET /v1/txn/{id}, txStatus): each
-// answers from its own state, and a decision one applied, or "none" from a
-// majority that can vouch for it (txn.NoneByMajority), will do, so the
-// read needs no leader there; only when that majority cannot vouch (a
-// decision being replicated, a change of members) does it read the
-// decision again from a state a member confirmed with its leader:
+// answers from its own state, and a decision one applied, or what a
+// majority says (none in their logs, or the same decision logged in the
+// term they are in: txn.FromMajority), will do, so the read needs no
+// leader there; only when no majority can tell (a decision on some logs
+// only, a change of members) does it read the decision again from a state
+// a member confirmed with its leader:
 //
 //   - committed: the member finishes the part itself, as a participant's
 //     recovery does (one Raft entry, shared by the queries that meet the
@@ -204,7 +205,7 @@ var errNoMajority = errors.New("no majority of its members can vouch that nothin
 
 // readDecision asks every member at apis at once for transaction id's
 // decision: local, each from its own state (txn.LocalRead: a decision one
-// applied, or "none" from a majority, txn.NoneByMajority); else confirmed
+// applied, or what a majority says, txn.FromMajority); else confirmed
 // with their leader, when the first answer will do. A member down or cut
 // off costs no time.
 func readDecision(ctx context.Context, apis []string, id txn.ID, token string, local bool) (txn.Outcome, error) {
@@ -238,8 +239,8 @@ func readDecision(ctx context.Context, apis []string, id txn.ID, token string, l
 			return a.d.Outcome, nil // applied (final), or a confirmed read
 		default:
 			locals = append(locals, *a.d.Local)
-			if txn.NoneByMajority(locals) {
-				return "", nil
+			if o, ok := txn.FromMajority(locals); ok {
+				return o, nil
 			}
 		}
 	}
@@ -313,7 +314,8 @@ func (a *apiServer) txStatus(w http.ResponseWriter, r *http.Request) {
 		case l.Outcome != "":
 			httpapi.WriteJSON(w, http.StatusOK, txn.Decision{Outcome: l.Outcome})
 		default:
-			httpapi.WriteJSON(w, http.StatusOK, txn.Decision{Local: &txn.Local{Member: a.rep.ID(), Voters: l.Voters, Pending: l.Pending}})
+			httpapi.WriteJSON(w, http.StatusOK, txn.Decision{Local: &txn.Local{
+				Member: a.rep.ID(), Voters: l.Voters, Term: l.Term, Logged: l.Logged, Unsure: l.Unsure}})
 		}
 		return
 	}

@@ -17,29 +17,15 @@ import (
 // InitialState returns the stored HardState (empty if none was stored) and
 // the latest ConfState, as set by SetConfState or ApplySnapshot (empty, never
 // nil, if none was stored).
-func (s *Storage) InitialState() (*pb.HardState, *pb.ConfState, error) {
-	hs, cs := &pb.HardState{}, &pb.ConfState{}
-	err := s.db.View(func(tx *bolt.Tx) error {
-		st, err := loadMarker(tx)
-		if err != nil {
-			return err
-		}
-		if v := st.meta.Get(hardStateKey); v != nil {
-			if err := proto.Unmarshal(v, hs); err != nil {
-				return fmt.Errorf("decoding hard state: %w", err)
-			}
-		}
-		if v := st.meta.Get(confStateKey); v != nil {
-			if err := proto.Unmarshal(v, cs); err != nil {
-				return fmt.Errorf("decoding conf state: %w", err)
-			}
-		}
-		return nil
+func (s *Storage) InitialState() (hs *pb.HardState, cs *pb.ConfState, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		hs, cs, err = StateIn(tx)
+		return err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("raftlog: %w", err)
+		return nil, nil, err
 	}
-	return hs, pb.EnsureConfState(cs), nil
+	return hs, cs, nil
 }
 
 // Entries returns the log entries in [lo, hi), limited to maxSize bytes
@@ -169,19 +155,25 @@ func (s *Storage) Snapshot() (*pb.Snapshot, error) {
 // what they see of the log and of the state machine sharing its file is one
 // moment of both.
 
-// ConfStateIn returns the ConfState stored in tx (as InitialState does).
-func ConfStateIn(tx *bolt.Tx) (*pb.ConfState, error) {
+// StateIn returns the HardState and ConfState stored in tx (as
+// InitialState does).
+func StateIn(tx *bolt.Tx) (*pb.HardState, *pb.ConfState, error) {
 	st, err := loadMarker(tx)
 	if err != nil {
-		return nil, fmt.Errorf("raftlog: %w", err)
+		return nil, nil, fmt.Errorf("raftlog: %w", err)
 	}
-	cs := &pb.ConfState{}
-	if v := st.meta.Get(confStateKey); v != nil {
-		if err := proto.Unmarshal(v, cs); err != nil {
-			return nil, fmt.Errorf("raftlog: decoding conf state: %w", err)
+	hs, cs := &pb.HardState{}, &pb.ConfState{}
+	if v := st.meta.Get(hardStateKey); v != nil {
+		if err := proto.Unmarshal(v, hs); err != nil {
+			return nil, nil, fmt.Errorf("raftlog: decoding hard state: %w", err)
 		}
 	}
-	return pb.EnsureConfState(cs), nil
+	if v := st.meta.Get(confStateKey); v != nil {
+		if err := proto.Unmarshal(v, cs); err != nil {
+			return nil, nil, fmt.Errorf("raftlog: decoding conf state: %w", err)
+		}
+	}
+	return hs, pb.EnsureConfState(cs), nil
 }
 
 // ScanIn calls f with each entry of the log in tx after index after, in

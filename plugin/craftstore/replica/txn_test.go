@@ -176,8 +176,9 @@ func TestRelated(t *testing.T) {
 
 // TestTxLocal: a member's own word on a decision (TxLocal): the decision
 // it applied; none, with its voters, when it applied none and its log holds
-// none; pending when its log holds one it has not applied (the leader that
-// lost its followers before the decision committed).
+// none; the decision logged, with its index and term, when its log holds
+// one it has not applied (the leader that lost its followers before the
+// decision committed).
 func TestTxLocal(t *testing.T) {
 	// A leader without followers steps down only after a second.
 	c := &testCluster{t: t, dir: t.TempDir(), members: map[uint64]*Replica{}, tick: 100 * time.Millisecond}
@@ -198,8 +199,8 @@ func TestTxLocal(t *testing.T) {
 			t.Errorf("member %d, decided: expected commit, got %+v %v", r.ID(), got, err)
 		}
 		got, err := r.TxLocal(open)
-		if err != nil || got.Outcome != "" || got.Pending || !slices.Equal(sortedIDs(got.Voters), []uint64{1, 2, 3}) {
-			t.Errorf("member %d, undecided: expected none, not pending, voters 1-3, got %+v %v", r.ID(), got, err)
+		if err != nil || got.Outcome != "" || got.Logged != nil || got.Unsure || got.Term == 0 || !slices.Equal(sortedIDs(got.Voters), []uint64{1, 2, 3}) {
+			t.Errorf("member %d, undecided: expected none logged, sure, its term, voters 1-3, got %+v %v", r.ID(), got, err)
 		}
 	}
 
@@ -213,11 +214,12 @@ func TestTxLocal(t *testing.T) {
 	if _, err := l.TxDecide(short, stuck, txn.Abort); err == nil {
 		t.Fatal("a decision without quorum was acknowledged")
 	}
-	if got, err := l.TxLocal(stuck); err != nil || got.Outcome != "" || !got.Pending {
-		t.Errorf("a decision in the log, not applied: expected pending, got %+v %v", got, err)
+	got, err := l.TxLocal(stuck)
+	if err != nil || got.Outcome != "" || got.Unsure || got.Logged == nil || got.Logged.Outcome != txn.Abort || got.Logged.Term != got.Term || got.Logged.Index <= l.Applied() {
+		t.Errorf("a decision in the log, not applied: expected abort logged in the member's term past its applied index %d, got %+v %v", l.Applied(), got, err)
 	}
-	if got, err := l.TxLocal(open); err != nil || got.Pending {
-		t.Errorf("another transaction's decision in the log: expected not pending, got %+v %v", got, err)
+	if got, err := l.TxLocal(open); err != nil || got.Logged != nil || got.Unsure {
+		t.Errorf("another transaction's decision in the log: expected none logged, got %+v %v", got, err)
 	}
 }
 

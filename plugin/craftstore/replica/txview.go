@@ -198,30 +198,30 @@ func (r *Replica) TxDecided(id txn.ID) (txn.Outcome, error) {
 
 // TxLocal is what one member's own state says of a transaction's decision,
 // for a read of it from a majority of the coordinator's group that needs
-// no leader (craftstore's decision reads): a decision committed before the
-// read began is in the log, or applied, of a majority of the voters, so
-// when a majority of one configuration answers Outcome "" and not Pending,
-// none was.
+// no leader (txn.FromMajority, read by craftstore's decision reads).
 type TxLocal struct {
 	Outcome txn.Outcome // the decision the member applied, "" for none
-	// Pending: the member cannot vouch for "none": its log holds, past
-	// what it applied, a decision of the transaction or a configuration
-	// change, or its stored configuration may be older than its data (the
-	// entries of a snapshot whose data was newer come again), or it is
-	// in a joint configuration.
-	Pending bool
-	Voters  []uint64 // the voters of the configuration it applied
+	// Logged is the first decision of the transaction in the member's log
+	// past what it applied; nil for none.
+	Logged *txn.Logged
+	Term   uint64   // the member's current term, as persisted
+	Voters []uint64 // the voters of the configuration it applied
+	// Unsure: the member cannot vouch for what its log holds: a change of
+	// the configuration is in it past what it applied, or its stored
+	// configuration may be older than its data (the entries of a snapshot
+	// whose data was newer come again), or it is in a joint configuration,
+	// or it is too far behind to read its log (txLocalScan).
+	Unsure bool
 }
 
-// txLocalScan bounds the log entries TxLocal reads past the applied index:
-// a member that far behind cannot vouch for anything.
+// txLocalScan bounds the log entries TxLocal reads past the applied index.
 const txLocalScan = 4096
 
 // TxLocal reads what this member's own state says of transaction id's
 // decision (TxLocal), from one moment of its file: no round to the leader.
 func (r *Replica) TxLocal(id txn.ID) (TxLocal, error) {
 	// Read before the transaction: it is at most what the state the
-	// transaction sees reached, so an older value only says Pending.
+	// transaction sees reached, so an older value only says Unsure.
 	through := r.raftApplied.Load()
 	var l TxLocal
 	err := r.db.View(func(tx *bolt.Tx) error {
@@ -231,31 +231,40 @@ func (r *Replica) TxLocal(id txn.ID) (TxLocal, error) {
 			return nil
 		}
 		applied, _ := fsm.Applied(g)
-		cs, err := raftlog.ConfStateIn(tx)
+		hs, cs, err := raftlog.StateIn(tx)
 		if err != nil {
 			return err
 		}
-		l.Voters = cs.GetVoters()
-		l.Pending = through < applied || len(cs.GetVotersOutgoing()) > 0
+		l.Term, l.Voters = hs.GetTerm(), cs.GetVoters()
+		l.Unsure = through < applied || len(cs.GetVotersOutgoing()) > 0
 		n := 0
 		return raftlog.ScanIn(tx, applied, func(e *pb.Entry) bool {
 			n++
-			if n > txLocalScan || e.GetType() != pb.EntryNormal || decides(e.GetData(), id) {
-				l.Pending = true
+			switch {
+			case n > txLocalScan || e.GetType() != pb.EntryNormal:
+				l.Unsure = true
+			case l.Logged == nil:
+				if o, ok := decides(e.GetData(), id); ok {
+					l.Logged = &txn.Logged{Index: e.GetIndex(), Term: e.GetTerm(), Outcome: o}
+				}
 			}
-			return !l.Pending
+			return !l.Unsure
 		})
 	})
 	return l, err
 }
 
-// decides reports whether entry data is a decision of transaction id.
-func decides(data []byte, id txn.ID) bool {
+// decides reads the outcome off entry data when it is a decision of
+// transaction id.
+func decides(data []byte, id txn.ID) (txn.Outcome, bool) {
 	if len(data) < 2 || fsm.Op(data[1]) != fsm.OpTxDecide {
-		return false
+		return "", false
 	}
 	c, err := fsm.Unmarshal(data)
-	return err != nil || c.Tx == id // one it cannot read: assume it is
+	if err != nil || c.Tx != id {
+		return "", false
+	}
+	return fsm.OutcomeOf(c.Outcome), true
 }
 
 // TxCoordinator returns the coordinator and participants (JSON, as the
