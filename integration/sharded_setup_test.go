@@ -51,6 +51,9 @@ type routerSpec struct {
 	// NOTIFY to these ports.
 	transfer bool
 	notify   []int
+	// mapSeed adds shard_seed with a member of each shard: the router
+	// agrees on the shard map with the others that do (issue 51).
+	mapSeed bool
 }
 
 // router is one craftroute process.
@@ -126,6 +129,13 @@ func (s *sharded) routerCorefile(r *router) string {
 		}
 		fmt.Fprintf(&b, "        shard %s %s\n", sh, strings.Join(dnsAddrs, " "))
 		fmt.Fprintf(&b, "        shard_api %s %s\n", sh, strings.Join(apis, " "))
+	}
+	if r.spec.mapSeed {
+		var seeds []string
+		for _, sh := range s.shards {
+			seeds = append(seeds, s.members[sh][0].client().Base)
+		}
+		fmt.Fprintf(&b, "        shard_seed %s\n", strings.Join(seeds, " "))
 	}
 	fmt.Fprintf(&b, "        key %s\n", r.spec.key)
 	for _, kv := range [][2]string{{"timeout", r.spec.timeout}, {"down_for", r.spec.downFor}, {"probe", r.spec.probe}} {

@@ -98,6 +98,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
@@ -186,6 +187,9 @@ type Prepare struct {
 	Update       []byte          `json:"update,omitempty"`
 	Key          string          `json:"key,omitempty"`
 	Change       *zoneapi.Change `json:"change,omitempty"`
+	// Map is a part of a change of the shard map: the map at its next
+	// epoch, one part on every shard (Zone empty).
+	Map *shardmap.Map `json:"map,omitempty"`
 }
 
 // Meta is what a participant keeps with a prepared part for its recovery.

@@ -162,22 +162,28 @@ type memberView struct {
 
 func (a *apiServer) shards(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
+	rt := a.c.routes()
 	out := struct {
+		// Epoch is the shard map's, 0 while the router routes by its
+		// Corefile (no agreed map read yet).
+		Epoch  uint64      `json:"epoch"`
 		Key    string      `json:"key"`
 		Shards []shardView `json:"shards"`
 		// With ?name=N: N and the shard that holds it.
 		Name  string `json:"name,omitempty"`
 		Owner string `json:"owner,omitempty"`
-	}{Key: a.c.cfg.key, Shards: []shardView{}}
+	}{Epoch: rt.epoch(), Key: rt.key, Shards: []shardView{}}
 	if name := r.URL.Query().Get("name"); name != "" {
 		if _, ok := dns.IsDomainName(name); !ok {
 			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("name %q is not a domain name", name))
 			return
 		}
 		out.Name = dnsname.Lower(dns.Fqdn(name))
-		out.Owner = a.c.shardFor(out.Name).Name
+		if s := a.c.shardFor(out.Name); s != nil {
+			out.Owner = s.Name
+		}
 	}
-	for _, s := range a.c.cfg.shards {
+	for _, s := range rt.shards {
 		sv := shardView{Name: s.Name, Members: []memberView{}, API: s.APIs()}
 		if sv.API == nil {
 			sv.API = []string{}

@@ -326,7 +326,7 @@ func apiRouter(t *testing.T, key string, n int, token string) (*Craftroute, fake
 	c := splitRouter(t, key, n)
 	c.cfg.api, c.cfg.token, c.cfg.shardToken = "127.0.0.1:0", token, shardToken
 	ff := fakeFleet{}
-	for _, s := range c.cfg.shards {
+	for _, s := range c.shards() {
 		f := newFakeAPI(t, s.Name)
 		ff[s.Name] = f
 		s.Members = []*Member{apiMember(s.Name, f.srv.URL)}
@@ -527,7 +527,7 @@ func TestAPIChangeNameMode(t *testing.T) {
 	has := func(s *Shard, name string) bool {
 		return slices.ContainsFunc(ff[s.Name].zone(splitOrigin), func(rr dns.RR) bool { return dnsname.Lower(rr.Header().Name) == name })
 	}
-	for _, s := range c.cfg.shards {
+	for _, s := range c.shards() {
 		if !has(s, "ns2.sub.example.org.") {
 			t.Errorf("glue below the cut missing on shard %s", s.Name)
 		}
@@ -736,7 +736,7 @@ func TestAPIFailover(t *testing.T) {
 	c, ff, base := apiRouter(t, keyName, 2, "")
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
-	for _, s := range c.cfg.shards {
+	for _, s := range c.shards() {
 		// The dead one first: the other is down for a moment.
 		s.Members = []*Member{apiMember(s.Name, dead.URL), apiMember(s.Name, ff[s.Name].srv.URL)}
 		s.Members[1].Failed(time.Now(), time.Minute)
@@ -744,7 +744,7 @@ func TestAPIFailover(t *testing.T) {
 	if status, body := call(t, "PUT", base+"/v1/zones/example.org.", "", splitZone()); status != http.StatusOK {
 		t.Fatalf("PUT through a dead API: expected 200, got %d %s", status, body)
 	}
-	for _, s := range c.cfg.shards {
+	for _, s := range c.shards() {
 		s.Members = []*Member{apiMember(s.Name, dead.URL)}
 	}
 	if status, body := call(t, "GET", base+"/v1/zones", "", ""); status != http.StatusBadGateway {
@@ -754,8 +754,8 @@ func TestAPIFailover(t *testing.T) {
 
 func TestAPIShards(t *testing.T) {
 	c, _, base := apiRouter(t, keyZone, 2, "")
-	c.cfg.shards[0].Members = []*Member{newMember("s0", "127.0.0.1:1", 0)}
-	c.cfg.shards[0].Members[0].Failed(time.Now(), time.Minute)
+	c.shards()[0].Members = []*Member{newMember("s0", "127.0.0.1:1", 0)}
+	c.shards()[0].Members[0].Failed(time.Now(), time.Minute)
 	status, body := call(t, "GET", base+"/v1/shards", "", "")
 	if status != http.StatusOK {
 		t.Fatalf("expected 200, got %d %s", status, body)

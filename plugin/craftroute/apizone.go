@@ -41,8 +41,8 @@ func (a *apiServer) listZones(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	zones := mergeZoneLists(a.c.cfg.shards, lists)
-	if a.c.cfg.key == keyName {
+	zones := mergeZoneLists(a.c.shards(), lists)
+	if a.c.keyMode() == keyName {
 		for i := range zones {
 			if serial, ok := a.c.currentSerial(ctx, zones[i].Zone); ok {
 				zones[i].Serial = serial // the zone's, over its shards
@@ -103,13 +103,13 @@ func (a *apiServer) getZone(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := a.c
-	if c.cfg.key == keyZone {
+	if c.keyMode() == keyZone {
 		a.proxy(r.Context(), w, c.zoneShard(origin), http.MethodGet, zonePath(origin), "", nil, "")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), shardCallTimeout)
 	defer cancel()
-	replies, errs := a.each(ctx, c.cfg.shards, http.MethodGet, zonePath(origin), nil, "")
+	replies, errs := a.each(ctx, c.shards(), http.MethodGet, zonePath(origin), nil, "")
 	var exports [][]byte
 	for i, rep := range replies {
 		switch {
@@ -117,9 +117,9 @@ func (a *apiServer) getZone(w http.ResponseWriter, r *http.Request) {
 			fail(w, errs[i])
 			return
 		case rep.status == http.StatusNotFound:
-			log.Warningf("zone %s is not on shard %s", origin, c.cfg.shards[i].Name)
+			log.Warningf("zone %s is not on shard %s", origin, c.shards()[i].Name)
 		case rep.status != http.StatusOK:
-			fail(w, rep.err(c.cfg.shards[i]))
+			fail(w, rep.err(c.shards()[i]))
 			return
 		default:
 			exports = append(exports, rep.body)
@@ -186,13 +186,13 @@ func (a *apiServer) deleteZone(w http.ResponseWriter, r *http.Request) {
 	c := a.c
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
 	defer cancel()
-	if c.cfg.key == keyZone {
+	if c.keyMode() == keyZone {
 		if a.proxy(ctx, w, c.zoneShard(origin), http.MethodDelete, zonePath(origin), "", nil, "") == http.StatusOK {
 			c.zones.remove(origin)
 		}
 		return
 	}
-	shards := byName(c.cfg.shards)
+	shards := byName(c.shards())
 	replies, errs := a.each(ctx, shards, http.MethodDelete, zonePath(origin), nil, "")
 	rep := zoneReport{Zone: origin, Shards: make([]shardReport, len(shards))}
 	deleted, absent := 0, 0
@@ -238,7 +238,7 @@ func (a *apiServer) getRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	// In key mode "name" the owner shard holds the name, replicated or not.
 	s := a.c.shardFor(name)
-	if a.c.cfg.key == keyZone {
+	if a.c.keyMode() == keyZone {
 		s = a.c.zoneShard(origin)
 	}
 	a.proxy(r.Context(), w, s, http.MethodGet, recordsPath(origin), r.URL.RawQuery, nil, "")
@@ -258,7 +258,7 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
 	defer cancel()
 	c := a.c
-	if c.cfg.key == keyZone {
+	if c.keyMode() == keyZone {
 		a.proxy(ctx, w, c.zoneShard(origin), http.MethodPost, recordsPath(origin), "", body, "application/json")
 		return
 	}

@@ -30,6 +30,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/xfrnotify"
 
@@ -40,13 +41,13 @@ var log = clog.NewWithPlugin("craftroute")
 
 // Key modes.
 const (
-	keyName = "name" // the canonical query (owner) name: names of a zone spread over shards
-	keyZone = "zone" // the longest known zone containing the name: a zone on one shard
+	keyName = shardmap.KeyName // the canonical query (owner) name: names of a zone spread over shards
+	keyZone = shardmap.KeyZone // the longest known zone containing the name: a zone on one shard
 )
 
 // config is what a craftroute block says.
 type config struct {
-	shards     []*Shard          // in Corefile order
+	shards     []*Shard          // the Corefile's, in its order (routing has the map's)
 	key        string            // keyName or keyZone
 	timeout    time.Duration     // one try at one member
 	downFor    time.Duration     // how long a failed member is not preferred
@@ -62,6 +63,7 @@ type config struct {
 	token      string            // bearer token for the router's own API
 	shardToken string            // bearer token sent to the shards' APIs
 	seeds      map[string]string // zone → zone file, imported through the ring when no shard holds it
+	mapSeeds   []string          // shard_seed: member API URLs to learn the shard map from
 }
 
 // Craftroute is the plugin handler of one server block.
@@ -70,7 +72,8 @@ type Craftroute struct {
 	Zones []string // the server block's zones
 
 	cfg   config
-	ring  *Ring
+	rt    atomic.Pointer[routing] // the shard map it routes by (shardmap.go)
+	mapst mapState
 	zones *zoneSet
 	neg   *negCache
 	soa   serials      // key mode name: one serial per zone
@@ -91,9 +94,18 @@ type Craftroute struct {
 	api            *apiServer // with cfg.api, once started
 	stopProbes     func()
 	stopBackground func()
+	stopMapPoll    func()
 	// seedsPending counts the seed zones not imported yet (discover.go):
 	// the router is not ready before they are served.
 	seedsPending atomic.Int32
+}
+
+// qnameOf returns the name of r's first question, "" without one.
+func qnameOf(r *dns.Msg) string {
+	if len(r.Question) == 0 {
+		return ""
+	}
+	return r.Question[0].Name
 }
 
 // Name implements plugin.Handler.
@@ -101,11 +113,15 @@ func (c *Craftroute) Name() string { return "craftroute" }
 
 // ServeDNS implements plugin.Handler.
 func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
-	if r.Opcode == dns.OpcodeUpdate {
-		return c.serveUpdate(ctx, w, r)
-	}
 	if shardproto.IsNotice(r) {
 		return c.serveNotice(w, r)
+	}
+	if len(c.shards()) == 0 && (r.Opcode == dns.OpcodeUpdate || plugin.Zones(c.Zones).Matches(qnameOf(r)) != "") {
+		// Started from shard_seed alone, and no member answered yet.
+		return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "no shard map yet: no member of shard_seed answered")
+	}
+	if r.Opcode == dns.OpcodeUpdate {
+		return c.serveUpdate(ctx, w, r)
 	}
 	if r.Opcode == dns.OpcodeNotify && len(r.Question) == 1 && plugin.Zones(c.Zones).Matches(r.Question[0].Name) != "" {
 		// A NOTIFY from a primary (RFC 1996): the router serves its zones
@@ -142,17 +158,33 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 // start brings up the members' connections, the probes, the API and the
 // background work (seeding, zone discovery).
 func (c *Craftroute) start() error {
-	for _, s := range c.cfg.shards {
+	if len(c.cfg.mapSeeds) > 0 {
+		// The agreed shard map (shardmap.go), with shard_seed only, for
+		// now: without it the router routes by its Corefile, as before.
+		ctx, cancel := context.WithTimeout(context.Background(), mapWait)
+		if err := c.agreeMap(ctx); err != nil {
+			log.Warningf("no agreed shard map yet (%v): routing by the Corefile's lines until a member answers", err)
+			mapUnreachable(true)
+		}
+		cancel()
+	}
+	c.mapst.mu.Lock()
+	c.mapst.running = true
+	for _, s := range c.shards() {
 		for _, m := range s.Members {
 			m.start()
 		}
 	}
-	if c.cfg.probe > 0 {
-		qname := "."
-		if len(c.Zones) > 0 {
-			qname = c.Zones[0]
-		}
-		c.stopProbes = startProbes(c.cfg.shards, c.cfg.probe, c.cfg.downFor, qname)
+	c.restartProbes()
+	c.mapst.mu.Unlock()
+	if len(c.cfg.mapSeeds) > 0 {
+		pctx, pcancel := context.WithCancel(context.Background())
+		pdone := make(chan struct{})
+		go func() {
+			defer close(pdone)
+			c.pollMap(pctx)
+		}()
+		c.stopMapPoll = func() { pcancel(); <-pdone }
 	}
 	if c.cfg.api != "" {
 		if err := c.startAPI(); err != nil {
@@ -173,8 +205,28 @@ func (c *Craftroute) start() error {
 	return nil
 }
 
+// restartProbes (re)starts the probes of the members of the shards the
+// router routes to; with c.mapst.mu held.
+func (c *Craftroute) restartProbes() {
+	if c.stopProbes != nil {
+		c.stopProbes()
+		c.stopProbes = nil
+	}
+	if c.cfg.probe > 0 {
+		qname := "."
+		if len(c.Zones) > 0 {
+			qname = c.Zones[0]
+		}
+		c.stopProbes = startProbes(c.shards(), c.cfg.probe, c.cfg.downFor, qname)
+	}
+}
+
 // stop undoes start.
 func (c *Craftroute) stop() error {
+	if c.stopMapPoll != nil {
+		c.stopMapPoll()
+		c.stopMapPoll = nil
+	}
 	if c.stopLeases != nil {
 		c.stopLeases()
 		c.stopLeases = nil
@@ -184,11 +236,14 @@ func (c *Craftroute) stop() error {
 		c.stopBackground = nil
 	}
 	c.stopAPI()
+	c.mapst.mu.Lock()
+	defer c.mapst.mu.Unlock()
+	c.mapst.running = false
 	if c.stopProbes != nil {
 		c.stopProbes()
 		c.stopProbes = nil
 	}
-	for _, s := range c.cfg.shards {
+	for _, s := range c.shards() {
 		for _, m := range s.Members {
 			m.stop()
 		}

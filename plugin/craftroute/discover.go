@@ -92,12 +92,12 @@ func (c *Craftroute) background(ctx context.Context, sc *shardClient) {
 
 // haveShardAPIs reports whether every shard has an API URL.
 func (c *Craftroute) haveShardAPIs() bool {
-	for _, s := range c.cfg.shards {
+	for _, s := range c.shards() {
 		if len(s.APIs()) == 0 {
 			return false
 		}
 	}
-	return len(c.cfg.shards) > 0
+	return len(c.shards()) > 0
 }
 
 // refreshZones reads the zone lists of the shards. When every shard
@@ -125,7 +125,7 @@ func (c *Craftroute) refreshZones(ctx context.Context, sc *shardClient) []routed
 	if raced {
 		return nil
 	}
-	merged := mergeZoneLists(c.cfg.shards, lists)
+	merged := mergeZoneLists(c.shards(), lists)
 	names := make([]string, len(merged))
 	for i, rz := range merged {
 		names[i] = rz.Zone

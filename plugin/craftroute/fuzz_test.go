@@ -113,7 +113,7 @@ func FuzzMerge(f *testing.F) {
 					t.Fatalf("%s %s: %v\nzone:\n%s", qname, dns.TypeToString[qt], err, text)
 				}
 				if d := diffMsg(want, got); d != "" {
-					t.Fatalf("%s %s over %d shards: %s\nzone:\n%s", qname, dns.TypeToString[qt], len(c.cfg.shards), d, text)
+					t.Fatalf("%s %s over %d shards: %s\nzone:\n%s", qname, dns.TypeToString[qt], len(c.shards()), d, text)
 				}
 			}
 		}

@@ -138,7 +138,7 @@ func (c *Craftroute) startLeases(lapsed func()) (stop func()) {
 	}
 	lh.until = map[*Member]time.Time{}
 	tokens, byToken := map[*Member][shardproto.TokenLen]byte{}, map[[shardproto.TokenLen]byte]*Shard{}
-	for _, s := range c.cfg.shards {
+	for _, s := range c.shards() {
 		for _, m := range s.Members {
 			var t [shardproto.TokenLen]byte
 			if _, err := rand.Read(t[:]); err != nil {
@@ -188,7 +188,7 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 	lh := &c.leases
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, s := range c.cfg.shards {
+	for _, s := range c.shards() {
 		for _, m := range s.Members {
 			wg.Go(func() {
 				req := new(dns.Msg)
@@ -224,7 +224,7 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 	}
 	wg.Wait()
 	var earliest time.Time
-	for i, s := range c.cfg.shards {
+	for i, s := range c.shards() {
 		for j, m := range s.Members {
 			u, ok := lh.until[m]
 			if !ok {

@@ -31,6 +31,14 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "probes_total",
 		Help: "Probes of members marked down, by result: ok (any response) or fail.",
 	}, []string{"shard", "member", "result"})
+	mapEpoch = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "shard_map_epoch",
+		Help: "The epoch of the shard map the router routes by; 0 before it has read one (it routes by its Corefile).",
+	})
+	mapUnreachableGauge = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "shard_map_unreachable",
+		Help: "1 while the router's last read of the shard map reached no member: it routes by the last map it has.",
+	})
 	broadcasts = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "broadcasts_total",
 		Help: "Negative answers of an owner shard that were checked with every shard.",
@@ -76,3 +84,12 @@ var (
 		Help: "Transactions tried again under a new ID: a name was locked by another one, or a participant aborted it while this router retried a member.",
 	})
 )
+
+// mapUnreachable sets shard_map_unreachable.
+func mapUnreachable(yes bool) {
+	if yes {
+		mapUnreachableGauge.Set(1)
+	} else {
+		mapUnreachableGauge.Set(0)
+	}
+}

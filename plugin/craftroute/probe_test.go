@@ -110,11 +110,12 @@ func TestReady(t *testing.T) {
 	dead, good := startTarget(t, targetSilent), startTarget(t, targetAnswer)
 	a := &Shard{Name: "ready-a", Members: []*Member{targetMember(t, "ready-a", good, time.Second)}}
 	b := &Shard{Name: "ready-b", Members: []*Member{targetMember(t, "ready-b", dead, 40*time.Millisecond)}}
-	c := &Craftroute{cfg: config{probe: 20 * time.Millisecond, shards: []*Shard{a, b}}}
+	c := &Craftroute{cfg: config{probe: 20 * time.Millisecond}}
+	c.route(t, a, b)
 	if c.Ready() {
 		t.Fatal("ready before any member answered")
 	}
-	stop := startProbes(c.cfg.shards, c.cfg.probe, time.Second, "example.org.")
+	stop := startProbes(c.shards(), c.cfg.probe, time.Second, "example.org.")
 	defer stop()
 	for i := 0; i < 200 && !a.Members[0].Alive(time.Now()); i++ {
 		time.Sleep(10 * time.Millisecond)
@@ -125,7 +126,7 @@ func TestReady(t *testing.T) {
 	if c.Ready() {
 		t.Fatal("ready while shard b has no member that answered")
 	}
-	c.cfg.shards = c.cfg.shards[:1]
+	c.route(t, a)
 	if !c.Ready() {
 		t.Fatal("not ready with an answering member in every shard")
 	}

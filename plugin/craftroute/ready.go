@@ -5,16 +5,17 @@ import "time"
 // Ready implements ready.Readiness: true while every shard has a member that
 // answered (a query or a probe; the probes' first round asks every member)
 // and is not marked down, once the seed zones are imported (or found
-// present). Without probes only the seeds count.
+// present). Without probes only the seeds count. A router started from
+// shard_seed alone is not ready before it has read the shard map.
 func (c *Craftroute) Ready() bool {
-	if c.seedsPending.Load() > 0 {
+	if c.seedsPending.Load() > 0 || len(c.shards()) == 0 {
 		return false
 	}
 	if c.cfg.probe == 0 {
 		return true
 	}
 	now := time.Now()
-	for _, s := range c.cfg.shards {
+	for _, s := range c.shards() {
 		alive := false
 		for _, m := range s.Members {
 			if m.Alive(now) {

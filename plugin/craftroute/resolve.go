@@ -40,7 +40,7 @@ func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 		// these (xfr.go).
 		return ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed"), nil
 	}
-	if c.cfg.key == keyZone {
+	if c.keyMode() == keyZone {
 		// The whole zone is on one shard: its answer is final as it is.
 		s := c.shardFor(q.Name)
 		resp, err := c.exchange(ctx, s, forward(r))
@@ -390,7 +390,7 @@ type shardResult struct {
 // fanOut asks every shard but the owner, whose answer (resp, facts) is
 // known, for name/qtype at once, and returns the answers in shard order.
 func (c *Craftroute) fanOut(ctx context.Context, r *dns.Msg, name string, qtype uint16, owner *Shard, resp *dns.Msg, facts shardproto.Facts) []shardResult {
-	shards := c.cfg.shards
+	shards := c.shards()
 	results := make([]shardResult, len(shards))
 	done := make(chan struct{}, len(shards))
 	for i, s := range shards {
@@ -424,7 +424,7 @@ func (c *Craftroute) fanOut(ctx context.Context, r *dns.Msg, name string, qtype 
 // shards is the zone's, and only its wildcard synthesizes (RFC 4592
 // §3.3.1); else the name does not exist.
 func (c *Craftroute) merge(name string, owner *Shard, results []shardResult) (*step, error) {
-	shards := c.cfg.shards
+	shards := c.shards()
 	best := -1
 	for i, res := range results {
 		if errors.Is(res.err, errNotHere) {

@@ -61,26 +61,21 @@ func testRouter(t testing.TB, origin, text string, n int) (*Craftroute, *zone.Zo
 
 	c := &Craftroute{Zones: []string{origin}, cfg: config{key: keyName}}
 	c.leases.key = testKey
-	var names []string
+	var shards []*Shard
 	for i := range n {
-		name := fmt.Sprintf("s%d", i)
-		names = append(names, name)
-		c.cfg.shards = append(c.cfg.shards, &Shard{Name: name})
+		shards = append(shards, &Shard{Name: fmt.Sprintf("s%d", i)})
 	}
-	ring, err := newRing(names, defaultPartitions, defaultLoad)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.ring, c.zones, c.neg, c.changes = ring, newZoneSet([]string{origin}), newNegCache(0), newChangeTracker()
+	c.route(t, shards...)
+	c.zones, c.neg, c.changes = newZoneSet([]string{origin}), newNegCache(0), newChangeTracker()
 	ms := memShards{}
 	for s, part := range c.split(origin, rrs) {
 		z := zone.New(origin)
 		z.Load(part)
 		ms[s.Name] = z
 	}
-	for _, name := range names {
-		if ms[name] == nil {
-			t.Fatalf("shard %s holds nothing", name)
+	for _, s := range shards {
+		if ms[s.Name] == nil {
+			t.Fatalf("shard %s holds nothing", s.Name)
 		}
 	}
 	c.ex = ms

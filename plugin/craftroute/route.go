@@ -19,12 +19,13 @@ import (
 // key mode "name" the shard of the canonical name itself, in key mode
 // "zone" the shard of the longest known zone containing name.
 func (c *Craftroute) shardFor(name string) *Shard {
-	return c.shard(c.ring.Locate(c.keyOf(dnsname.Lower(name))))
+	rt := c.routes()
+	return rt.shard(rt.ring.Locate(c.keyOf(dnsname.Lower(name))))
 }
 
 // keyOf returns the ring key of canonical name.
 func (c *Craftroute) keyOf(name string) string {
-	if c.cfg.key == keyZone {
+	if c.keyMode() == keyZone {
 		if z := c.zones.longest(name); z != "" {
 			return z
 		}
@@ -33,14 +34,7 @@ func (c *Craftroute) keyOf(name string) string {
 }
 
 // shard returns the shard called name.
-func (c *Craftroute) shard(name string) *Shard {
-	for _, s := range c.cfg.shards {
-		if s.Name == name {
-			return s
-		}
-	}
-	return nil
-}
+func (c *Craftroute) shard(name string) *Shard { return c.routes().shard(name) }
 
 // zoneSet is the set of zones the router knows: the server block's, the
 // seeded ones, those created through its API and those the shards list. Key

@@ -168,7 +168,7 @@ func (c *Craftroute) zoneSerial(ctx context.Context, r *dns.Msg, zone string, st
 	if c.leases.valid(time.Now()) {
 		since = time.Time{} // every change was notified
 	}
-	serial, ok, ask := c.soa.current(zone, c.cfg.shards, since)
+	serial, ok, ask := c.soa.current(zone, c.shards(), since)
 	if len(ask) == 0 {
 		return serial, ok
 	}

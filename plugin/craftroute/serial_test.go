@@ -144,7 +144,7 @@ func TestTamperedAnswerIgnored(t *testing.T) {
 	if got := presented(t, c); len(got) != 2 || got[0] != 1 || got[1] != 1 {
 		t.Errorf("expected the real serial 1 in both answers, got %v", got)
 	}
-	for _, s := range c.cfg.shards {
+	for _, s := range c.shards() {
 		if idx := s.minIndex.Load(); idx != 0 {
 			t.Errorf("shard %s: a forged index %d was kept", s.Name, idx)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 
@@ -26,13 +27,10 @@ func init() { plugin.Register("craftroute", setup) }
 
 // Defaults of the Corefile properties.
 const (
-	defaultTimeout    = 500 * time.Millisecond
-	defaultDownFor    = 5 * time.Second
-	defaultProbe      = time.Second
-	defaultPartitions = 1021
-	defaultLoad       = 1.25
-	defaultNegCache   = 10000
-	minPartitions     = 271
+	defaultTimeout  = 500 * time.Millisecond
+	defaultDownFor  = 5 * time.Second
+	defaultProbe    = time.Second
+	defaultNegCache = 10000
 )
 
 func setup(c *caddy.Controller) error {
@@ -67,8 +65,8 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 		timeout:    defaultTimeout,
 		downFor:    defaultDownFor,
 		probe:      defaultProbe,
-		partitions: defaultPartitions,
-		load:       defaultLoad,
+		partitions: shardmap.DefaultPartitions,
+		load:       shardmap.DefaultLoad,
 		negCache:   defaultNegCache,
 		maxZone:    zoneapi.DefaultMaxZoneRecords,
 		maxChange:  zoneapi.DefaultMaxChangeRecords,
@@ -89,11 +87,11 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 				return nil, err
 			}
 		}
-		if len(cr.cfg.shards) == 0 {
-			return nil, c.Err("at least one shard is needed")
+		if len(cr.cfg.shards) == 0 && len(cr.cfg.mapSeeds) == 0 {
+			return nil, c.Err("at least one shard, or a shard_seed to learn the shard map from, is needed")
 		}
 		for name, urls := range apis {
-			s := cr.shard(name)
+			s := shardNamed(cr.cfg.shards, name)
 			if s == nil {
 				return nil, c.Errf("shard_api for unknown shard %q", name)
 			}
@@ -118,15 +116,14 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 	if cr.leases.key == nil {
 		return nil, c.Err("router_key is needed: the secret the router shares with the members (their router_key), which signs its leases and their notices")
 	}
-	names := make([]string, len(cfg.shards))
-	for i, s := range cfg.shards {
-		names[i] = s.Name
+	rt := &routing{key: cfg.key} // shard_seed alone: no shards until the map is read
+	if len(cfg.shards) > 0 {
+		var err error
+		if rt, err = newRouting(nil, cfg.shards, cfg.key, cfg.partitions, cfg.load); err != nil {
+			return nil, c.Err(err.Error())
+		}
 	}
-	ring, err := newRing(names, cfg.partitions, cfg.load)
-	if err != nil {
-		return nil, c.Err(err.Error())
-	}
-	cr.ring = ring
+	cr.rt.Store(rt)
 	fixed := []string{}
 	for _, z := range cr.Zones {
 		if z != "." {
@@ -158,7 +155,7 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 		if len(args) < 2 {
 			return c.Errf("shard needs a name and at least one member address")
 		}
-		if cr.shard(args[0]) != nil {
+		if shardNamed(cfg.shards, args[0]) != nil {
 			return c.Errf("shard %q listed twice", args[0])
 		}
 		s := &Shard{Name: args[0]}
@@ -181,6 +178,16 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 			}
 			apis[args[0]] = append(apis[args[0]], strings.TrimRight(u, "/"))
 		}
+	case "shard_seed":
+		if len(args) == 0 {
+			return c.Errf("shard_seed needs the API URL of at least one member")
+		}
+		for _, u := range args {
+			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+				return c.Errf("shard_seed %q: not an http(s) URL", u)
+			}
+			cfg.mapSeeds = append(cfg.mapSeeds, strings.TrimRight(u, "/"))
+		}
 	case "key":
 		var v string
 		if v, err = one(); err == nil {
@@ -196,7 +203,7 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 	case "probe":
 		cfg.probe, err = duration(true)
 	case "partitions":
-		cfg.partitions, err = a.Int(minPartitions)
+		cfg.partitions, err = a.Int(shardmap.MinPartitions)
 	case "load":
 		var v string
 		if v, err = one(); err == nil {

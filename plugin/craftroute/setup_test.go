@@ -10,6 +10,8 @@ import (
 
 	"github.com/coredns/caddy"
 
+	"github.com/craftdns/craftdns/internal/shardmap"
+
 	"github.com/miekg/dns"
 )
 
@@ -67,8 +69,8 @@ func TestSetup(t *testing.T) {
 	if cfg.keys["update."] == "" || cfg.keyAlgs["update."] != dns.HmacSHA256 {
 		t.Errorf("keys: %v %v", cfg.keys, cfg.keyAlgs)
 	}
-	if cr.Zones[0] != "example.org." || cr.ring == nil {
-		t.Errorf("zones %v, ring %v", cr.Zones, cr.ring)
+	if cr.Zones[0] != "example.org." || cr.routes() == nil || cr.routes().ring == nil {
+		t.Errorf("zones %v, routing %v", cr.Zones, cr.routes())
 	}
 
 	// Defaults.
@@ -77,7 +79,7 @@ func TestSetup(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cr.cfg.key != keyName || cr.cfg.timeout != defaultTimeout || cr.cfg.downFor != defaultDownFor ||
-		cr.cfg.probe != defaultProbe || cr.cfg.partitions != defaultPartitions || cr.cfg.negCache != defaultNegCache {
+		cr.cfg.probe != defaultProbe || cr.cfg.partitions != shardmap.DefaultPartitions || cr.cfg.negCache != defaultNegCache {
 		t.Errorf("defaults: %+v", cr.cfg)
 	}
 }

@@ -188,9 +188,9 @@ func (sc *shardClient) proxy(ctx context.Context, w http.ResponseWriter, s *Shar
 	return resp.StatusCode
 }
 
-// zoneLists returns the zone list of every shard (c.cfg.shards order).
+// zoneLists returns the zone list of every shard (c.shards() order).
 func (sc *shardClient) zoneLists(ctx context.Context) ([][]zoneapi.ZoneInfo, []error) {
-	shards := sc.c.cfg.shards
+	shards := sc.c.shards()
 	replies, errs := sc.each(ctx, shards, http.MethodGet, "/v1/zones", nil, "")
 	lists := make([][]zoneapi.ZoneInfo, len(shards))
 	for i, rep := range replies {
@@ -214,7 +214,7 @@ func (sc *shardClient) zoneLists(ctx context.Context) ([][]zoneapi.ZoneInfo, []e
 // HTTP status and the JSON body of the answer.
 func (sc *shardClient) importZone(ctx context.Context, origin string, text []byte) (int, any) {
 	c := sc.c
-	if c.cfg.key == keyZone {
+	if c.keyMode() == keyZone {
 		c.zones.add(origin)
 		res, err := sc.do(ctx, c.zoneShard(origin), http.MethodPut, zonePath(origin), "", text, "text/dns")
 		if err != nil {
@@ -240,7 +240,7 @@ func (sc *shardClient) importZone(ctx context.Context, origin string, text []byt
 	}
 	c.zones.add(origin)
 	parts := c.split(origin, rrs)
-	shards := byName(c.cfg.shards)
+	shards := byName(c.shards())
 	rep := zoneReport{Zone: origin, Records: len(rrs), Shards: make([]shardReport, len(shards))}
 	var wg sync.WaitGroup
 	for i, s := range shards {

@@ -38,7 +38,8 @@ const cutQueryParallel = 16
 
 // zoneShard returns the shard of zone origin (canonical) in key mode "zone".
 func (c *Craftroute) zoneShard(origin string) *Shard {
-	return c.shard(c.ring.Locate(origin))
+	rt := c.routes()
+	return rt.shard(rt.ring.Locate(origin))
 }
 
 // split places the records of zone origin (canonical) on the shards: in key
@@ -47,15 +48,15 @@ func (c *Craftroute) zoneShard(origin string) *Shard {
 // Every record is placed at least once; a zone with its SOA gives every
 // shard of key mode "name" a part.
 func (c *Craftroute) split(origin string, rrs []dns.RR) map[*Shard][]dns.RR {
-	if c.cfg.key == keyZone {
+	if c.keyMode() == keyZone {
 		return map[*Shard][]dns.RR{c.zoneShard(origin): rrs}
 	}
 	cuts := cutSet(origin, rrs)
-	parts := make(map[*Shard][]dns.RR, len(c.cfg.shards))
+	parts := make(map[*Shard][]dns.RR, len(c.shards()))
 	for _, rr := range rrs {
 		name := dnsname.Lower(rr.Header().Name)
 		if name == origin || rr.Header().Rrtype == dns.TypeDNAME || underCut(origin, name, cuts) {
-			for _, s := range c.cfg.shards {
+			for _, s := range c.shards() {
 				parts[s] = append(parts[s], rr)
 			}
 			continue
@@ -146,7 +147,7 @@ func (p *placer) local(name string, rrtype uint16) (every, known bool) {
 	switch {
 	case name == p.origin, rrtype == dns.TypeNS, rrtype == dns.TypeDS, rrtype == dns.TypeDNAME, underCut(p.origin, name, p.newCuts):
 		return true, true
-	case len(p.c.cfg.shards) == 1 || !dns.IsSubDomain(p.origin, name):
+	case len(p.c.shards()) == 1 || !dns.IsSubDomain(p.origin, name):
 		return false, true // one shard, or a name the shard will reject
 	}
 	return false, false
@@ -205,7 +206,7 @@ func (p *placer) shards(name string, rrtype uint16) []*Shard {
 		every = f.belowCut || f.dname && rrtype == dns.TypeANY
 	}
 	if every {
-		return p.c.cfg.shards
+		return p.c.shards()
 	}
 	return []*Shard{p.c.shardFor(name)}
 }
@@ -282,7 +283,7 @@ func (c *Craftroute) checkNewCuts(ctx context.Context, origin string, cuts map[s
 		if covered {
 			continue
 		}
-		for _, s := range c.cfg.shards {
+		for _, s := range c.shards() {
 			q := new(dns.Msg)
 			q.Question = []dns.Question{{Name: name, Qtype: dns.TypeNS, Qclass: dns.ClassINET}}
 			shardproto.Request(q)

@@ -52,17 +52,12 @@ func splitRouter(t testing.TB, key string, n int) *Craftroute {
 	t.Helper()
 	c := &Craftroute{Zones: []string{splitOrigin}, cfg: config{key: key}}
 	c.leases.key = testKey
-	var names []string
+	var shards []*Shard
 	for i := range n {
-		name := fmt.Sprintf("s%d", i)
-		names = append(names, name)
-		c.cfg.shards = append(c.cfg.shards, &Shard{Name: name})
+		shards = append(shards, &Shard{Name: fmt.Sprintf("s%d", i)})
 	}
-	ring, err := newRing(names, defaultPartitions, defaultLoad)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.ring, c.zones, c.neg, c.changes = ring, newZoneSet(c.Zones), newNegCache(0), newChangeTracker()
+	c.route(t, shards...)
+	c.zones, c.neg, c.changes = newZoneSet(c.Zones), newNegCache(0), newChangeTracker()
 	return c
 }
 
@@ -107,7 +102,7 @@ func TestSplitNameMode(t *testing.T) {
 		if !every(rr) {
 			continue
 		}
-		for _, s := range c.cfg.shards {
+		for _, s := range c.shards() {
 			if !slices.ContainsFunc(parts[s], func(x dns.RR) bool { return rrKey(x) == rrKey(rr) }) {
 				t.Errorf("%s missing on shard %s", rr, s.Name)
 			}
@@ -267,7 +262,7 @@ func TestPlacer(t *testing.T) {
 	want := []bool{true, false, true, true, true, true, true, false, false, true, true, false, true, false}
 	for i, it := range items {
 		got := p.shards(it.name, it.rrtype)
-		every := len(got) == len(c.cfg.shards)
+		every := len(got) == len(c.shards())
 		if every != want[i] {
 			t.Errorf("%s %s: expected every shard %v, got %v", it.name, dns.TypeToString[it.rrtype], want[i], every)
 		}

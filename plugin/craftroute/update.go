@@ -69,7 +69,7 @@ func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 	}
 
 	s := c.zoneShard(origin)
-	if c.cfg.key == keyName {
+	if c.keyMode() == keyName {
 		r = c.dropOldSOA(ctx, origin, r)
 		parts, why, err := c.updateParts(ctx, origin, r)
 		switch {

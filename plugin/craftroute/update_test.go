@@ -125,7 +125,7 @@ func updateRouter(t *testing.T, key string, members ...[]*fakeMember) *Craftrout
 	c.cfg.keys = map[string]string{updKey: updSecret}
 	c.cfg.keyAlgs = map[string]string{updKey: dns.HmacSHA256}
 	c.cfg.timeout, c.cfg.downFor = time.Second, time.Minute
-	for i, s := range c.cfg.shards {
+	for i, s := range c.shards() {
 		for _, fm := range members[i] {
 			s.Members = append(s.Members, newMember(s.Name, fm.addr, time.Second))
 		}
@@ -329,8 +329,8 @@ func TestUpdateNotReadyFailover(t *testing.T) {
 	// also from a client without EDNS (nsupdate), whose update goes to the
 	// members with EDNS so that they can say why.
 	for i, edns := range []bool{true, false} {
-		c.cfg.shards[0].Members[0].alive.Store(0) // the stopping member, up again
-		c.cfg.shards[0].Members[1].Failed(time.Now(), time.Minute)
+		c.shards()[0].Members[0].alive.Store(0) // the stopping member, up again
+		c.shards()[0].Members[1].Failed(time.Now(), time.Minute)
 		resp := sendUpdateEDNS(t, edns, front, updKey, updSecret, "www.example.org. 300 IN A 192.0.2.1")
 		if resp.Rcode != dns.RcodeSuccess || total(stopping) != i+1 || total(live) != i+1 {
 			t.Errorf("EDNS %v: expected the update taken by the live member after the stopping one, got %s, %d and %d messages",

@@ -150,7 +150,7 @@ const (
 // openTransfer opens the shards' streams of a transfer of origin to a
 // secondary at serial.
 func (c *Craftroute) openTransfer(ctx context.Context, origin string, serial uint32) ([]*shardXfr, xfrKind, error) {
-	if c.cfg.key == keyZone {
+	if c.keyMode() == keyZone {
 		s := c.zoneShard(origin)
 		xs, err := c.txc.openXfrs(ctx, []*Shard{s}, origin, func(*Shard) (uint32, bool) { return serial, false }, false)
 		return xs, xfrPass, err
@@ -159,12 +159,12 @@ func (c *Craftroute) openTransfer(ctx context.Context, origin string, serial uin
 		if cut := c.txc.findCut(ctx, origin, serial); cut != nil {
 			from := func(s *Shard) (uint32, bool) { st := cut.Shards[s.Name]; return st.Serial, true }
 			complete := true
-			for _, s := range c.cfg.shards {
+			for _, s := range c.shards() {
 				_, ok := cut.Shards[s.Name]
 				complete = complete && ok
 			}
 			if complete {
-				xs, err := c.txc.openXfrs(ctx, c.cfg.shards, origin, from, true)
+				xs, err := c.txc.openXfrs(ctx, c.shards(), origin, from, true)
 				if err != nil {
 					return nil, "", err
 				}
@@ -182,7 +182,7 @@ func (c *Craftroute) openTransfer(ctx context.Context, origin string, serial uin
 			}
 		}
 	}
-	xs, err := c.txc.openXfrs(ctx, c.cfg.shards, origin, func(*Shard) (uint32, bool) { return 0, false }, true)
+	xs, err := c.txc.openXfrs(ctx, c.shards(), origin, func(*Shard) (uint32, bool) { return 0, false }, true)
 	if err == nil {
 		err = startFull(xs)
 	}
@@ -200,7 +200,7 @@ func (c *Craftroute) openTransfer(ctx context.Context, origin string, serial uin
 func (sc *shardClient) findCut(ctx context.Context, origin string, serial uint32) *xfrstream.Cut {
 	ctx, cancel := context.WithTimeout(ctx, shardCallTimeout)
 	defer cancel()
-	for _, s := range sc.c.cfg.shards {
+	for _, s := range sc.c.shards() {
 		rep, err := sc.do(ctx, s, http.MethodGet, xfrstream.CutPath(origin, serial), "", nil, "")
 		if err != nil || rep.status != http.StatusOK {
 			continue

@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
@@ -77,6 +78,7 @@ func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, erro
 	mux.HandleFunc("POST /v1/txn/{id}/prepare", httpapi.Body(httpapi.JSON, a.txPrepare))
 	mux.HandleFunc("POST /v1/txn/{id}/decide", httpapi.Body(httpapi.JSON, a.txDecide))
 	mux.HandleFunc("GET /v1/txn/{id}", a.txStatus)
+	mux.HandleFunc("GET "+shardmap.MapPath, a.shardMap)
 	mux.HandleFunc("POST /v1/txn/{id}/commit", httpapi.Body(httpapi.JSON, a.txFinish))
 	mux.HandleFunc("POST /v1/txn/{id}/abort", httpapi.Body(httpapi.JSON, a.txFinish))
 	a.srv = httpapi.Server(cfg.listen, cfg.token, httpapi.Auth("craftstore", cfg.token, httpapi.CleanPaths(mux)))

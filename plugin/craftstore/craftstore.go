@@ -153,10 +153,15 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if rep.TxHeld() {
 		// A transaction across shards holds a name that can change this
 		// answer (heldread.go).
-		var ok bool
-		if readPast, ok = c.readHeld(ctx, rep, z.Origin(), qname, routed); !ok {
+		hr, ok := c.readHeld(ctx, rep, z.Origin(), qname, routed)
+		if !ok {
 			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText)
 		}
+		if len(hr.preview) > 0 {
+			z = z.With(hr.preview) // committed parts not applied yet
+		}
+		// Neither is the member's applied state: routers must not cache it.
+		readPast = hr.undecided || len(hr.preview) > 0
 	}
 
 	facts := shardproto.Requested(r)

@@ -14,6 +14,7 @@ import (
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 )
 
 // Reads past transactions (package internal/txn, "Atomic visibility"). A
@@ -29,9 +30,12 @@ import (
 // only, a change of members) does it read the decision again from a state
 // a member confirmed with its leader:
 //
-//   - committed: the member finishes the part itself, as a participant's
-//     recovery does (one Raft entry, shared by the queries that meet the
-//     part at once), and answers from the state after it;
+//   - committed: the member answers from the state after the part, a
+//     preview of its commit over the member's state (written nowhere:
+//     replica.TxPreview), marked for routers as below, and finishes the
+//     part meanwhile, as a participant's recovery does (one Raft entry,
+//     shared by the queries that meet the part at once): the answer waits
+//     neither for that entry nor for a leader of the member's group;
 //   - aborted: it answers at once from the state before the part, which is
 //     the state after it, and finishes the part meanwhile;
 //   - nothing decided: it answers from the state before the part. The read
@@ -56,15 +60,23 @@ type heldReads struct {
 	finishing map[txn.ID]chan struct{} // parts being finished → closed when done
 }
 
+// heldRead is how a query read past the parts that held its name.
+type heldRead struct {
+	undecided bool // past parts whose outcome is not decided: the held mark
+	decided   bool // past parts whose outcome is decided
+	// preview is what committed parts not applied yet change: the answer
+	// comes from the zone with it (zone.Zone.With).
+	preview []zone.NameRecords
+}
+
 // readHeld makes a query about qname in zone, while transactions hold
 // names of the member, safe to answer: it reads past the parts that hold
 // the name (readPast), or waits for their outcome when their coordinator
 // cannot say, so that no reader sees part of a transaction (package
 // internal/txn, "Atomic visibility"). A router's query waits less
 // (txn.RoutedWait), and the router asks again. ok is false when the query
-// must be answered Held; readPast says the answer reads past undecided
-// parts (the held mark).
-func (c *Craftstore) readHeld(ctx context.Context, rep *replica.Replica, zone, qname string, routed bool) (readPast, ok bool) {
+// must be answered Held.
+func (c *Craftstore) readHeld(ctx context.Context, rep *replica.Replica, zone, qname string, routed bool) (hr heldRead, ok bool) {
 	wait := txReadWait
 	if routed {
 		wait = txn.RoutedWait
@@ -72,80 +84,70 @@ func (c *Craftstore) readHeld(ctx context.Context, rep *replica.Replica, zone, q
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	rctx, rcancel := context.WithTimeout(wctx, txn.RoutedWait)
-	readPast, finished, err := c.readPast(rctx, rep, c.leases.Load(), zone, qname)
+	hr, err := c.readPast(rctx, rep, c.leases.Load(), zone, qname)
 	rcancel()
 	if err != nil {
 		heldReadCount.WithLabelValues(c.member(), "waited").Inc()
 		if err := rep.TxWait(wctx, zone, qname); err != nil {
 			heldReadCount.WithLabelValues(c.member(), "held").Inc()
-			return false, false
+			return heldRead{}, false
 		}
-		return false, true
+		return heldRead{}, true
 	}
 	switch {
-	case readPast:
+	case hr.undecided:
 		heldReadCount.WithLabelValues(c.member(), "before").Inc()
-	case finished:
+	case hr.decided:
 		heldReadCount.WithLabelValues(c.member(), "after").Inc()
 	}
-	return readPast, true
+	return hr, true
 }
 
 // readPast resolves the prepared parts that hold qname in zone, as above,
-// within ctx. It returns whether the answer reads past parts whose outcome
-// is not decided (the held mark) and whether it met decided parts
-// first, or an error when the query must wait for them instead.
-func (c *Craftstore) readPast(ctx context.Context, rep *replica.Replica, ls *leases, zone, qname string) (undecided, finished bool, err error) {
-	var aborted map[txn.ID]bool // read past: they change nothing
+// within ctx, or returns an error when the query must wait for them
+// instead. A decided part is finished in the background: an aborted one
+// changes nothing, a committed one is previewed (replica.TxPreview), so the
+// answer does not wait for the member's group to apply it.
+func (c *Craftstore) readPast(ctx context.Context, rep *replica.Replica, ls *leases, zone, qname string) (hr heldRead, err error) {
+	seen := map[txn.ID]bool{} // decided parts read past (or previewed)
 	for range 3 {
 		ids, _ := rep.TxHolders(zone, qname)
-		if len(ids) == 0 {
-			return undecided, finished, nil
-		}
-		undecided = false
-		round := false
+		hr.undecided = false
+		again := false
 		for _, id := range ids {
-			if aborted[id] {
+			if seen[id] {
 				continue
 			}
 			o, ok, err := decision(ctx, rep, id, c.cfg.token)
 			switch {
 			case err != nil:
-				return false, false, err
+				return heldRead{}, err
 			case !ok: // finished meanwhile
-				round = true
+				again = true
 			case o == "":
-				undecided = true
+				hr.undecided = true
 			case o == txn.Abort:
-				if aborted == nil {
-					aborted = map[txn.ID]bool{}
-				}
-				aborted[id] = true
-				finished = true // its outcome is known: the state before is the one after
+				seen[id], hr.decided = true, true
 				c.held.start(rep, ls, id, o, c.cfg.timeout)
 			default:
-				if err := c.held.finish(ctx, rep, ls, id, o, c.cfg.timeout); err != nil {
-					return false, false, err
+				c.held.start(rep, ls, id, o, c.cfg.timeout)
+				names, err := rep.TxPreview(id)
+				switch {
+				case err != nil:
+					return heldRead{}, fmt.Errorf("transaction %s: preview: %w", id, err)
+				case names == nil: // applied meanwhile
+					again = true
+				default:
+					seen[id], hr.decided = true, true
+					hr.preview = append(hr.preview, names...)
 				}
-				round, finished = true, true
 			}
 		}
-		if !round {
-			return undecided, finished, nil
+		if !again {
+			return hr, nil
 		}
 	}
-	return false, false, errStillHeld
-}
-
-// finish finishes transaction id's part with outcome o, or waits for the
-// query that is doing it already, until ctx ends.
-func (h *heldReads) finish(ctx context.Context, rep *replica.Replica, ls *leases, id txn.ID, o txn.Outcome, timeout time.Duration) error {
-	select {
-	case <-h.start(rep, ls, id, o, timeout):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return heldRead{}, errStillHeld
 }
 
 // start starts finishing transaction id's part with outcome o, unless a

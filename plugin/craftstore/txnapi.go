@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
@@ -44,14 +45,26 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	meta, _ := json.Marshal(txn.Meta{Coordinator: p.Coordinator, Participants: p.Participants})
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	if p.Map != nil {
+		if p.Zone != "" || p.Change != nil || p.Update != nil {
+			fail(w, zoneapi.BadRequest("a shard map's part holds the map alone"))
+			return
+		}
+		m, err := json.Marshal(p.Map)
+		if err == nil {
+			err = a.rep.TxPrepareMap(ctx, id, m, meta)
+		}
+		httpapi.WriteJSON(w, http.StatusOK, vote(dns.RcodeSuccess, err))
+		return
+	}
 	origin := dns.CanonicalName(p.Zone)
 	if a.rep.Zone(origin) == nil {
 		fail(w, replica.Errorf(replica.ErrNotFound, "zone %q not found", origin))
 		return
 	}
-	meta, _ := json.Marshal(txn.Meta{Coordinator: p.Coordinator, Participants: p.Participants})
-	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
-	defer cancel()
 	switch {
 	case p.Change != nil && p.Update == nil:
 		add, del, names, err := a.parseChange(origin, *p.Change)
@@ -90,6 +103,22 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 	default:
 		fail(w, zoneapi.BadRequest("a prepare holds an update or a change"))
 	}
+}
+
+// shardMap answers GET /v1/map: the shard map this member applied last,
+// read from a state confirmed current with its leader when it can be
+// ("confirmed"), else its own (a router keeps the highest epoch it learns
+// of); 404 before the first.
+func (a *apiServer) shardMap(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	confirmed := a.rep.Fresh(ctx) == nil
+	m := a.rep.ShardMap()
+	if m == nil {
+		fail(w, replica.Errorf(replica.ErrNotFound, "no shard map yet: a router seeds epoch 1 from its Corefile"))
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, shardmap.Answer{Map: m, Confirmed: confirmed})
 }
 
 // lockNotice tells the routers, before the part's yes vote, that the names

@@ -14,6 +14,7 @@ import (
 	"github.com/coredns/coredns/plugin/test"
 
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
@@ -169,14 +170,29 @@ func TestReadsPastTransactions(t *testing.T) {
 		return len(ids) > 0
 	}
 
-	// Committed: the reader commits the part and sees it.
+	finished := func(what, name string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); held(name); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the reader did not finish the part", what)
+			}
+		}
+	}
+
+	// Committed: the reader sees the part at once, from its preview,
+	// marked for routers (the member has not applied it yet), and commits
+	// it meanwhile.
 	id1 := txn.NewID()
 	if v := preparePart(t, a, token, id1, "one.example.org."); !v.Yes {
 		t.Fatalf("prepare: %+v", v)
 	}
 	decide(id1, txn.Commit)
-	if m, _ := query("one.example.org.", false); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || held("one.example.org.") {
-		t.Errorf("committed: expected the new record and the part finished, got held %v\n%v", held("one.example.org."), m)
+	if m, _ := query("one.example.org.", true); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || !shardproto.Held(m) {
+		t.Errorf("committed: expected the new record, marked, got\n%v", m)
+	}
+	finished("committed", "one.example.org.")
+	if m, _ := query("one.example.org.", true); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || shardproto.Held(m) {
+		t.Errorf("committed and applied: expected the new record, unmarked, got\n%v", m)
 	}
 
 	// Aborted: the reader sees the state before at once, unmarked (it is
@@ -187,11 +203,7 @@ func TestReadsPastTransactions(t *testing.T) {
 	if m, _ := query("two.example.org.", true); m.Rcode != dns.RcodeNameError || shardproto.Held(m) {
 		t.Errorf("aborted: expected NXDOMAIN, unmarked, got\n%v", m)
 	}
-	for deadline := time.Now().Add(5 * time.Second); held("two.example.org."); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("aborted: the reader did not finish the part")
-		}
-	}
+	finished("aborted", "two.example.org.")
 
 	// Undecided, coordinator alive: the state before, at once, marked for
 	// routers; the part stays prepared.
@@ -208,9 +220,10 @@ func TestReadsPastTransactions(t *testing.T) {
 		t.Errorf("a name no part holds: expected its answer unmarked, got\n%v", m)
 	}
 	decide(id3, txn.Commit)
-	if m, _ := query("three.example.org.", true); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 || shardproto.Held(m) {
+	if m, _ := query("three.example.org.", false); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
 		t.Errorf("undecided, then committed: expected the new record, got\n%v", m)
 	}
+	finished("undecided, then committed", "three.example.org.")
 
 	// Undecided, coordinator unreachable: the query waits for the outcome;
 	// a router's is answered held.
@@ -336,5 +349,64 @@ func TestTxStatusWithoutLeader(t *testing.T) {
 	}
 	if code, out, raw := call(t, apis[1], "", "GET", txn.StatusPath(decided), ""); code != http.StatusOK || out["outcome"] != "commit" {
 		t.Errorf("a decided transaction without a leader: expected commit, got %d %s", code, raw)
+	}
+}
+
+// TestShardMapAPI: a member's side of a shard map change: its part is
+// prepared at the epoch after the shard's only, committed like any part,
+// and GET /v1/map answers the map applied last (404 before the first).
+func TestShardMapAPI(t *testing.T) {
+	const token = "s3cret"
+	a, rep := newAPI(t, token)
+	if code, _, raw := call(t, a, token, "GET", shardmap.MapPath, ""); code != http.StatusNotFound {
+		t.Fatalf("no map yet: expected 404, got %d %s", code, raw)
+	}
+	self := txn.Coordinator{Shard: "a", APIs: []string{"http://" + a.addr()}}
+	m := &shardmap.Map{Epoch: 1, Key: shardmap.KeyName, Partitions: shardmap.DefaultPartitions, Load: shardmap.DefaultLoad,
+		Shards: []shardmap.Shard{{Name: "a", Members: []string{"127.0.0.1:1053"}, API: []string{"http://" + a.addr()}}}}
+	prepare := func(id txn.ID, m *shardmap.Map) (int, txn.Vote, string) {
+		t.Helper()
+		body, _ := json.Marshal(txn.Prepare{Coordinator: self, Participants: []string{"a"}, Map: m})
+		code, _, raw := call(t, a, token, "POST", txn.PreparePath(id), string(body))
+		var v txn.Vote
+		json.Unmarshal([]byte(raw), &v)
+		return code, v, raw
+	}
+	bad := m.Clone()
+	bad.Shards = append(bad.Shards, shardmap.Shard{Name: "a", Members: []string{"127.0.0.2:1053"}, API: []string{"http://127.0.0.2:8080"}})
+	if code, v, raw := prepare(txn.NewID(), bad); code != http.StatusOK || v.Yes || v.Status != http.StatusBadRequest {
+		t.Errorf("a shard named twice: expected a no vote with 400, got %d %s", code, raw)
+	}
+	later := m.Clone()
+	later.Epoch = 2
+	if code, v, raw := prepare(txn.NewID(), later); code != http.StatusOK || v.Yes || v.Status != http.StatusConflict {
+		t.Errorf("epoch 2 first: expected a no vote with 409, got %d %s", code, raw)
+	}
+	if code, _, raw := call(t, a, token, "POST", txn.PreparePath(txn.NewID()), `{"zone":"example.org.","coordinator":{"shard":"a"},"map":{"epoch":1}}`); code != http.StatusBadRequest {
+		t.Errorf("a map with a zone: expected 400, got %d %s", code, raw)
+	}
+	id := txn.NewID()
+	if code, v, raw := prepare(id, m); code != http.StatusOK || !v.Yes {
+		t.Fatalf("epoch 1: expected yes, got %d %s", code, raw)
+	}
+	if rep.ShardMap() != nil {
+		t.Error("a prepared map was applied")
+	}
+	if code, _, raw := call(t, a, token, "POST", txn.DecidePath(id), `{"outcome":"commit"}`); code != http.StatusOK {
+		t.Fatalf("decide: %d %s", code, raw)
+	}
+	if code, _, raw := call(t, a, token, "POST", txn.FinishPath(id, txn.Commit), `{}`); code != http.StatusOK {
+		t.Fatalf("commit: %d %s", code, raw)
+	}
+	code, _, raw := call(t, a, token, "GET", shardmap.MapPath, "")
+	var got shardmap.Answer
+	if code != http.StatusOK || json.Unmarshal([]byte(raw), &got) != nil || got.Map == nil || got.Map.Epoch != 1 || !got.Map.Same(m) || !got.Confirmed {
+		t.Fatalf("GET the map: expected epoch 1, confirmed, got %d %s", code, raw)
+	}
+	if code, _, _ := call(t, a, "", "GET", shardmap.MapPath, ""); code != http.StatusUnauthorized {
+		t.Errorf("GET the map without the token: expected 401, got %d", code)
+	}
+	if code, v, raw := prepare(txn.NewID(), m); code != http.StatusOK || v.Yes || v.Status != http.StatusConflict {
+		t.Errorf("epoch 1 again: expected a no vote with 409, got %d %s", code, raw)
 	}
 }

@@ -427,6 +427,8 @@ func (r *Replica) applyView(e *fsm.Effect) error {
 		defer r.locks.apply(e.Zone, e.Tx)
 	}
 	switch {
+	case e.Map != nil:
+		r.shardMap.Store(e.Map)
 	case e.Member != nil:
 		if e.Member.ID != r.cfg.ID && e.Member.Raft != "" {
 			r.tr.AddPeer(e.Member.ID, e.Member.Raft)

@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/plugin/craftstore/raftlog"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/craftdns/craftdns/plugin/craftstore/transport"
@@ -122,6 +123,8 @@ type Replica struct {
 	// voted is the term and vote on disk: a leader sends a Ready's
 	// messages before persisting it only while they are unchanged.
 	voted struct{ term, vote uint64 }
+
+	shardMap atomic.Pointer[shardmap.Map] // the shard map applied last (fsm/shardmap.go)
 
 	applied atomic.Uint64
 	// raftApplied is the index of the last entry handed to raft as applied
@@ -284,6 +287,9 @@ func (r *Replica) open() error {
 		return err
 	}
 	if err := r.loadAllZones(); err != nil {
+		return err
+	}
+	if err := r.loadShardMap(); err != nil {
 		return err
 	}
 

@@ -263,6 +263,9 @@ func (r *Replica) afterSnapshot() error {
 	if err := r.loadAllZones(); err != nil {
 		return err
 	}
+	if err := r.loadShardMap(); err != nil {
+		return err
+	}
 	var members []Member
 	var applied uint64
 	err := r.db.View(func(tx *bolt.Tx) error {

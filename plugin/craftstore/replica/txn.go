@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 
@@ -41,6 +42,35 @@ func (r *Replica) TxPrepareUpdate(ctx context.Context, id txn.ID, zone string, p
 	}
 	res, err := r.propose(ctx, &fsm.Command{Op: fsm.OpTxPrepare, Zone: zone, Tx: id, Time: txTime(), Part: part, Meta: meta})
 	return res.Rcode, err
+}
+
+// TxPrepareMap proposes part of transaction id: the deployment's shard map
+// at the next epoch (m, shardmap.Map as JSON), one part on every shard.
+// meta is as for TxPrepareChange. The vote is refused with ErrConflict when
+// the shard is not at the epoch before m's, ErrInvalid when m is not a
+// valid map, ErrBusy while another map change is prepared.
+func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, m, meta []byte) error {
+	part, err := (&fsm.Command{Op: fsm.OpMapSet, Map: m}).Marshal()
+	if err != nil {
+		return Errorf(ErrInvalid, "%v", err)
+	}
+	_, err = r.propose(ctx, &fsm.Command{Op: fsm.OpTxPrepare, Tx: id, Time: txTime(), Part: part, Meta: meta})
+	return err
+}
+
+// ShardMap returns the shard map this member applied last, nil before the
+// first. It must not be changed.
+func (r *Replica) ShardMap() *shardmap.Map { return r.shardMap.Load() }
+
+// loadShardMap reads the shard map from the current generation.
+func (r *Replica) loadShardMap() error {
+	return r.db.View(func(tx *bolt.Tx) error {
+		m, err := fsm.ShardMap(fsm.Generation(tx))
+		if err == nil {
+			r.shardMap.Store(m)
+		}
+		return err
+	})
 }
 
 // TxCommit applies the prepared part of transaction id and returns the

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/plugin/craftstore/raftlog"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
@@ -265,6 +267,28 @@ func decides(data []byte, id txn.ID) (txn.Outcome, bool) {
 		return "", false
 	}
 	return fsm.OutcomeOf(c.Outcome), true
+}
+
+// errPreview rolls back the transaction of a preview.
+var errPreview = errors.New("preview: rolled back")
+
+// TxPreview returns the names the prepared part of transaction id changes
+// on this member, with their records as its commit will leave them
+// (fsm.PreviewPart), written nowhere: a write transaction that is rolled
+// back. nil when the part is no longer prepared here.
+func (r *Replica) TxPreview(id txn.ID) ([]zone.NameRecords, error) {
+	var names []zone.NameRecords
+	err := r.db.Update(func(tx *bolt.Tx) error {
+		var err error
+		if names, err = fsm.PreviewPart(fsm.Generation(tx), id[:]); err != nil {
+			return err
+		}
+		return errPreview
+	})
+	if err != errPreview {
+		return nil, err
+	}
+	return names, nil
 }
 
 // TxCoordinator returns the coordinator and participants (JSON, as the

@@ -46,6 +46,25 @@ func (z *Zone) Set(changes []NameRecords) {
 	})
 }
 
+// With returns a zone that is z with changes applied as Set applies them,
+// and leaves z as it is: the new zone shares z's current version and
+// copies only what the changes touch. A member answers from it for a
+// transaction part that is committed but not applied yet (a preview).
+func (z *Zone) With(changes []NameRecords) *Zone {
+	out := &Zone{origin: z.origin}
+	next := *z.v.Load()
+	next.ed = newEdit()
+	for _, c := range changes {
+		key := dnsname.Lower(dns.Fqdn(c.Name))
+		if dns.IsSubDomain(z.origin, key) {
+			next.set(key, sortRRs(c.RRs))
+		}
+	}
+	next.refreshApex()
+	out.v.Store(&next)
+	return out
+}
+
 // Load adds rrs to the zone, grouping them by owner name; RRs outside the
 // zone are ignored. It is meant for bulk loads (a zone file, a snapshot) into
 // a fresh Zone that no reader sees yet; readers of a zone in use see it

@@ -345,3 +345,22 @@ func TestBlockTypeList(t *testing.T) {
 		}
 	}
 }
+
+// TestWith: a zone with changes answers as Set would make it, and the zone
+// it came from stays as it was.
+func TestWith(t *testing.T) {
+	z := load(t, "example.org.", exampleOrg)
+	names, records := z.Names(), z.Records()
+	w := z.With([]NameRecords{{Name: "A.B.New.example.org.", RRs: rrs(t, "a.b.new.example.org. 3600 IN A 192.0.2.1")}})
+	check(t, w, []test.Case{
+		{Qname: "a.b.new.example.org.", Qtype: dns.TypeA, Authoritative: true, Answer: []dns.RR{test.A("a.b.new.example.org. 3600 IN A 192.0.2.1")}, Ns: orgNS},
+		nodata("b.new.example.org."),
+	})
+	check(t, z, []test.Case{nxdomain("a.b.new.example.org."), nxdomain("b.new.example.org.")})
+	if z.Names() != names || z.Records() != records || w.Names() != names+1 || w.Records() != records+1 {
+		t.Errorf("names and records: zone %d/%d (was %d/%d), with the change %d/%d", z.Names(), z.Records(), names, records, w.Names(), w.Records())
+	}
+	// The zone changes on: the preview made before is not touched.
+	z.Set([]NameRecords{{Name: "c.example.org.", RRs: rrs(t, "c.example.org. 3600 IN A 192.0.2.3")}})
+	check(t, w, []test.Case{nxdomain("c.example.org.")})
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/zonerules"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
@@ -36,7 +37,8 @@ type Effect struct {
 	Seeded  bool               // OpImportCommit of a seed: the group has seeded zone
 	Base    uint32             // the zone's serial base after the change, when HasBase (serialbase.go)
 	HasBase bool
-	Tx      *TxEffect // a transaction's part prepared or finished (txn.go)
+	Tx      *TxEffect     // a transaction's part prepared or finished (txn.go)
+	Map     *shardmap.Map // OpMapSet committed: the shard map's new epoch
 }
 
 // Apply applies c to generation g inside a write transaction, then
@@ -59,6 +61,8 @@ func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 			return Result{}, nil, err
 		}
 		return applyWrite(g, c, applyOpts{})
+	case OpMapSet:
+		return Result{}, nil, Errorf(ErrInvalid, "a shard map changes only as a part of a transaction over every shard")
 	case OpTxPrepare:
 		return applyTxPrepare(g, c)
 	case OpTxCommit:
@@ -139,8 +143,11 @@ type applyOpts struct {
 
 // applyWrite applies an OpChange or OpUpdate command.
 func applyWrite(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, error) {
-	if c.Op == OpUpdate {
+	switch c.Op {
+	case OpUpdate:
 		return applyUpdate(g, c, o)
+	case OpMapSet:
+		return applyMapSet(g, c, o)
 	}
 	return applyChange(g, c, o)
 }

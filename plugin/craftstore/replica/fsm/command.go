@@ -27,6 +27,7 @@ const (
 	OpTxDecide     Op = 11 // the coordinator's decision for a transaction
 	OpTxFence      Op = 12 // hold a zone's transactions for a consistent transfer (fence.go)
 	OpTxUnfence    Op = 13 // release them
+	OpMapSet       Op = 14 // the deployment's shard map at a new epoch: a transaction's part only (shardmap.go)
 )
 
 // IsTx reports whether o is a transaction op, whose encoding carries the
@@ -68,6 +69,8 @@ type Command struct {
 	Part    []byte   // OpTxPrepare: the part, a marshalled OpChange or OpUpdate command
 	Meta    []byte   // OpTxPrepare: the coordinator and participants (JSON)
 	Outcome byte     // OpTxDecide: the outcome to record unless one is
+
+	Map []byte // OpMapSet: the shard map (shardmap.Map, JSON)
 }
 
 const (
@@ -124,6 +127,10 @@ func (c *Command) Marshal() ([]byte, error) {
 		b = append(b, c.Meta...)
 		b = append(b, c.Outcome)
 	}
+	if c.Op == OpMapSet {
+		b = binary.AppendUvarint(b, uint64(len(c.Map)))
+		b = append(b, c.Map...)
+	}
 	if c.Op == OpMemberInfo {
 		b = binary.AppendUvarint(b, c.Member.ID)
 		b = appendString(b, c.Member.Raft)
@@ -139,7 +146,7 @@ func Unmarshal(data []byte) (*Command, error) {
 		return nil, fmt.Errorf("unknown command format %d", v)
 	}
 	c := &Command{Op: Op(d.byte())}
-	if c.Op < OpChange || c.Op > OpTxUnfence {
+	if c.Op < OpChange || c.Op > OpMapSet {
 		return nil, fmt.Errorf("unknown command op %d", c.Op)
 	}
 	c.ID = d.uvarint()
@@ -178,6 +185,9 @@ func Unmarshal(data []byte) (*Command, error) {
 		c.Part = append([]byte(nil), d.bytes()...)
 		c.Meta = append([]byte(nil), d.bytes()...)
 		c.Outcome = d.byte()
+	}
+	if c.Op == OpMapSet {
+		c.Map = append([]byte(nil), d.bytes()...)
 	}
 	if c.Op == OpMemberInfo {
 		c.Member = Member{ID: d.uvarint(), Raft: d.string(), DNS: d.string(), API: d.string()}

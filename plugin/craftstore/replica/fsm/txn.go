@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/txn"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
@@ -78,8 +79,13 @@ func Touched(c *Command) ([]string, error) {
 		for _, rr := range append(m.Answer, m.Ns...) {
 			add(rr.Header().Name)
 		}
+	case OpMapSet:
+		if c.Zone != "" {
+			return nil, Errorf(ErrInvalid, "a shard map part belongs to no zone")
+		}
+		names = []string{MapLock}
 	default:
-		return nil, Errorf(ErrInvalid, "a transaction's part must be a change or an update")
+		return nil, Errorf(ErrInvalid, "a transaction's part must be a change, an update or a shard map")
 	}
 	return names, nil
 }
@@ -347,6 +353,30 @@ func applyTxCommit(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	eff.Tx = &TxEffect{ID: c.Tx, Names: names}
 	res.Outcome = OutcomeCommit
 	return res, eff, nil
+}
+
+// PreviewPart applies the prepared part of transaction id to g as its
+// commit would, and returns the names it changes with their records after
+// it (nil, nil when none is prepared). It writes g: the caller runs it in
+// a transaction it rolls back. A reader answers from the preview of a part
+// whose commit is decided but not applied yet.
+func PreviewPart(g *bolt.Bucket, id []byte) ([]zone.NameRecords, error) {
+	prep, err := PreparedPart(g, id)
+	if err != nil || prep == nil {
+		return nil, err
+	}
+	part, err := Unmarshal(prep.Part)
+	if err != nil {
+		return nil, err
+	}
+	if part.Op == OpMapSet {
+		return nil, nil // no record changes
+	}
+	_, eff, err := applyWrite(g, part, applyOpts{skipPrereqs: true})
+	if err != nil || eff == nil {
+		return nil, err
+	}
+	return eff.Names, nil
 }
 
 // applyTxAbort drops a prepared part, or notes that transaction id is

@@ -1,4 +1,4 @@
-package craftroute
+package shardmap
 
 import (
 	"fmt"
@@ -30,9 +30,9 @@ type Ring struct {
 	owners []string // partition id → shard name, copied out of consistent
 }
 
-// newRing builds the ring of shards (names, any order: the result does not
+// NewRing builds the ring of shards (names, any order: the result does not
 // depend on it) with the given partition count and load factor.
-func newRing(shards []string, partitions int, load float64) (*Ring, error) {
+func NewRing(shards []string, partitions int, load float64) (*Ring, error) {
 	if len(shards) == 0 {
 		return nil, fmt.Errorf("ring: no shards")
 	}

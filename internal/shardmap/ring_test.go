@@ -1,4 +1,4 @@
-package craftroute
+package shardmap
 
 import (
 	"math"
@@ -36,7 +36,7 @@ func TestRingErrors(t *testing.T) {
 		{[]string{"a"}, 271, math.NaN()},
 	}
 	for i, tc := range tests {
-		if _, err := newRing(tc.shards, tc.partitions, tc.load); err == nil {
+		if _, err := NewRing(tc.shards, tc.partitions, tc.load); err == nil {
 			t.Errorf("test %d: expected an error for %v/%d/%v, got none", i, tc.shards, tc.partitions, tc.load)
 		}
 	}
@@ -45,7 +45,7 @@ func TestRingErrors(t *testing.T) {
 	// must never let that happen.
 	for n := 1; n <= 7; n++ {
 		for _, p := range []int{n, n + 1, 2*n - 1, 271} {
-			if _, err := newRing(ringShardNames(n), p, 1.0001); err != nil {
+			if _, err := NewRing(ringShardNames(n), p, 1.0001); err != nil {
 				t.Errorf("%d shards, %d partitions: expected no error, got %v", n, p, err)
 			}
 		}
@@ -55,7 +55,7 @@ func TestRingErrors(t *testing.T) {
 func TestRingDistribution(t *testing.T) {
 	const partitions, load = 271, 1.25
 	for n := 2; n <= 5; n++ {
-		r, err := newRing(ringShardNames(n), partitions, load)
+		r, err := NewRing(ringShardNames(n), partitions, load)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,13 +87,13 @@ func TestRingDistribution(t *testing.T) {
 
 func TestRingStable(t *testing.T) {
 	names := []string{"s1", "s11", "s2", "blue", "green"}
-	r1, err := newRing(names, 271, 1.25)
+	r1, err := NewRing(names, 271, 1.25)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rev := slices.Clone(names)
 	slices.Reverse(rev)
-	r2, err := newRing(rev, 271, 1.25)
+	r2, err := NewRing(rev, 271, 1.25)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestRingStable(t *testing.T) {
 // TestRingFixed pins a few keys: the mapping is a protocol between routers
 // (and between router versions); a change here moves data between shards.
 func TestRingFixed(t *testing.T) {
-	r, err := newRing([]string{"a", "b", "c"}, defaultPartitions, defaultLoad)
+	r, err := NewRing([]string{"a", "b", "c"}, DefaultPartitions, DefaultLoad)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +147,11 @@ func TestRingFixed(t *testing.T) {
 // another old shard. What it guarantees is the bound (checked in
 // TestRingDistribution); the cross moves are few (here: asserted below 5%).
 func TestRingAddShard(t *testing.T) {
-	r3, err := newRing([]string{"a", "b", "c"}, 271, 1.25)
+	r3, err := NewRing([]string{"a", "b", "c"}, 271, 1.25)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r4, err := newRing([]string{"a", "b", "c", "d"}, 271, 1.25)
+	r4, err := NewRing([]string{"a", "b", "c", "d"}, 271, 1.25)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestRingAddShard(t *testing.T) {
 }
 
 func BenchmarkRingLocate(b *testing.B) {
-	r, err := newRing(ringShardNames(5), 271, 1.25)
+	r, err := NewRing(ringShardNames(5), 271, 1.25)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,195 @@
+// Package shardmap is the map of a craftdns deployment's shards: which
+// shards there are, the DNS addresses and API URLs of their members, and how
+// names are placed on them (the key mode, and the ring's partitions and
+// load: Ring), at an epoch that only rises. Routers route by it; shards keep
+// it in their Raft state.
+package shardmap
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// Key modes: what the ring places on shards.
+const (
+	KeyName = "name" // each name, by its own hash
+	KeyZone = "zone" // whole zones, by the zone's name
+)
+
+// The ring's defaults and the fewest partitions a map may have.
+const (
+	DefaultPartitions = 1021
+	DefaultLoad       = 1.25
+	MinPartitions     = 271
+)
+
+// Map is one epoch of the shard map.
+type Map struct {
+	Epoch      uint64  `json:"epoch"`
+	Key        string  `json:"key"`
+	Partitions int     `json:"partitions"`
+	Load       float64 `json:"load"`
+	Shards     []Shard `json:"shards"`
+}
+
+// Shard is one shard: its name and its members, each with its DNS address
+// (host:port) and its API base URL, in the same order.
+type Shard struct {
+	Name    string   `json:"name"`
+	Members []string `json:"members"`
+	API     []string `json:"api"`
+}
+
+// Answer is a member's answer to GET /v1/map (MapPath): the map it applied
+// last, and whether it read it from a state confirmed current with its
+// leader.
+type Answer struct {
+	Map       *Map `json:"map"`
+	Confirmed bool `json:"confirmed"`
+}
+
+// MapPath is the path of a member's shard map on its API.
+const MapPath = "/v1/map"
+
+// maxShards and maxMembers bound a map's size: a map travels in every
+// shard's Raft log and in answers to routers.
+const (
+	maxShards  = 1024
+	maxMembers = 15
+)
+
+// Validate reports what is wrong with m, nil when nothing is: an epoch of
+// at least 1, a key mode, partitions and load the ring takes, and shards
+// with distinct names, each with one to maxMembers members whose DNS
+// addresses and API URLs are well formed and belong to no other member.
+func (m *Map) Validate() error {
+	if m.Epoch == 0 {
+		return errors.New("the epoch must be 1 or more")
+	}
+	if m.Key != KeyName && m.Key != KeyZone {
+		return fmt.Errorf("key %q: must be %q or %q", m.Key, KeyName, KeyZone)
+	}
+	if m.Partitions < MinPartitions {
+		return fmt.Errorf("partitions %d: at least %d", m.Partitions, MinPartitions)
+	}
+	if !(m.Load > 1) {
+		return fmt.Errorf("load %v: must be above 1", m.Load)
+	}
+	if len(m.Shards) == 0 || len(m.Shards) > maxShards {
+		return fmt.Errorf("%d shards: 1 to %d", len(m.Shards), maxShards)
+	}
+	names := map[string]bool{}
+	addrs := map[string]string{} // member address or API URL → its shard
+	for _, s := range m.Shards {
+		if err := checkName(s.Name); err != nil {
+			return err
+		}
+		if names[s.Name] {
+			return fmt.Errorf("shard %q is named twice", s.Name)
+		}
+		names[s.Name] = true
+		if len(s.Members) == 0 || len(s.Members) > maxMembers {
+			return fmt.Errorf("shard %q: %d members, 1 to %d", s.Name, len(s.Members), maxMembers)
+		}
+		if len(s.API) != len(s.Members) {
+			return fmt.Errorf("shard %q: %d API URLs for %d members: one per member, in their order", s.Name, len(s.API), len(s.Members))
+		}
+		for i, a := range s.Members {
+			if err := checkAddr(a); err != nil {
+				return fmt.Errorf("shard %q: %w", s.Name, err)
+			}
+			if err := checkURL(s.API[i]); err != nil {
+				return fmt.Errorf("shard %q: %w", s.Name, err)
+			}
+			for _, k := range []string{a, s.API[i]} {
+				if other, dup := addrs[k]; dup {
+					return fmt.Errorf("%s is a member of shard %q and of shard %q", k, other, s.Name)
+				}
+				addrs[k] = s.Name
+			}
+		}
+	}
+	if len(m.Shards) > m.Partitions {
+		return fmt.Errorf("%d shards for %d partitions: at least one partition per shard", len(m.Shards), m.Partitions)
+	}
+	return nil
+}
+
+// checkName: a shard's name is a label of letters, digits, '-' and '_'.
+func checkName(name string) error {
+	if name == "" || len(name) > 63 {
+		return fmt.Errorf("shard name %q: 1 to 63 characters", name)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return fmt.Errorf("shard name %q: letters, digits, '-' and '_' only", name)
+		}
+	}
+	return nil
+}
+
+// checkAddr: a member's DNS address is host:port with a port.
+func checkAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" || port == "" || strings.ContainsAny(a, " /") {
+		return fmt.Errorf("member %q: not host:port", a)
+	}
+	return nil
+}
+
+// checkURL: a member's API is an http(s) URL with a host, no path beyond
+// "/", no query, no trailing slash.
+func checkURL(u string) error {
+	p, err := url.Parse(u)
+	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.Path != "" || p.RawQuery != "" || p.Fragment != "" || p.User != nil {
+		return fmt.Errorf("API %q: not an http(s) base URL (scheme://host:port)", u)
+	}
+	return nil
+}
+
+// Same reports whether m and o place names and reach members the same way:
+// equal but for the epoch.
+func (m *Map) Same(o *Map) bool {
+	return m.Key == o.Key && m.Partitions == o.Partitions && m.Load == o.Load &&
+		slices.EqualFunc(m.Shards, o.Shards, func(a, b Shard) bool {
+			return a.Name == b.Name && slices.Equal(a.Members, b.Members) && slices.Equal(a.API, b.API)
+		})
+}
+
+// Shard returns the shard named name, nil when m has none.
+func (m *Map) Shard(name string) *Shard {
+	for i := range m.Shards {
+		if m.Shards[i].Name == name {
+			return &m.Shards[i]
+		}
+	}
+	return nil
+}
+
+// Names returns the shards' names, in the map's order.
+func (m *Map) Names() []string {
+	names := make([]string, len(m.Shards))
+	for i, s := range m.Shards {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// Ring returns the ring that places names on m's shards.
+func (m *Map) Ring() (*Ring, error) {
+	return NewRing(m.Names(), m.Partitions, m.Load)
+}
+
+// Clone returns a copy of m that shares nothing with it.
+func (m *Map) Clone() *Map {
+	c := *m
+	c.Shards = make([]Shard, len(m.Shards))
+	for i, s := range m.Shards {
+		c.Shards[i] = Shard{Name: s.Name, Members: slices.Clone(s.Members), API: slices.Clone(s.API)}
+	}
+	return &c
+}
