@@ -58,6 +58,40 @@ var errStillHeld = errors.New("transactions kept holding the name")
 type heldReads struct {
 	mu        sync.Mutex
 	finishing map[txn.ID]chan struct{} // parts being finished → closed when done
+	// decided keeps the decisions read for parts still prepared here (a
+	// decision is final), with a committed part's preview (its names stay
+	// locked until it is finished), so that the queries that meet a part
+	// until it is applied ask its coordinator, and preview it, once;
+	// dropped when the part is finished, and all of it past maxDecided.
+	decided map[txn.ID]decidedPart
+}
+
+// decidedPart is a decision read, and a committed part's preview.
+type decidedPart struct {
+	o       txn.Outcome
+	preview []zone.NameRecords // nil until made
+}
+
+// maxDecided bounds heldReads.decided (parts another way finished, as a
+// participant's recovery, are not dropped one by one).
+const maxDecided = 4096
+
+// known returns what was read of transaction id's part, if anything.
+func (h *heldReads) known(id txn.ID) (decidedPart, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d, ok := h.decided[id]
+	return d, ok
+}
+
+// remember keeps d for transaction id's part.
+func (h *heldReads) remember(id txn.ID, d decidedPart) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.decided == nil || len(h.decided) >= maxDecided {
+		h.decided = map[txn.ID]decidedPart{}
+	}
+	h.decided[id] = d
 }
 
 // heldRead is how a query read past the parts that held its name.
@@ -118,7 +152,14 @@ func (c *Craftstore) readPast(ctx context.Context, rep *replica.Replica, ls *lea
 			if seen[id] {
 				continue
 			}
-			o, ok, err := decision(ctx, rep, id, c.cfg.token)
+			d, ok := c.held.known(id)
+			o := d.o
+			var err error
+			if !ok {
+				if o, ok, err = decision(ctx, rep, id, c.cfg.token); err == nil && ok && o != "" {
+					c.held.remember(id, decidedPart{o: o})
+				}
+			}
 			switch {
 			case err != nil:
 				return heldRead{}, err
@@ -131,7 +172,12 @@ func (c *Craftstore) readPast(ctx context.Context, rep *replica.Replica, ls *lea
 				c.held.start(rep, ls, id, o, c.cfg.timeout)
 			default:
 				c.held.start(rep, ls, id, o, c.cfg.timeout)
-				names, err := rep.TxPreview(id)
+				names := d.preview
+				if names == nil {
+					if names, err = rep.TxPreview(id); err == nil && names != nil {
+						c.held.remember(id, decidedPart{o: o, preview: names})
+					}
+				}
 				switch {
 				case err != nil:
 					return heldRead{}, fmt.Errorf("transaction %s: preview: %w", id, err)
@@ -170,6 +216,7 @@ func (h *heldReads) start(rep *replica.Replica, ls *leases, id txn.ID, o txn.Out
 			cancel()
 			h.mu.Lock()
 			delete(h.finishing, id)
+			delete(h.decided, id)
 			h.mu.Unlock()
 			close(done)
 		}()

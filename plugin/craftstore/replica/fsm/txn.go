@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/txn"
@@ -357,8 +358,11 @@ func applyTxCommit(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 
 // PreviewPart applies the prepared part of transaction id to g as its
 // commit would, and returns the names it changes with their records after
-// it (nil, nil when none is prepared). It writes g: the caller runs it in
-// a transaction it rolls back. A reader answers from the preview of a part
+// it (nil, nil when none is prepared): the names it touches, which stay
+// locked until it is finished, so the preview holds until then; the apex
+// only when the part touches it (not for the serial bump of every change,
+// which other writes move on). It writes g: the caller runs it in a
+// transaction it rolls back. A reader answers from the preview of a part
 // whose commit is decided but not applied yet.
 func PreviewPart(g *bolt.Bucket, id []byte) ([]zone.NameRecords, error) {
 	prep, err := PreparedPart(g, id)
@@ -372,11 +376,21 @@ func PreviewPart(g *bolt.Bucket, id []byte) ([]zone.NameRecords, error) {
 	if part.Op == OpMapSet {
 		return nil, nil // no record changes
 	}
+	touched, err := Touched(part)
+	if err != nil {
+		return nil, err
+	}
 	_, eff, err := applyWrite(g, part, applyOpts{skipPrereqs: true})
 	if err != nil || eff == nil {
 		return nil, err
 	}
-	return eff.Names, nil
+	names := make([]zone.NameRecords, 0, len(eff.Names))
+	for _, n := range eff.Names {
+		if key := strings.ToLower(dns.Fqdn(n.Name)); key != prep.Zone || slices.Contains(touched, key) {
+			names = append(names, n)
+		}
+	}
+	return names, nil
 }
 
 // applyTxAbort drops a prepared part, or notes that transaction id is
