@@ -160,16 +160,6 @@ func (m *Map) Same(o *Map) bool {
 		})
 }
 
-// Shard returns the shard named name, nil when m has none.
-func (m *Map) Shard(name string) *Shard {
-	for i := range m.Shards {
-		if m.Shards[i].Name == name {
-			return &m.Shards[i]
-		}
-	}
-	return nil
-}
-
 // Names returns the shards' names, in the map's order.
 func (m *Map) Names() []string {
 	names := make([]string, len(m.Shards))

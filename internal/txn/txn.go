@@ -290,14 +290,17 @@ type Logged struct {
 //
 // ok is false when the answers cannot tell.
 func FromMajority(answers []Local) (o Outcome, ok bool) {
-	for _, a := range answers {
+	voters := make([][]uint64, len(answers)) // each answer's, sorted
+	for i, a := range answers {
+		voters[i] = sorted(a.Voters)
+	}
+	for i, a := range answers {
 		if a.Unsure || len(a.Voters) == 0 || (a.Logged != nil && a.Logged.Term != a.Term) {
 			continue
 		}
-		voters := sorted(a.Voters)
 		seen := map[uint64]bool{}
-		for _, b := range answers {
-			same := !b.Unsure && !seen[b.Member] && slices.Contains(voters, b.Member) && slices.Equal(sorted(b.Voters), voters)
+		for j, b := range answers {
+			same := !b.Unsure && !seen[b.Member] && slices.Contains(voters[i], b.Member) && slices.Equal(voters[j], voters[i])
 			switch {
 			case !same:
 			case a.Logged == nil && b.Logged == nil:
@@ -306,7 +309,7 @@ func FromMajority(answers []Local) (o Outcome, ok bool) {
 				seen[b.Member] = true
 			}
 		}
-		if 2*len(seen) > len(voters) {
+		if 2*len(seen) > len(voters[i]) {
 			if a.Logged == nil {
 				return "", true
 			}

@@ -20,12 +20,12 @@ import (
 // "zone" the shard of the longest known zone containing name.
 func (c *Craftroute) shardFor(name string) *Shard {
 	rt := c.routes()
-	return rt.shard(rt.ring.Locate(c.keyOf(dnsname.Lower(name))))
+	return rt.shard(rt.ring.Locate(c.keyOf(rt.key, dnsname.Lower(name))))
 }
 
-// keyOf returns the ring key of canonical name.
-func (c *Craftroute) keyOf(name string) string {
-	if c.keyMode() == keyZone {
+// keyOf returns the ring key of canonical name in key mode key.
+func (c *Craftroute) keyOf(key, name string) string {
+	if key == keyZone {
 		if z := c.zones.longest(name); z != "" {
 			return z
 		}

@@ -95,7 +95,6 @@ const (
 type mapState struct {
 	mu      sync.Mutex // adopt
 	running bool       // start ran: adopted members are started, probes restarted
-	differs bool       // the Corefile's lines differ from the map (logged once)
 }
 
 // corefileMap returns the map the Corefile's lines describe, at epoch 1,
@@ -297,8 +296,8 @@ func (c *Craftroute) adopt(m *shardmap.Map) error {
 		return nil
 	}
 	if cur.m == nil {
+		// Logged once: only the first map adopted replaces the Corefile's.
 		if cf, err := c.corefileMap(); err != nil || !cf.Same(m) {
-			c.mapst.differs = true
 			log.Warningf("the Corefile's shard lines differ from the agreed shard map (epoch %d, %d shards): following the map", m.Epoch, len(m.Shards))
 		}
 	}

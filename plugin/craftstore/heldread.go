@@ -57,7 +57,7 @@ var errStillHeld = errors.New("transactions kept holding the name")
 // heldReads finishes the parts that queries found decided, once each.
 type heldReads struct {
 	mu        sync.Mutex
-	finishing map[txn.ID]chan struct{} // parts being finished → closed when done
+	finishing map[txn.ID]bool // parts being finished
 	// decided keeps the decisions read for parts still prepared here (a
 	// decision is final), with a committed part's preview (its names stay
 	// locked until it is finished), so that the queries that meet a part
@@ -196,19 +196,18 @@ func (c *Craftstore) readPast(ctx context.Context, rep *replica.Replica, ls *lea
 	return heldRead{}, errStillHeld
 }
 
-// start starts finishing transaction id's part with outcome o, unless a
-// query is doing it already, and returns a channel closed when that ends.
-func (h *heldReads) start(rep *replica.Replica, ls *leases, id txn.ID, o txn.Outcome, timeout time.Duration) <-chan struct{} {
+// start starts finishing transaction id's part with outcome o, in the
+// background, unless a query did already.
+func (h *heldReads) start(rep *replica.Replica, ls *leases, id txn.ID, o txn.Outcome, timeout time.Duration) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.finishing == nil {
-		h.finishing = map[txn.ID]chan struct{}{}
+		h.finishing = map[txn.ID]bool{}
 	}
-	done, ok := h.finishing[id]
-	if !ok {
-		done = make(chan struct{})
-		h.finishing[id] = done
+	if !h.finishing[id] {
+		h.finishing[id] = true
 		go func() {
-			// Not cut short by the first query's end: the others wait for it.
+			// Not cut short by the query that started it.
 			fctx, cancel := context.WithTimeout(context.Background(), timeout)
 			if _, err := finishTx(fctx, rep, ls, id, o); err != nil {
 				log.Warningf("transaction %s: %s its part for a reader: %v", id, o, err)
@@ -218,11 +217,8 @@ func (h *heldReads) start(rep *replica.Replica, ls *leases, id txn.ID, o txn.Out
 			delete(h.finishing, id)
 			delete(h.decided, id)
 			h.mu.Unlock()
-			close(done)
 		}()
 	}
-	h.mu.Unlock()
-	return done
 }
 
 // decision reads the decision for transaction id from the members of its
