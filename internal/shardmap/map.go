@@ -183,3 +183,18 @@ func (m *Map) Clone() *Map {
 	}
 	return &c
 }
+
+// EpochHeader is the HTTP header with a shard map epoch: in a router's
+// request to a member's API the epoch of the map the router routed it by,
+// in a member's answer the epoch of the member's map.
+const EpochHeader = "Craftdns-Map-Epoch"
+
+// Stale is a member's 409 answer to an API request routed by a map older
+// than the placement of names on its shard (a router reads the map at
+// MapPath and sends the request again).
+type Stale struct {
+	Error    string `json:"error"`
+	StaleMap bool   `json:"stale_map"` // always true: tells it from other conflicts
+	Epoch    uint64 `json:"epoch"`     // the member's
+	Map      string `json:"map"`       // MapPath
+}

@@ -223,7 +223,7 @@ func Parse(m *dns.Msg) (Facts, error) {
 }
 
 // Strip removes the partition option, the applied index, the serial, the
-// held mark and their MAC from m's OPT record.
+// held mark, the map epoch and their MAC from m's OPT record.
 func Strip(m *dns.Msg) {
 	opt := m.IsEdns0()
 	if opt == nil {
@@ -231,7 +231,7 @@ func Strip(m *dns.Msg) {
 	}
 	kept := opt.Option[:0]
 	for _, o := range opt.Option {
-		if c := o.Option(); c != Code && c != IndexCode && c != SerialCode && c != AuthCode && c != HeldCode {
+		if c := o.Option(); c != Code && c != IndexCode && c != SerialCode && c != AuthCode && c != HeldCode && c != EpochCode {
 			kept = append(kept, o)
 		}
 	}

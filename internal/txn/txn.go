@@ -188,8 +188,10 @@ type Prepare struct {
 	Key          string          `json:"key,omitempty"`
 	Change       *zoneapi.Change `json:"change,omitempty"`
 	// Map is a part of a change of the shard map: the map at its next
-	// epoch, one part on every shard (Zone empty).
-	Map *shardmap.Map `json:"map,omitempty"`
+	// epoch, one part on every shard (Zone empty), Shard naming the one
+	// the part is for (a member learns which shard of the map it is in).
+	Map   *shardmap.Map `json:"map,omitempty"`
+	Shard string        `json:"shard,omitempty"`
 }
 
 // Meta is what a participant keeps with a prepared part for its recovery.
@@ -234,6 +236,10 @@ type Vote struct {
 	Status int    `json:"status,omitempty"`
 	Busy   bool   `json:"busy,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// StaleMap is the shard's map epoch when it refused the part because
+	// the router placed it by an older placement (internal/shardmap): the
+	// router reads the map and runs the request again.
+	StaleMap uint64 `json:"stale_map,omitempty"`
 }
 
 // Decide is the body of POST /v1/txn/{id}/decide on a coordinator member:

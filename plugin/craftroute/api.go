@@ -62,7 +62,12 @@ func (c *Craftroute) startAPI() error {
 	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
 	mux.HandleFunc("GET /v1/shards", a.shards)
-	a.handler = httpapi.Auth("craftroute", a.token, httpapi.CleanPaths(mux))
+	mux.HandleFunc("PUT /v1/shards/{name}", httpapi.Body(httpapi.JSON, a.putShard))
+	a.handler = httpapi.Auth("craftroute", a.token, httpapi.CleanPaths(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// What the request sends the shards says the map it is routed by
+		// (fence.go).
+		mux.ServeHTTP(w, r.WithContext(c.withRouteEpoch(r.Context())))
+	})))
 
 	apiMu.Lock()
 	defer apiMu.Unlock()
@@ -153,6 +158,11 @@ type shardView struct {
 	Name    string       `json:"name"`
 	Members []memberView `json:"members"`
 	API     []string     `json:"api"`
+	// Records is how many records the shard holds over its zones (the
+	// apex and delegations, on every shard in key mode "name", count on
+	// each), nil with RecordsError when its API did not answer.
+	Records      *int   `json:"records"`
+	RecordsError string `json:"records_error,omitempty"`
 }
 
 type memberView struct {
@@ -183,8 +193,29 @@ func (a *apiServer) shards(w http.ResponseWriter, r *http.Request) {
 			out.Owner = s.Name
 		}
 	}
-	for _, s := range rt.shards {
+	var (
+		lists [][]zoneapi.ZoneInfo
+		errs  []error
+	)
+	if a.c.haveShardAPIs() {
+		ctx, cancel := context.WithTimeout(r.Context(), shardCallTimeout)
+		lists, errs = a.zoneListsOf(ctx, rt.shards)
+		cancel()
+	}
+	for i, s := range rt.shards {
 		sv := shardView{Name: s.Name, Members: []memberView{}, API: s.APIs()}
+		switch {
+		case lists == nil:
+			sv.RecordsError = "the router has no shard API (shard_api)"
+		case errs[i] != nil:
+			sv.RecordsError = errs[i].Error()
+		default:
+			n := 0
+			for _, z := range lists[i] {
+				n += z.Records
+			}
+			sv.Records = &n
+		}
 		if sv.API == nil {
 			sv.API = []string{}
 		}

@@ -257,6 +257,21 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
 	defer cancel()
+	// A shard that fenced the router's map wrote nothing: the router reads
+	// the map and routes the change again, once (fence.go).
+	mctx, mark := withFenceMark(ctx)
+	rec := newAPIRecorder()
+	a.changeRecordsOnce(mctx, rec, origin, body)
+	if f := mark.fenced(); f != nil && a.c.refreshMap(ctx, f) {
+		a.changeRecordsOnce(a.c.withRouteEpoch(ctx), w, origin, body)
+		return
+	}
+	rec.copyTo(w)
+}
+
+// changeRecordsOnce routes a record change by the map the router routes
+// by.
+func (a *apiServer) changeRecordsOnce(ctx context.Context, w http.ResponseWriter, origin string, body []byte) {
 	c := a.c
 	if c.keyMode() == keyZone {
 		a.proxy(ctx, w, c.zoneShard(origin), http.MethodPost, recordsPath(origin), "", body, "application/json")

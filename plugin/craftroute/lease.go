@@ -195,12 +195,16 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 				req.SetQuestion(lh.qname, dns.TypeSOA)
 				sent := time.Now()
 				lease := shardproto.RequestLease(req, shardproto.Lease{Port: lh.port, Duration: leaseFor, Token: lh.tokens[m], Time: sent}, lh.key)
+				c.markEpoch(ctx, s, req)
 				rctx, cancel := context.WithTimeout(ctx, leaseRenew)
 				defer cancel()
 				resp, err := m.exchange(rctx, req)
 				if err != nil {
 					return
 				}
+				// A grant says the member's map epoch: a newer one than the
+				// router's makes it read the map (fence.go).
+				c.checkEpoch(s, resp)
 				// The member's applied index when it granted covers the
 				// writes it acknowledged before: raised before the lease
 				// counts.

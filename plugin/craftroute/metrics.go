@@ -39,6 +39,10 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "shard_map_unreachable",
 		Help: "1 while the router's last read of the shard map reached no member: it routes by the last map it has.",
 	})
+	staleMaps = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "stale_map_total",
+		Help: "Requests a member refused because the router routed them by an older shard map: the router read the map and routed them again.",
+	})
 	broadcasts = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "broadcasts_total",
 		Help: "Negative answers of an owner shard that were checked with every shard.",

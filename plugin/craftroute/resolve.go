@@ -32,8 +32,19 @@ func (e *errNoShard) Error() string {
 
 func (e *errNoShard) Unwrap() error { return e.err }
 
-// resolve answers a single-question query.
+// resolve answers a single-question query. A member that fences the
+// router's map (fence.go) makes it read the map and resolve again, once.
 func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
+	resp, err := c.resolveOnce(ctx, r)
+	if err != nil && c.refreshMap(ctx, err) {
+		resp, err = c.resolveOnce(c.withRouteEpoch(ctx), r)
+	}
+	return resp, err
+}
+
+// resolveOnce answers a single-question query by the map the router
+// routes by.
+func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
 	q := r.Question[0]
 	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
 		// The transfer plugin, when configured, runs before us and serves
@@ -133,11 +144,18 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 	var deadline time.Time
 	start := time.Now()
 	defer func() { s.observeDuration(time.Since(start)) }()
+	c.markEpoch(ctx, s, req)
 	for {
 		if c.ex != nil {
 			resp, err = c.ex.exchange(ctx, s, req)
 		} else {
 			resp, _, err = s.Exchange(ctx, req, c.cfg.downFor)
+		}
+		if err == nil {
+			if ferr := c.checkEpoch(s, resp); ferr != nil {
+				noteFenced(ctx, ferr)
+				return nil, ferr
+			}
 		}
 		if err != nil || resp.Rcode != dns.RcodeServerFailure || !held(resp) || ctx.Err() != nil {
 			break
@@ -514,7 +532,7 @@ func build(r *dns.Msg, name string, qtype uint16) *dns.Msg {
 		o.SetUDPSize(opt.UDPSize())
 		o.SetDo(opt.Do())
 		for _, e := range opt.Option {
-			if e.Option() != shardproto.Code && e.Option() != dns.EDNS0COOKIE {
+			if c := e.Option(); c != shardproto.Code && c != shardproto.EpochCode && c != dns.EDNS0COOKIE {
 				o.Option = append(o.Option, e)
 			}
 		}

@@ -8,9 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/internal/zonerules"
 )
@@ -68,6 +70,9 @@ func (sc *shardClient) open(ctx context.Context, s *Shard, method, path, query s
 		}
 		if sc.c.cfg.shardToken != "" {
 			req.Header.Set("Authorization", "Bearer "+sc.c.cfg.shardToken)
+		}
+		if e := sc.c.routeEpoch(ctx); e != 0 {
+			req.Header.Set(epochHeader, strconv.FormatUint(e, 10))
 		}
 		r, err := sc.client.Do(req)
 		switch {
@@ -151,7 +156,26 @@ func (sc *shardClient) do(ctx context.Context, s *Shard, method, path, query str
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", s.Name, err)
 	}
+	if f := sc.fenced(s, resp, b); f != nil {
+		noteFenced(ctx, f)
+		return nil, f
+	}
 	return &shardReply{status: resp.StatusCode, ctype: resp.Header.Get("Content-Type"), body: b}, nil
+}
+
+// fenced reads the member's map epoch in resp (fence.go) and returns its
+// refusal of a request routed by an older map (409, shardmap.Stale), if
+// it is one; body is resp's body.
+func (sc *shardClient) fenced(s *Shard, resp *http.Response, body []byte) *errFenced {
+	e := sc.c.headerEpoch(resp.Header.Get(epochHeader))
+	if resp.StatusCode != http.StatusConflict || e == 0 {
+		return nil
+	}
+	var st shardmap.Stale
+	if json.Unmarshal(body, &st) != nil || !st.StaleMap {
+		return nil
+	}
+	return &errFenced{shard: s.Name, epoch: max(e, st.Epoch), msg: st.Error}
 }
 
 // each sends the same request to every shard of shards concurrently.
@@ -175,6 +199,17 @@ func (sc *shardClient) proxy(ctx context.Context, w http.ResponseWriter, s *Shar
 		return http.StatusBadGateway
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusConflict {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if f := sc.fenced(s, resp, b); f != nil {
+			noteFenced(ctx, f)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(resp.StatusCode)
+		w.Write(b)
+		return resp.StatusCode
+	}
+	sc.c.headerEpoch(resp.Header.Get(epochHeader))
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		fail(w, (&shardReply{status: resp.StatusCode, body: b}).err(s))
@@ -190,7 +225,11 @@ func (sc *shardClient) proxy(ctx context.Context, w http.ResponseWriter, s *Shar
 
 // zoneLists returns the zone list of every shard (c.shards() order).
 func (sc *shardClient) zoneLists(ctx context.Context) ([][]zoneapi.ZoneInfo, []error) {
-	shards := sc.c.shards()
+	return sc.zoneListsOf(ctx, sc.c.shards())
+}
+
+// zoneListsOf returns the zone list of every shard of shards.
+func (sc *shardClient) zoneListsOf(ctx context.Context, shards []*Shard) ([][]zoneapi.ZoneInfo, []error) {
 	replies, errs := sc.each(ctx, shards, http.MethodGet, "/v1/zones", nil, "")
 	lists := make([][]zoneapi.ZoneInfo, len(shards))
 	for i, rep := range replies {

@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/txn"
 )
@@ -56,7 +58,7 @@ func (rt *routing) shard(name string) *Shard { return shardNamed(rt.shards, name
 
 // epoch is the epoch of the map, 0 without one.
 func (rt *routing) epoch() uint64 {
-	if rt.m == nil {
+	if rt == nil || rt.m == nil {
 		return 0
 	}
 	return rt.m.Epoch
@@ -93,8 +95,12 @@ const (
 
 // mapState is the router's side of the agreement.
 type mapState struct {
+	change  sync.Mutex // a change of the map this router makes (putShard)
 	mu      sync.Mutex // adopt
 	running bool       // start ran: adopted members are started, probes restarted
+	// unreachable is set while the last read of the map reached no member:
+	// the router serves by its last map, and says so in /ready.
+	unreachable atomic.Bool
 }
 
 // corefileMap returns the map the Corefile's lines describe, at epoch 1,
@@ -240,11 +246,11 @@ func (c *Craftroute) agreeMap(ctx context.Context) error {
 func (c *Craftroute) changeMap(ctx context.Context, m *shardmap.Map) error {
 	parts := map[*Shard]txn.Prepare{}
 	for _, s := range c.shards() {
-		parts[s] = txn.Prepare{Map: m}
+		parts[s] = txn.Prepare{Map: m, Shard: s.Name}
 	}
 	for _, ms := range m.Shards {
 		if c.shard(ms.Name) == nil {
-			parts[shardFromMap(ms, c.cfg.timeout)] = txn.Prepare{Map: m}
+			parts[shardFromMap(ms, c.cfg.timeout)] = txn.Prepare{Map: m, Shard: ms.Name}
 		}
 	}
 	res := c.txc.runTx(ctx, "", parts)
@@ -254,10 +260,14 @@ func (c *Craftroute) changeMap(ctx context.Context, m *shardmap.Map) error {
 	case res.err != nil:
 		return res.err
 	case res.failed != nil:
-		return fmt.Errorf("shard %s refused the map at epoch %d: %s", res.failed.Name, m.Epoch, res.vote.Error)
+		return fmt.Errorf("shard %s %w at epoch %d: %s", res.failed.Name, errMapRefused, m.Epoch, res.vote.Error)
 	}
 	return fmt.Errorf("the map at epoch %d was not committed", m.Epoch)
 }
+
+// errMapRefused: a shard voted no on a map change (another router changed
+// the map first, or changes it now).
+var errMapRefused = errors.New("refused the map")
 
 // shardFromMap makes the shard ms describes, its members not started.
 func shardFromMap(ms shardmap.Shard, timeout time.Duration) *Shard {
@@ -350,6 +360,9 @@ func (c *Craftroute) pollMap(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if holdMap && c.routes().m != nil {
+			continue // a test holds the router at its epoch (fence.go)
+		}
 		var err error
 		rctx, cancel := context.WithTimeout(ctx, mapWait)
 		if c.routes().m == nil {
@@ -362,8 +375,78 @@ func (c *Craftroute) pollMap(ctx context.Context) {
 		}
 		cancel()
 		mapUnreachable(err != nil)
+		c.mapst.unreachable.Store(err != nil && c.routes().m != nil)
 		if err != nil && ctx.Err() == nil {
 			log.Debugf("shard map: %v", err)
 		}
 	}
+}
+
+// shardMembers is the body of PUT /v1/shards/{name}: the shard's members,
+// their DNS addresses and their API URLs in the same order.
+type shardMembers struct {
+	Members []string `json:"members"`
+	API     []string `json:"api"`
+}
+
+// putShard answers PUT /v1/shards/{name}: the shard's member list changes
+// through the map, at the epoch after the router's (a transaction with a
+// part on every shard, as every map change). The router adopts the new
+// map at once; the others within mapPoll, or sooner from an answer that
+// shows the epoch (fence.go). Bad input (an empty member list, a member
+// of another shard, a malformed address) is a 400 and changes nothing; a
+// map changed meanwhile by another router is a 409.
+func (a *apiServer) putShard(w http.ResponseWriter, r *http.Request) {
+	c := a.c
+	name := r.PathValue("name")
+	var body shardMembers
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("body: %v (expected {\"members\": [\"host:port\", ...], \"api\": [\"http://host:port\", ...]})", err))
+		return
+	}
+	c.mapst.change.Lock() // one change of the map at a time from this router
+	defer c.mapst.change.Unlock()
+	cur := c.routes().m
+	if cur == nil {
+		httpapi.WriteError(w, http.StatusConflict, "the router has no agreed shard map to change (it routes by its Corefile: give it shard_seed)")
+		return
+	}
+	m := cur.Clone()
+	i := slices.IndexFunc(m.Shards, func(s shardmap.Shard) bool { return s.Name == name })
+	if i < 0 {
+		httpapi.WriteError(w, http.StatusNotFound, fmt.Sprintf("no shard %q in the map at epoch %d", name, cur.Epoch))
+		return
+	}
+	m.Shards[i].Members, m.Shards[i].API = body.Members, body.API
+	m.Epoch++
+	if err := m.Validate(); err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("shard %q: %v; nothing changed", name, err))
+		return
+	}
+	if m.Same(cur) {
+		httpapi.WriteJSON(w, http.StatusOK, shardmap.Answer{Map: cur, Confirmed: true})
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
+	defer cancel()
+	if err := c.changeMap(ctx, m); err != nil {
+		status := http.StatusBadGateway
+		if f, ok := fencedBy(err); ok || errors.Is(err, errMapRefused) {
+			// Another router changed the map first: this one reads it.
+			status = http.StatusConflict
+			if ok {
+				c.mapsf.refresh(ctx, c, f.epoch)
+			}
+		}
+		httpapi.WriteError(w, status, fmt.Sprintf("the map at epoch %d was not committed: %v", m.Epoch, err))
+		return
+	}
+	if err := c.adopt(m); err != nil {
+		httpapi.WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	log.Infof("shard %s: members %v at map epoch %d", name, body.Members, m.Epoch)
+	httpapi.WriteJSON(w, http.StatusOK, shardmap.Answer{Map: m, Confirmed: true})
 }

@@ -92,6 +92,10 @@ func (sc *shardClient) tryTx(ctx context.Context, zone string, shards []*Shard, 
 				errs[i] = rep.err(s)
 			case json.Unmarshal(rep.body, &votes[i]) != nil:
 				errs[i] = fmt.Errorf("shard %s: unreadable vote", s.Name)
+			case votes[i].StaleMap != 0:
+				f := &errFenced{shard: s.Name, epoch: votes[i].StaleMap, msg: votes[i].Error}
+				noteFenced(ctx, f)
+				errs[i] = f
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zonerules"
 
@@ -37,6 +38,33 @@ const spanNames = 8
 // "name" one whose names span shards runs as a transaction over the shards'
 // APIs (updateTx).
 func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	// A member that fenced the router's map wrote nothing: the router
+	// reads the map and routes the update again, once (fence.go).
+	mctx, mark := withFenceMark(ctx)
+	cw := &capture{ResponseWriter: w}
+	rcode, err := c.serveUpdateOnce(mctx, cw, r)
+	if f := mark.fenced(); f != nil && c.refreshMap(ctx, f) {
+		return c.serveUpdateOnce(c.withRouteEpoch(ctx), w, r)
+	}
+	if cw.m != nil {
+		w.WriteMsg(cw.m)
+	}
+	return rcode, err
+}
+
+// capture keeps the message written to it instead of sending it.
+type capture struct {
+	dns.ResponseWriter
+	m *dns.Msg
+}
+
+func (w *capture) WriteMsg(m *dns.Msg) error {
+	w.m = m
+	return nil
+}
+
+// serveUpdateOnce routes an UPDATE by the map the router routes by.
+func (c *Craftroute) serveUpdateOnce(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	if len(r.Question) != 1 || r.Question[0].Qtype != dns.TypeSOA || r.Question[0].Qclass != dns.ClassINET {
 		return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, "the zone section must hold one SOA question of class IN")
 	}
@@ -277,6 +305,10 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 		// (Not Ready: nothing written, try another) needs an OPT record.
 		m.SetEdns0(dns.DefaultMsgSize, false)
 	}
+	shardproto.Strip(m) // the router's options are the router's to set
+	if e := c.routeEpoch(ctx); e != 0 {
+		shardproto.SetEpoch(m, e, true) // the shard owns what it is sent
+	}
 	cl := &dns.Client{
 		Net:          "tcp",
 		DialTimeout:  c.cfg.timeout,
@@ -317,6 +349,9 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 			return false
 		default:
 			mem.Succeeded(time.Now())
+			if f := c.checkEpoch(s, r); f != nil {
+				noteFenced(ctx, f)
+			}
 			resp = r
 		}
 		return true

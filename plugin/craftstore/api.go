@@ -81,7 +81,7 @@ func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, erro
 	mux.HandleFunc("GET "+shardmap.MapPath, a.shardMap)
 	mux.HandleFunc("POST /v1/txn/{id}/commit", httpapi.Body(httpapi.JSON, a.txFinish))
 	mux.HandleFunc("POST /v1/txn/{id}/abort", httpapi.Body(httpapi.JSON, a.txFinish))
-	a.srv = httpapi.Server(cfg.listen, cfg.token, httpapi.Auth("craftstore", cfg.token, httpapi.CleanPaths(mux)))
+	a.srv = httpapi.Server(cfg.listen, cfg.token, httpapi.Auth("craftstore", cfg.token, a.fenced(httpapi.CleanPaths(mux))))
 	ln, err := httpapi.Listen(cfg.listen)
 	if err != nil {
 		return nil, err
@@ -106,6 +106,14 @@ func (a *apiServer) close() {
 // fail answers err with the HTTP status of its kind (replica.Error), 413
 // for a body over the limit, or 500.
 func fail(w http.ResponseWriter, err error) {
+	if errors.Is(err, replica.ErrStaleMap) {
+		// Refused when applied: the router's map is older than the
+		// placement (fence.go). The middleware set the member's epoch.
+		epoch, _ := strconv.ParseUint(w.Header().Get(shardmap.EpochHeader), 10, 64)
+		fenceCount.WithLabelValues("http", "fenced").Inc()
+		httpapi.WriteJSON(w, http.StatusConflict, shardmap.Stale{Error: err.Error(), StaleMap: true, Epoch: epoch, Map: shardmap.MapPath})
+		return
+	}
 	var rerr *replica.Error
 	if status, msg, ok := zoneapi.Status(err); ok {
 		httpapi.WriteError(w, status, msg)

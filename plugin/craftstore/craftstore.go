@@ -16,6 +16,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/xfrnotify"
@@ -87,6 +88,10 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 			// The applied index covers every write acknowledged before
 			// the lease.
 			if m := l.grant(w.RemoteAddr(), r, rep.Applied()); m != nil {
+				if p := rep.Placement(); p != nil {
+					// The router reads the map when it is behind.
+					shardproto.AttachEpoch(m, p.Map.Epoch, false)
+				}
 				w.WriteMsg(m)
 				return dns.RcodeSuccess, nil
 			}
@@ -136,6 +141,15 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		default:
 			freshCount.WithLabelValues(c.member(), "ok").Inc()
 		}
+	}
+
+	// The router's map must place the name here (shardmap.Place.Fence):
+	// judged once the state is current, so that the member's map is the
+	// newest its group acknowledged.
+	notice, fenced := c.fence(rep, r, qname)
+	if fenced != nil {
+		w.WriteMsg(fenced)
+		return dns.RcodeRefused, nil
 	}
 
 	z := rep.Match(qname)
@@ -207,12 +221,42 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 			}
 		}
 	}
+	if notice != 0 {
+		shardproto.AttachEpoch(m, notice, false)
+	}
 	if unconfirmed {
 		staleCount.WithLabelValues(c.member(), "routed").Inc()
 		ede.Add(m, dns.ExtendedErrorCodeStaleAnswer, "the member could not confirm with its group that this state is current")
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
+}
+
+// fence judges routed query r for qname by the router's map epoch it
+// carries: fenced is the refusal to send when the router's map is too old
+// for it; notice is the member's newer epoch for the answer, 0 when the
+// router's is current (or it sent none).
+func (c *Craftstore) fence(rep *replica.Replica, r *dns.Msg, qname string) (notice uint64, fenced *dns.Msg) {
+	epoch, owner := shardproto.RoutedEpoch(r)
+	p := rep.Placement()
+	if epoch == 0 || p == nil || epoch >= p.Map.Epoch {
+		return 0, nil
+	}
+	key := qname
+	if p.Map.Key == shardmap.KeyZone {
+		// The zone's origin is placed, not the name.
+		if z := rep.Match(qname); z != nil {
+			key = z.Origin()
+		}
+	}
+	if p.Fence(epoch, owner, key) != shardmap.Fenced {
+		fenceCount.WithLabelValues("dns", "notice").Inc()
+		return p.Map.Epoch, nil
+	}
+	fenceCount.WithLabelValues("dns", "fenced").Inc()
+	m := ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeNotAuthoritative, p.FencedText(epoch))
+	shardproto.AttachEpoch(m, p.Map.Epoch, true)
+	return 0, m
 }
 
 // inZones reports whether qname (lower-case) is in one of the block's

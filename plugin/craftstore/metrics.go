@@ -53,6 +53,10 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "storage_failures_total",
 		Help: "Failed attempts to persist or load the member's state (a full disk, an I/O error); the member retries.",
 	}, []string{"member"})
+	fenceCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "map_fence_total",
+		Help: "Router requests routed by an older shard map than the member's, by what carried them (dns, http) and result: fenced (refused: the router reads the map and asks again) or notice (served, with the newer epoch).",
+	}, []string{"via", "result"})
 	freshCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "fresh_reads_total",
 		Help: "craftroute's queries by whether the member confirmed with its leader that its state was current (ok) or could not (failed: answered SERVFAIL Not Ready).",

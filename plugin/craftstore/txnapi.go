@@ -55,9 +55,11 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 		}
 		m, err := json.Marshal(p.Map)
 		if err == nil {
-			err = a.rep.TxPrepareMap(ctx, id, m, meta)
+			err = a.rep.TxPrepareMap(ctx, id, m, p.Shard, meta)
 		}
-		httpapi.WriteJSON(w, http.StatusOK, vote(dns.RcodeSuccess, err))
+		v := vote(dns.RcodeSuccess, err)
+		a.staleVote(&v, err)
+		httpapi.WriteJSON(w, http.StatusOK, v)
 		return
 	}
 	origin := dns.CanonicalName(p.Zone)
@@ -72,6 +74,7 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 			err = a.rep.TxPrepareChange(ctx, id, origin, add, del, meta)
 		}
 		v := vote(dns.RcodeSuccess, err)
+		a.staleVote(&v, err)
 		if v.Yes {
 			a.lockNotice(r.Context(), origin, names)
 		}
@@ -92,6 +95,7 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 		}
 		rcode, err := a.rep.TxPrepareUpdate(ctx, id, origin, m.Answer, m.Ns, meta)
 		v := vote(rcode, err)
+		a.staleVote(&v, err)
 		if v.Yes {
 			names := make([]string, 0, len(m.Answer)+len(m.Ns))
 			for _, rr := range append(m.Answer[:len(m.Answer):len(m.Answer)], m.Ns...) {

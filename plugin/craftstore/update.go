@@ -10,6 +10,7 @@ import (
 	"github.com/coredns/coredns/plugin/tsig"
 
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
@@ -115,13 +116,24 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		return ede.Write(w, r, rcode, code, why)
 	}
 
+	// A router's UPDATE carries the epoch of its map: refused, now or when
+	// applied, if names are placed differently since (fence.go).
+	epoch, _ := shardproto.RoutedEpoch(r)
+	p := rep.Placement()
+	if epoch != 0 && p.FenceWrite(epoch) == shardmap.Fenced {
+		return c.writeFenced(w, r, p, p.FencedText(epoch))
+	}
+
 	names := make([]string, len(r.Ns))
 	for i, rr := range r.Ns {
 		names[i] = rr.Header().Name
 	}
 	wctx, cancel := context.WithTimeout(lateNotice(ctx, c.leases.Load(), rep, origin, shardproto.Records, names...), c.cfg.timeout)
 	defer cancel()
-	rcode, _, err := rep.Update(wctx, origin, r.Answer, r.Ns)
+	rcode, _, err := rep.Update(replica.WithEpoch(wctx, epoch), origin, r.Answer, r.Ns)
+	if errors.Is(err, replica.ErrStaleMap) {
+		return c.writeFenced(w, r, rep.Placement(), err.Error())
+	}
 	if err != nil {
 		log.Warningf("UPDATE for %s: %v", origin, err)
 		rcode, code := updateFailure(err)
@@ -131,6 +143,18 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 		noticeChange(ctx, c.leases.Load(), rep, origin, shardproto.Records, names...)
 	}
 	return ede.Write(w, r, rcode, 0, "")
+}
+
+// writeFenced refuses router UPDATE r, routed by a map older than the
+// placement of p, with why.
+func (c *Craftstore) writeFenced(w dns.ResponseWriter, r *dns.Msg, p *shardmap.Place, why string) (int, error) {
+	fenceCount.WithLabelValues("dns", "fenced").Inc()
+	m := ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeNotAuthoritative, why)
+	if p != nil {
+		shardproto.AttachEpoch(m, p.Map.Epoch, true)
+	}
+	w.WriteMsg(m)
+	return dns.RcodeSuccess, nil
 }
 
 // checkUpdate makes the checks of an UPDATE of zone origin signed with key

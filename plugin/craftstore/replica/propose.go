@@ -22,6 +22,9 @@ var ErrNoQuorum = &Error{Kind: ErrUnavailable,
 // propose submits c and waits until it is committed and applied here.
 func (r *Replica) propose(ctx context.Context, c *fsm.Command) (Result, error) {
 	c.ID = r.nextID.Add(1)
+	if e, ok := ctx.Value(epochKey{}).(uint64); ok && c.Epoch == 0 {
+		c.Epoch = e
+	}
 	data, err := c.Marshal()
 	if err != nil {
 		return Result{}, Errorf(ErrInvalid, "%v", err)
@@ -335,4 +338,19 @@ func (r *Replica) confChange(ctx context.Context, t pb.ConfChangeType, m Member)
 	cc := &pb.ConfChange{Type: t.Enum(), NodeId: proto.Uint64(m.ID), Context: ctxData, Id: proto.Uint64(id)}
 	_, err = r.proposeWait(ctx, id, func(ctx context.Context) error { return r.node.ProposeConfChange(ctx, cc) })
 	return err
+}
+
+// epochKey is the context key of the shard map epoch a router routed a
+// write by (WithEpoch).
+type epochKey struct{}
+
+// WithEpoch returns ctx carrying epoch, the shard map epoch of the router
+// that sent the write proposed under it: the write is refused with
+// ErrStaleMap, when it is applied, if names are placed differently since
+// (fsm.Command's Epoch). 0 leaves ctx as it is.
+func WithEpoch(ctx context.Context, epoch uint64) context.Context {
+	if epoch == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, epochKey{}, epoch)
 }

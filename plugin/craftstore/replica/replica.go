@@ -124,7 +124,7 @@ type Replica struct {
 	// messages before persisting it only while they are unchanged.
 	voted struct{ term, vote uint64 }
 
-	shardMap atomic.Pointer[shardmap.Map] // the shard map applied last (fsm/shardmap.go)
+	shardMap atomic.Pointer[shardmap.Place] // the shard map applied last, and this shard's place in it (fsm/shardmap.go)
 
 	applied atomic.Uint64
 	// raftApplied is the index of the last entry handed to raft as applied

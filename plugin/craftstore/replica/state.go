@@ -33,6 +33,7 @@ var (
 	ErrInternal    = fsm.ErrInternal
 	ErrBusy        = fsm.ErrBusy
 	ErrNotReady    = fsm.ErrNotReady
+	ErrStaleMap    = fsm.ErrStaleMap
 )
 
 // Errorf returns an Error of kind.

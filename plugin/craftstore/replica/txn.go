@@ -45,12 +45,13 @@ func (r *Replica) TxPrepareUpdate(ctx context.Context, id txn.ID, zone string, p
 }
 
 // TxPrepareMap proposes part of transaction id: the deployment's shard map
-// at the next epoch (m, shardmap.Map as JSON), one part on every shard.
+// at the next epoch (m, shardmap.Map as JSON), one part on every shard,
+// this one being the map's shard called shard.
 // meta is as for TxPrepareChange. The vote is refused with ErrConflict when
 // the shard is not at the epoch before m's, ErrInvalid when m is not a
 // valid map, ErrBusy while another map change is prepared.
-func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, m, meta []byte) error {
-	part, err := (&fsm.Command{Op: fsm.OpMapSet, Map: m}).Marshal()
+func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, m []byte, shard string, meta []byte) error {
+	part, err := (&fsm.Command{Op: fsm.OpMapSet, Map: m, Shard: shard}).Marshal()
 	if err != nil {
 		return Errorf(ErrInvalid, "%v", err)
 	}
@@ -60,14 +61,24 @@ func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, m, meta []byte) e
 
 // ShardMap returns the shard map this member applied last, nil before the
 // first. It must not be changed.
-func (r *Replica) ShardMap() *shardmap.Map { return r.shardMap.Load() }
+func (r *Replica) ShardMap() *shardmap.Map {
+	if p := r.shardMap.Load(); p != nil {
+		return p.Map
+	}
+	return nil
+}
+
+// Placement returns this member's place in the shard map it applied last
+// (its shard, and since when names are placed as they are), nil before
+// the first map. Members fence routers by it (shardmap.Place.Fence).
+func (r *Replica) Placement() *shardmap.Place { return r.shardMap.Load() }
 
 // loadShardMap reads the shard map from the current generation.
 func (r *Replica) loadShardMap() error {
 	return r.db.View(func(tx *bolt.Tx) error {
-		m, err := fsm.ShardMap(fsm.Generation(tx))
+		p, err := fsm.Placement(fsm.Generation(tx))
 		if err == nil {
-			r.shardMap.Store(m)
+			r.shardMap.Store(p)
 		}
 		return err
 	})

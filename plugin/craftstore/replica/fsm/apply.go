@@ -37,8 +37,8 @@ type Effect struct {
 	Seeded  bool               // OpImportCommit of a seed: the group has seeded zone
 	Base    uint32             // the zone's serial base after the change, when HasBase (serialbase.go)
 	HasBase bool
-	Tx      *TxEffect     // a transaction's part prepared or finished (txn.go)
-	Map     *shardmap.Map // OpMapSet committed: the shard map's new epoch
+	Tx      *TxEffect       // a transaction's part prepared or finished (txn.go)
+	Map     *shardmap.Place // OpMapSet committed: the shard map's new epoch, and this shard's place in it
 }
 
 // Apply applies c to generation g inside a write transaction, then
@@ -55,6 +55,11 @@ func Apply(g *bolt.Bucket, c *Command, journal int) (Result, *Effect, error) {
 
 // applyOp applies c's operation to g.
 func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
+	if c.Epoch != 0 && fencedOp(c.Op) {
+		if err := checkEpoch(g, c.Epoch); err != nil {
+			return Result{}, nil, err
+		}
+	}
 	switch c.Op {
 	case OpChange, OpUpdate:
 		if err := checkUnlocked(g, c); err != nil {

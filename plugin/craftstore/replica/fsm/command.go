@@ -70,7 +70,13 @@ type Command struct {
 	Meta    []byte   // OpTxPrepare: the coordinator and participants (JSON)
 	Outcome byte     // OpTxDecide: the outcome to record unless one is
 
-	Map []byte // OpMapSet: the shard map (shardmap.Map, JSON)
+	Map   []byte // OpMapSet: the shard map (shardmap.Map, JSON)
+	Shard string // OpMapSet: the shard the part was sent to, "" when unnamed
+
+	// Epoch is the shard map epoch the router that sent this write routed
+	// it by, 0 when none did: a write routed by a placement older than
+	// the shard's is refused when it is applied (shardmap.go, fenced).
+	Epoch uint64
 }
 
 const (
@@ -130,12 +136,17 @@ func (c *Command) Marshal() ([]byte, error) {
 	if c.Op == OpMapSet {
 		b = binary.AppendUvarint(b, uint64(len(c.Map)))
 		b = append(b, c.Map...)
+		b = appendString(b, c.Shard)
 	}
 	if c.Op == OpMemberInfo {
 		b = binary.AppendUvarint(b, c.Member.ID)
 		b = appendString(b, c.Member.Raft)
 		b = appendString(b, c.Member.DNS)
 		b = appendString(b, c.Member.API)
+	}
+	if c.Epoch != 0 {
+		// Last and optional: entries written before it decode as they did.
+		b = binary.AppendUvarint(b, c.Epoch)
 	}
 	return b, nil
 }
@@ -188,9 +199,13 @@ func Unmarshal(data []byte) (*Command, error) {
 	}
 	if c.Op == OpMapSet {
 		c.Map = append([]byte(nil), d.bytes()...)
+		c.Shard = d.string()
 	}
 	if c.Op == OpMemberInfo {
 		c.Member = Member{ID: d.uvarint(), Raft: d.string(), DNS: d.string(), API: d.string()}
+	}
+	if d.err == nil && len(d.b) > 0 {
+		c.Epoch = d.uvarint()
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("decoding command: %w", d.err)

@@ -35,6 +35,11 @@ var (
 	// and proposed nothing, so the write can go to another member at once.
 	// It is an ErrUnavailable too.
 	ErrNotReady = fmt.Errorf("not ready: %w", ErrUnavailable)
+	// ErrStaleMap: the router that sent the write routed it by a shard map
+	// older than this shard's placement (shardmap.go): nothing was written;
+	// the router reads the map and sends it again. It is an ErrConflict
+	// too.
+	ErrStaleMap = fmt.Errorf("stale shard map: %w", ErrConflict)
 )
 
 // Error is a failure of one kind with a message for the client. A refusal

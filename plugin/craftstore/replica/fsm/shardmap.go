@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"slices"
 
 	"github.com/craftdns/craftdns/internal/shardmap"
 
@@ -13,9 +15,16 @@ import (
 // transaction with a part on every shard of the old and the new map
 // (OpMapSet, prepared and committed like any part: txn.go). It lives in
 // bucketShardMap below the generation, so snapshots carry it.
+// Beside the map it keeps the shard this one is in it (the part that set
+// the map named it: only the router knows which shard it sent a part to),
+// and the epoch since which names are placed as now (the last map whose
+// placement differs from the one before: shardmap.Place).
 var (
 	bucketShardMap = []byte("shardmap")
 	keyShardMap    = []byte("current")
+	keyMapShard    = []byte("shard")
+	keyMapPlaced   = []byte("placed")
+	keyMapEpoch    = []byte("epoch")
 )
 
 // MapLock is the name a prepared map part holds, in zone "": no query's
@@ -44,6 +53,21 @@ func ShardMap(g *bolt.Bucket) (*shardmap.Map, error) {
 	return m, nil
 }
 
+// Placement returns this shard's place in the map in g, nil before the
+// first map.
+func Placement(g *bolt.Bucket) (*shardmap.Place, error) {
+	m, err := ShardMap(g)
+	if m == nil || err != nil {
+		return nil, err
+	}
+	b := g.Bucket(bucketShardMap)
+	placed, _ := binary.Uvarint(b.Get(keyMapPlaced))
+	if placed == 0 {
+		placed = m.Epoch
+	}
+	return shardmap.NewPlace(m, string(b.Get(keyMapShard)), placed)
+}
+
 // applyMapSet checks, and unless o.dry writes, the map c carries: a valid
 // map at the epoch after the one in g (1 when g has none), so that a
 // change made from an old map is refused and nothing goes back.
@@ -69,6 +93,17 @@ func applyMapSet(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 	if m.Epoch != epoch+1 {
 		return Result{}, nil, Errorf(ErrConflict, "shard map epoch %d: this shard is at epoch %d, a change must make epoch %d", m.Epoch, epoch, epoch+1)
 	}
+	if c.Shard != "" && !slices.Contains(m.Names(), c.Shard) {
+		return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d has no shard %q: a part is sent to a shard of the map", m.Epoch, c.Shard)
+	}
+	placed := m.Epoch
+	if cur != nil && cur.SamePlacement(m) {
+		old, err := Placement(g)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		placed = old.Placed
+	}
 	if o.dry {
 		return Result{}, nil, nil
 	}
@@ -83,5 +118,46 @@ func applyMapSet(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 	if err := b.Put(keyShardMap, v); err != nil {
 		return Result{}, nil, err
 	}
-	return Result{}, &Effect{Map: m}, nil
+	if err := b.Put(keyMapShard, []byte(c.Shard)); err != nil {
+		return Result{}, nil, err
+	}
+	if err := b.Put(keyMapPlaced, binary.AppendUvarint(nil, placed)); err != nil {
+		return Result{}, nil, err
+	}
+	if err := b.Put(keyMapEpoch, binary.AppendUvarint(nil, m.Epoch)); err != nil {
+		return Result{}, nil, err
+	}
+	p, err := shardmap.NewPlace(m, c.Shard, placed)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	return Result{}, &Effect{Map: p}, nil
+}
+
+// fencedOp reports whether op is a write a router places by the shard map:
+// record changes, UPDATEs, transaction parts, zone imports and deletions.
+// The steps that finish a transaction (decide, commit, abort) are never
+// fenced: a decision taken stands whatever map its router had.
+func fencedOp(op Op) bool {
+	switch op {
+	case OpChange, OpUpdate, OpTxPrepare, OpImportBegin, OpImportCommit, OpDeleteZone:
+		return true
+	}
+	return false
+}
+
+// checkEpoch refuses, with ErrStaleMap, a write a router routed by the map
+// at epoch when names are placed differently since (shardmap.Place's
+// FenceWrite). It reads two numbers, not the map: every write pays it.
+func checkEpoch(g *bolt.Bucket, epoch uint64) error {
+	b := g.Bucket(bucketShardMap)
+	if b == nil {
+		return nil
+	}
+	cur, _ := binary.Uvarint(b.Get(keyMapEpoch))
+	placed, _ := binary.Uvarint(b.Get(keyMapPlaced))
+	if epoch >= cur || epoch >= placed {
+		return nil
+	}
+	return Errorf(ErrStaleMap, "stale shard map: routed by epoch %d, names are placed as at epoch %d since (this shard is at epoch %d); read the map at %s on any member", epoch, placed, cur, shardmap.MapPath)
 }

@@ -80,7 +80,7 @@ func TestMapSet(t *testing.T) {
 		t.Errorf("a second map part while one is prepared: expected busy, got %v", err)
 	}
 	_, eff, err := run(&Command{Op: OpTxCommit, Tx: [16]byte{3}})
-	if err != nil || eff == nil || eff.Map == nil || eff.Map.Epoch != 1 || eff.Tx == nil {
+	if err != nil || eff == nil || eff.Map == nil || eff.Map.Map.Epoch != 1 || eff.Tx == nil {
 		t.Fatalf("commit: %v %+v", err, eff)
 	}
 	if m := current(); m == nil || m.Epoch != 1 || m.Shards[0].Members[0] != "127.0.0.1:53" {
@@ -97,5 +97,141 @@ func TestMapSet(t *testing.T) {
 	}
 	if m := current(); m.Epoch != 1 {
 		t.Errorf("after an abort: epoch %d", m.Epoch)
+	}
+}
+
+// TestMapFence: a map part names the shard it is for; a change of members
+// keeps the placement's epoch, a change of the ring makes a new one; a
+// write routed by an epoch before the placement's is refused with
+// ErrStaleMap when it is applied (and only then: no epoch, or a newer one,
+// pass); a transaction's decision and finish never are.
+func TestMapFence(t *testing.T) {
+	db := openGeneration(t)
+	run := func(c *Command) error {
+		// Through the log's encoding, as a member applies it.
+		b, err := c.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err = Unmarshal(b); err != nil {
+			t.Fatal(err)
+		}
+		var aerr error
+		if uerr := db.Update(func(tx *bolt.Tx) error {
+			_, _, aerr = Apply(Generation(tx), c, 10)
+			var ferr *Error
+			if aerr != nil && !errors.As(aerr, &ferr) {
+				return aerr
+			}
+			return nil
+		}); uerr != nil {
+			t.Fatal(uerr)
+		}
+		return aerr
+	}
+	mapOf := func(epoch uint64, partitions int, first string) []byte {
+		m := &shardmap.Map{Epoch: epoch, Key: shardmap.KeyName, Partitions: partitions, Load: shardmap.DefaultLoad,
+			Shards: []shardmap.Shard{
+				{Name: "a", Members: []string{first}, API: []string{"http://127.0.0.1:8001"}},
+				{Name: "b", Members: []string{"127.0.0.2:53"}, API: []string{"http://127.0.0.2:8001"}},
+			}}
+		b, _ := json.Marshal(m)
+		return b
+	}
+	id := byte(0)
+	set := func(m []byte, shard string) error {
+		id++
+		part, _ := (&Command{Op: OpMapSet, Map: m, Shard: shard}).Marshal()
+		if err := run(&Command{Op: OpTxPrepare, Tx: [16]byte{id}, Part: part, Meta: []byte(`{}`)}); err != nil {
+			return err
+		}
+		return run(&Command{Op: OpTxCommit, Tx: [16]byte{id}})
+	}
+	place := func() *shardmap.Place {
+		var p *shardmap.Place
+		db.View(func(tx *bolt.Tx) error {
+			var err error
+			p, err = Placement(Generation(tx))
+			return err
+		})
+		return p
+	}
+	write := func(epoch uint64) error {
+		return run(&Command{Op: OpChange, Zone: "example.org.", Epoch: epoch})
+	}
+
+	if err := set(mapOf(1, 1021, "127.0.0.1:53"), "z"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a part for a shard the map lacks: expected invalid, got %v", err)
+	}
+	if err := set(mapOf(1, 1021, "127.0.0.1:53"), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if p := place(); p == nil || p.Shard != "a" || p.Placed != 1 || p.Map.Epoch != 1 {
+		t.Fatalf("epoch 1: %+v", p)
+	}
+	if err := set(mapOf(2, 1021, "127.0.0.9:53"), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if p := place(); p.Placed != 1 || p.Map.Epoch != 2 {
+		t.Errorf("a member replaced: placed %d at epoch %d, expected 1 at 2", p.Placed, p.Map.Epoch)
+	}
+	// The zone does not exist: a write that passes the fence is not found.
+	if err := write(1); !errors.Is(err, ErrNotFound) {
+		t.Errorf("epoch 1, same placement: expected not found, got %v", err)
+	}
+	if err := set(mapOf(3, 1031, "127.0.0.9:53"), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if p := place(); p.Placed != 3 {
+		t.Errorf("a new ring: placed %d, expected 3", p.Placed)
+	}
+	for _, e := range []uint64{1, 2} {
+		if err := write(e); !errors.Is(err, ErrStaleMap) || !errors.Is(err, ErrConflict) {
+			t.Errorf("epoch %d after the placement of 3: expected a stale map, got %v", e, err)
+		}
+	}
+	for _, e := range []uint64{0, 3, 4} {
+		if err := write(e); !errors.Is(err, ErrNotFound) {
+			t.Errorf("epoch %d: expected not found (not fenced), got %v", e, err)
+		}
+	}
+	// A prepare routed by epoch 2 is refused; a commit or an abort is
+	// never fenced.
+	part, _ := (&Command{Op: OpChange, Zone: "example.org."}).Marshal()
+	if err := run(&Command{Op: OpTxPrepare, Tx: [16]byte{99}, Part: part, Meta: []byte(`{}`), Epoch: 2}); !errors.Is(err, ErrStaleMap) {
+		t.Errorf("a prepare routed by epoch 2: expected a stale map, got %v", err)
+	}
+	if err := run(&Command{Op: OpTxAbort, Tx: [16]byte{98}, Epoch: 1}); errors.Is(err, ErrStaleMap) {
+		t.Errorf("an abort was fenced: %v", err)
+	}
+	p := place()
+	for _, tc := range []struct {
+		epoch uint64
+		owner bool
+		want  shardmap.Verdict
+	}{
+		{0, true, shardmap.Pass}, {3, true, shardmap.Pass}, {4, false, shardmap.Pass},
+		{2, false, shardmap.Fenced},
+	} {
+		if got := p.Fence(tc.epoch, tc.owner, "x.example.org."); got != tc.want {
+			t.Errorf("Fence(%d, %v): %v, expected %v", tc.epoch, tc.owner, got, tc.want)
+		}
+	}
+	// As the owner: fenced for a name the ring gives b, a notice for one it
+	// gives a.
+	var mine, theirs string
+	for i := 0; mine == "" || theirs == ""; i++ {
+		n := "n" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + ".example.org."
+		if p.Owns(n) {
+			mine = n
+		} else {
+			theirs = n
+		}
+	}
+	if got := p.Fence(2, true, mine); got != shardmap.Notice {
+		t.Errorf("an owned name at an old epoch: %v, expected a notice", got)
+	}
+	if got := p.Fence(2, true, theirs); got != shardmap.Fenced {
+		t.Errorf("a name of shard b sent to a at an old epoch: %v, expected fenced", got)
 	}
 }

@@ -1,0 +1,289 @@
+package craftroute
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/craftdns/craftdns/internal/shardmap"
+	"github.com/craftdns/craftdns/internal/shardproto"
+
+	"github.com/miekg/dns"
+)
+
+// Fencing by the shard map (internal/shardmap, shardproto/epoch.go): what
+// a router sends a member carries the epoch of the map it routed it by, in
+// an EDNS option for DNS and in the shardmap.EpochHeader for the API. A
+// member with a newer map refuses what that map no longer places on it
+// (errFenced here), or answers with its epoch (a notice). Either way the
+// router reads the map (refreshMap); a refused request is routed again,
+// once, by the new map (resolve, serveUpdate, the API's record changes).
+
+// errFenced is a member's refusal of a request routed by an older map.
+type errFenced struct {
+	shard string
+	epoch uint64 // the member's
+	msg   string
+}
+
+func (e *errFenced) Error() string {
+	return fmt.Sprintf("shard %s fenced the router's shard map (its epoch is %d): %s", e.shard, e.epoch, e.msg)
+}
+
+// fencedBy returns the member's refusal err carries, if any.
+func fencedBy(err error) (*errFenced, bool) {
+	var f *errFenced
+	ok := errors.As(err, &f)
+	return f, ok
+}
+
+// routeEpochKey is the context key of the epoch a request is routed by.
+type routeEpochKey struct{}
+
+// withRouteEpoch returns ctx carrying the epoch of the map the router uses
+// now: everything sent for the request says it. It is read once, when the
+// request starts, so that it is never newer than the routing its names
+// were placed by (a routing is swapped only for a newer one; an older
+// epoch only makes members judge more strictly).
+func (c *Craftroute) withRouteEpoch(ctx context.Context) context.Context {
+	return context.WithValue(ctx, routeEpochKey{}, c.routes().epoch())
+}
+
+// routeEpoch returns the epoch a request under ctx is routed by: the one
+// withRouteEpoch set, else the current one.
+func (c *Craftroute) routeEpoch(ctx context.Context) uint64 {
+	if e, ok := ctx.Value(routeEpochKey{}).(uint64); ok {
+		return e
+	}
+	return c.routes().epoch()
+}
+
+// markEpoch sets, in query req to shard s, the epoch it is routed by and
+// whether s is the owner of its name.
+func (c *Craftroute) markEpoch(ctx context.Context, s *Shard, req *dns.Msg) {
+	e := c.routeEpoch(ctx)
+	if e == 0 || len(req.Question) == 0 {
+		return
+	}
+	shardproto.SetEpoch(req, e, c.shardFor(req.Question[0].Name) == s)
+}
+
+// checkEpoch reads the map epoch in a member's answer: a newer one than
+// the router's makes it read the map (in the background for a notice); a
+// fence is returned as *errFenced.
+func (c *Craftroute) checkEpoch(s *Shard, resp *dns.Msg) *errFenced {
+	e, fenced, ok := shardproto.AnswerEpoch(resp)
+	if !ok {
+		return nil
+	}
+	if !fenced {
+		if e > c.routes().epoch() {
+			c.mapsf.background(c, e)
+		}
+		return nil
+	}
+	msg := "refused"
+	for _, o := range optionsOf(resp) {
+		if x, ok := o.(*dns.EDNS0_EDE); ok {
+			msg = x.ExtraText
+		}
+	}
+	return &errFenced{shard: s.Name, epoch: e, msg: msg}
+}
+
+// optionsOf returns the EDNS0 options of m.
+func optionsOf(m *dns.Msg) []dns.EDNS0 {
+	if opt := m.IsEdns0(); opt != nil {
+		return opt.Option
+	}
+	return nil
+}
+
+// headerEpoch reads the member's epoch in an API answer's header as
+// checkEpoch does; it returns it, 0 without one.
+func (c *Craftroute) headerEpoch(v string) uint64 {
+	if v == "" {
+		return 0
+	}
+	e, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0
+	}
+	if e > c.routes().epoch() {
+		c.mapsf.background(c, e)
+	}
+	return e
+}
+
+// mapFlight coalesces the router's reads of the map that refusals and
+// notices ask for: one at a time, and none while the router's map is at
+// least the epoch asked for.
+type mapFlight struct {
+	mu   sync.Mutex
+	cur  chan struct{} // closed when the read in flight ends; nil when none
+	last time.Time     // when the last read ended
+}
+
+// minMapRead spaces the reads notices ask for: a member that keeps
+// announcing an epoch no member serves (a forged answer) costs at most one
+// read of the map per minMapRead.
+const minMapRead = 100 * time.Millisecond
+
+// refreshMap reads the map until the router routes by epoch or newer, or
+// ctx ends; it reports whether it does. Concurrent callers share a read.
+func (f *mapFlight) refresh(ctx context.Context, c *Craftroute, epoch uint64) bool {
+	for c.routes().epoch() < epoch {
+		f.mu.Lock()
+		ch := f.cur
+		if ch == nil {
+			ch = make(chan struct{})
+			f.cur = ch
+			wait := minMapRead - time.Since(f.last)
+			go f.read(c, ch, wait)
+		}
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+		if c.routes().epoch() < epoch {
+			// Read, and still older: no member serves the epoch yet, or
+			// none answered.
+			return false
+		}
+	}
+	return true
+}
+
+// background starts a read of the map when the router is behind epoch and
+// none is in flight.
+func (f *mapFlight) background(c *Craftroute, epoch uint64) {
+	if holdMap {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cur != nil || c.routes().epoch() >= epoch {
+		return
+	}
+	ch := make(chan struct{})
+	f.cur = ch
+	go f.read(c, ch, minMapRead-time.Since(f.last))
+}
+
+// read reads the map from the members after wait, adopts it when newer,
+// and closes ch.
+func (f *mapFlight) read(c *Craftroute, ch chan struct{}, wait time.Duration) {
+	if wait > 0 {
+		time.Sleep(wait)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), mapWait)
+	best, _, err := c.fetchMap(ctx)
+	cancel()
+	if err == nil && best != nil {
+		if err = c.adopt(best); err != nil {
+			log.Warningf("shard map epoch %d: %v", best.Epoch, err)
+		}
+	}
+	f.mu.Lock()
+	f.cur = nil
+	f.last = time.Now()
+	f.mu.Unlock()
+	close(ch)
+}
+
+// refreshMap reads the map after a member fenced the router (err carries
+// its refusal) and reports whether the router now routes by the member's
+// epoch or a newer one: the request may then be routed again, once.
+func (c *Craftroute) refreshMap(ctx context.Context, err error) bool {
+	f, ok := fencedBy(err)
+	if !ok {
+		return false
+	}
+	staleMaps.Inc()
+	return c.mapsf.refresh(ctx, c, f.epoch)
+}
+
+// epochHeader is shardmap.EpochHeader, for the API client.
+const epochHeader = shardmap.EpochHeader
+
+// fenceMark records, for a request that may be routed again, the refusal a
+// member fenced it with (noteFenced), wherever in the request it came.
+type fenceMark struct {
+	mu  sync.Mutex
+	err *errFenced
+}
+
+type fenceMarkKey struct{}
+
+// withFenceMark returns ctx with a new mark, and the mark.
+func withFenceMark(ctx context.Context) (context.Context, *fenceMark) {
+	m := &fenceMark{}
+	return context.WithValue(ctx, fenceMarkKey{}, m), m
+}
+
+// noteFenced records f in ctx's mark, if it has one.
+func noteFenced(ctx context.Context, f *errFenced) {
+	if m, ok := ctx.Value(fenceMarkKey{}).(*fenceMark); ok {
+		m.mu.Lock()
+		if m.err == nil || f.epoch > m.err.epoch {
+			m.err = f
+		}
+		m.mu.Unlock()
+	}
+}
+
+// fenced returns the refusal recorded, nil when none was.
+func (m *fenceMark) fenced() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err == nil {
+		return nil
+	}
+	return m.err
+}
+
+// apiRecorder keeps an API answer that may be replaced by the answer to the
+// request routed again (a record change's answer is small).
+type apiRecorder struct {
+	h    http.Header
+	code int
+	body bytes.Buffer
+}
+
+func newAPIRecorder() *apiRecorder { return &apiRecorder{h: http.Header{}} }
+
+func (r *apiRecorder) Header() http.Header { return r.h }
+
+func (r *apiRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+}
+
+func (r *apiRecorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return r.body.Write(b)
+}
+
+// copyTo sends what was recorded to w.
+func (r *apiRecorder) copyTo(w http.ResponseWriter) {
+	maps.Copy(w.Header(), r.h)
+	w.WriteHeader(cmp.Or(r.code, http.StatusOK))
+	w.Write(r.body.Bytes())
+}
+
+// holdMap is a test hook (integration's TestShardMapFenced): with
+// CRAFTROUTE_TEST_HOLD_MAP set, a router that has a map reads it again only
+// when a member fences it, never on its own (pollMap) nor on a notice, so
+// that a test holds it at an old epoch.
+var holdMap = os.Getenv("CRAFTROUTE_TEST_HOLD_MAP") != ""
