@@ -12,6 +12,7 @@
 # Knobs (environment): RECORDS (100000), QUERIES (200000 lines), DURATION
 # (seconds per run, 10), ROUNDS (3), CLIENTS (dnsperf -c, 4), OUTSTANDING
 # (dnsperf -q, 200), SERVER_CPU (0), LOAD_CPU (1), COREDNS_BINARY, KEEP=1,
+# MAP=1 (the craftroute fronts route by the agreed shard map: shard_seed),
 # BASE_BINARY (another build: its craftroute, in front of a backend of the
 # same build, runs in every round right after craftroute, and the table
 # gives craftroute/base per round: two builds side by side in one run).
@@ -82,17 +83,24 @@ member backend
 put backend "http://127.0.0.1:$backend_api"
 wait_dns "$backend_pid" backend "$backend_dns" host-1.example.org A
 
-# front NAME BACKEND_DNS BINARY: a craftroute of BINARY in key mode name,
-# one shard whose only member is BACKEND_DNS, on CPU $SERVER_CPU; sets
-# NAME_dns and NAME_pid.
+# front NAME BACKEND_DNS BINARY BACKEND_API: a craftroute of BINARY in key
+# mode name, one shard whose only member is BACKEND_DNS, on CPU
+# $SERVER_CPU; sets NAME_dns and NAME_pid. With MAP=1 it routes by the
+# agreed shard map (shard_api, shard_seed: it seeds epoch 1 on the
+# backend), and its queries carry the map's epoch for the member to check.
 front() {
-	local name=$1 backend=$2 bin=$3 dns
+	local name=$1 backend=$2 bin=$3 api=$4 dns mapl=""
 	dns=$(free_port)
+	if [ "${MAP:-0}" = 1 ]; then
+		mapl="        shard_api a http://127.0.0.1:$api
+        shard_seed http://127.0.0.1:$api"
+	fi
 	cat >"$WORK/$name.Corefile" <<EOF
 example.org:$dns {
     bind 127.0.0.1
     craftroute {
         shard a 127.0.0.1:$backend
+$mapl
 $(router_key "$bin")
         key name
     }
@@ -103,7 +111,7 @@ EOF
 }
 
 # (a) craftroute: one shard, the backend its only member.
-front craftroute "$backend_dns" "$COREDNS"
+front craftroute "$backend_dns" "$COREDNS" "$backend_api"
 route_dns=$craftroute_dns route_pid=$craftroute_pid
 
 # (a') BASE_BINARY: the same front and backend from another build.
@@ -113,7 +121,7 @@ if [ -n "${BASE_BINARY:-}" ]; then
 	member backendbase "$WORK/coredns.base"
 	put backendbase "http://127.0.0.1:$backendbase_api"
 	wait_dns "$backendbase_pid" backendbase "$backendbase_dns" host-1.example.org A
-	front base "$backendbase_dns" "$WORK/coredns.base"
+	front base "$backendbase_dns" "$WORK/coredns.base" "$backendbase_api"
 	wait_dns "$base_pid" base "$base_dns" host-1.example.org A
 fi
 

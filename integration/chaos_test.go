@@ -22,6 +22,7 @@ import (
 
 	"github.com/craftdns/craftdns/integration/harness"
 	"github.com/craftdns/craftdns/internal/faultnet"
+	"github.com/craftdns/craftdns/internal/shardmap"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/miekg/dns"
@@ -110,9 +111,10 @@ const txWindow = 5 * time.Second
 func TestChaosShard(t *testing.T) { runChaos(t, 1) }
 
 // TestChaosSharded runs it on the sharded example: two shards of three
-// members, key mode name, and its two routers.
+// members, key mode name, and its two routers, which route by the agreed
+// shard map (and change it: the map-change fault).
 func TestChaosSharded(t *testing.T) {
-	spec := routerSpec{zones: []string{chaosZone}, key: "name", timeout: "500ms", downFor: "5s", probe: "1s"}
+	spec := routerSpec{zones: []string{chaosZone}, key: "name", timeout: "500ms", downFor: "5s", probe: "1s", mapSeed: true}
 	runChaos(t, 2, spec, spec)
 }
 
@@ -635,6 +637,7 @@ var chaosFaults = []struct {
 	{"kill", 4, 0.6}, {"pause", 2, 0.5}, {"isolate-hold", 2, 0.5}, {"isolate-drop", 1, 0.5}, {"isolate-reset", 1, 0.5},
 	{"leader-oneway", 1, 1}, {"flap", 1, 0.5}, {"delay", 1, 0}, {"disk-full", 1, 0.3}, {"router-kill", 1, 0},
 	{"loss", 2, 0.5}, {"kill-majority", 1, 0.5}, {"partition-all", 1, 0}, {"kill-each-shard", 1, 0.5},
+	{"map-change", 1, 0},
 }
 
 // majorityFaults take a shard's quorum away: queries through the router
@@ -699,7 +702,7 @@ func (c *chaos) inject(until time.Time) {
 		switch {
 		case kind == "disk-full" && c.disks["a1"] == "":
 			kind = "kill" // no tmpfs: not root
-		case kind == "router-kill" && len(c.routers) == 0:
+		case (kind == "router-kill" || kind == "map-change") && len(c.routers) == 0:
 			kind = "pause"
 		case kind == "loss" && !c.loss:
 			kind = "isolate-drop" // not in a namespace of its own
@@ -712,7 +715,7 @@ func (c *chaos) inject(until time.Time) {
 		switch kind {
 		case "delay":
 			target = "every link"
-		case "router-kill":
+		case "router-kill", "map-change":
 			target = c.routers[int(other.name[1]-'1')%len(c.routers)].name
 		}
 		c.t.Logf("fault %d at %v: %s %s for %v", n, time.Duration(c.h.now()).Round(time.Millisecond), kind, target, dur)
@@ -821,6 +824,16 @@ func (c *chaos) fault(kind string, m *shardMember, target string, dur time.Durat
 		iptables(c.t, "-A", rule)
 		time.Sleep(dur)
 		iptables(c.t, "-D", rule)
+	case "map-change": // router target changes the member list of m's shard in the shard map, and back
+		ms := c.members[m.shard]
+		i := slices.Index(ms, m)
+		rotated := append(slices.Clone(ms[i:]), ms[:i]...)
+		if i == 0 {
+			rotated = append(slices.Clone(ms[1:]), ms[0])
+		}
+		c.putMembers(target, m.shard, rotated)
+		time.Sleep(dur)
+		c.putMembers(target, m.shard, ms)
 	case "disk-full":
 		fill := filepath.Join(c.disks[m.name], "fill")
 		fillDisk(c.t, fill)
@@ -830,6 +843,32 @@ func (c *chaos) fault(kind string, m *shardMember, target string, dur time.Durat
 		}
 	default:
 		c.t.Fatalf("unknown fault %s", kind)
+	}
+}
+
+// putMembers makes members shard's member list in the shard map through
+// router name's PUT /v1/shards/{shard}: the next epoch, which every router
+// follows while the clients run (every member stays, in another order).
+func (c *chaos) putMembers(name, shard string, members []*shardMember) {
+	body := map[string][]string{"members": {}, "api": {}}
+	for _, m := range members {
+		body["members"] = append(body["members"], m.addr())
+		body["api"] = append(body["api"], m.client().Base)
+	}
+	for _, r := range c.routers {
+		if r.name != name {
+			continue
+		}
+		var out struct {
+			Map   *shardmap.Map `json:"map"`
+			Error string        `json:"error"`
+		}
+		code, err := r.client().Do("PUT", "/v1/shards/"+shard, body, &out)
+		if err != nil || code != http.StatusOK || out.Map == nil {
+			c.t.Errorf("map-change: PUT /v1/shards/%s on %s: %d %v %s", shard, name, code, err, out.Error)
+			return
+		}
+		c.t.Logf("map-change: shard %s at epoch %d", shard, out.Map.Epoch)
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -220,4 +222,268 @@ func TestShardMapFenced(t *testing.T) {
 	if !st.StaleMap || st.Epoch != 3 || st.Map != shardmap.MapPath || !strings.Contains(st.Error, "epoch 2") {
 		t.Errorf("the refusal: %+v", st)
 	}
+}
+
+// shardsView is a router's GET /v1/shards.
+type shardsView struct {
+	Epoch  uint64 `json:"epoch"`
+	Shards []struct {
+		Name    string `json:"name"`
+		Members []struct {
+			Addr string `json:"addr"`
+		} `json:"members"`
+		API          []string `json:"api"`
+		Records      *int     `json:"records"`
+		RecordsError string   `json:"records_error"`
+	} `json:"shards"`
+}
+
+func shardsOf(t *testing.T, a harness.API) shardsView {
+	t.Helper()
+	var v shardsView
+	if code, err := a.Do("GET", "/v1/shards", nil, &v); err != nil || code != http.StatusOK {
+		t.Fatalf("GET /v1/shards at %s: %d %v", a.Base, code, err)
+	}
+	return v
+}
+
+// membersOf returns the member addresses a router lists for shard.
+func (v shardsView) membersOf(shard string) []string {
+	var out []string
+	for _, s := range v.Shards {
+		if s.Name == shard {
+			for _, m := range s.Members {
+				out = append(out, m.Addr)
+			}
+		}
+	}
+	return out
+}
+
+// TestShardMapPutShard (issue 51): PUT /v1/shards/{name} on one router
+// replaces a shard's member list through the map: bad input is a 4xx
+// JSON error that changes nothing (no token, an empty list, a member of
+// another shard, API URLs that do not pair with the members, an unknown
+// shard); a good one commits the next epoch, and both routers route by it
+// (the other within about a second: measured, logged) and no longer ask
+// the member it dropped; GET /v1/shards counts each shard's records.
+func TestShardMapPutShard(t *testing.T) {
+	wd := harness.Workdir(t)
+	spec := routerSpec{zones: []string{"."}, key: "name", mapSeed: true}
+	s := startSharded(t, wd, 2, 3, []string{"."}, spec)
+	const token = "put-shard-test-token-0123456789abcdef"
+	r2 := s.startRouterWith(t, "router-token", func(lines []string) []string {
+		var out []string
+		for _, l := range lines {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == "api" {
+				out = append(out, "        token "+token)
+			}
+			out = append(out, l)
+		}
+		return out
+	})
+	r1 := s.routers[0]
+	a1 := r1.client()
+	a2 := harness.API{Base: r2.client().Base, Token: token}
+	for _, a := range []harness.API{a1, a2} {
+		harness.Eventually(t, a.Base+" at epoch 1", 20*time.Second, func() bool {
+			return shardsOf(t, a).Epoch == 1
+		})
+	}
+	const origin = "put.test."
+	putZone(t, a1, origin, smallZone(origin, 30))
+	v := shardsOf(t, a1)
+	total := 0
+	for _, sh := range v.Shards {
+		if sh.Records == nil || *sh.Records < 3 {
+			t.Errorf("shard %s: records %v (%s): expected at least the apex's 3", sh.Name, sh.Records, sh.RecordsError)
+		} else {
+			total += *sh.Records
+		}
+	}
+	// Each shard holds the apex SOA, NS and the glue ns1 of its own.
+	if total < 30 {
+		t.Errorf("the shards hold %d records in all, expected at least the zone's 30 names", total)
+	}
+
+	ms := s.members["a"]
+	body := func(members ...*shardMember) map[string][]string {
+		b := map[string][]string{"members": {}, "api": {}}
+		for _, m := range members {
+			b["members"] = append(b["members"], m.addr())
+			b["api"] = append(b["api"], m.client().Base)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		what string
+		a    harness.API
+		path string
+		body any
+		code int
+	}{
+		{"no token", r2.client(), "/v1/shards/a", body(ms[0], ms[1]), http.StatusUnauthorized},
+		{"an empty list", a1, "/v1/shards/a", body(), http.StatusBadRequest},
+		{"a member of shard b", a1, "/v1/shards/a", body(ms[0], s.members["b"][0]), http.StatusBadRequest},
+		{"API URLs that do not pair", a1, "/v1/shards/a", map[string][]string{"members": {ms[0].addr()}, "api": {}}, http.StatusBadRequest},
+		{"a malformed address", a1, "/v1/shards/a", map[string][]string{"members": {"no port"}, "api": {ms[0].client().Base}}, http.StatusBadRequest},
+		{"an unknown field", a1, "/v1/shards/a", map[string]any{"members": []string{ms[0].addr()}, "api": []string{ms[0].client().Base}, "epoch": 9}, http.StatusBadRequest},
+		{"an unknown shard", a1, "/v1/shards/z", body(ms[0]), http.StatusNotFound},
+	} {
+		var e struct {
+			Error string `json:"error"`
+		}
+		code, err := tc.a.Do("PUT", tc.path, tc.body, &e)
+		if err != nil || code != tc.code || e.Error == "" {
+			t.Errorf("%s: %d %v %q, expected %d with an error", tc.what, code, err, e.Error, tc.code)
+		}
+	}
+	if e := shardsOf(t, a1).Epoch; e != 1 {
+		t.Fatalf("bad input changed the map: epoch %d", e)
+	}
+
+	// a3 leaves the map.
+	var ans shardmap.Answer
+	start := time.Now()
+	if code, err := a2.Do("PUT", "/v1/shards/a", body(ms[0], ms[1]), &ans); err != nil || code != http.StatusOK || ans.Map == nil || ans.Map.Epoch != 2 {
+		t.Fatalf("PUT /v1/shards/a: %d %v %+v", code, err, ans)
+	}
+	want := ms[0].addr() + " " + ms[1].addr()
+	if got := strings.Join(shardsOf(t, a2).membersOf("a"), " "); got != want {
+		t.Errorf("the router that changed the map routes shard a to %s, expected %s", got, want)
+	}
+	harness.Eventually(t, "router-1 at epoch 2", 5*time.Second, func() bool {
+		v := shardsOf(t, a1)
+		return v.Epoch == 2 && strings.Join(v.membersOf("a"), " ") == want
+	})
+	t.Logf("router-1 routed by epoch 2 %v after the PUT answered", time.Since(start).Round(time.Millisecond))
+	for _, m := range s.members["a"] {
+		harness.Eventually(t, m.name+" at epoch 2", 5*time.Second, func() bool { return memberMap(t, m).Epoch == 2 })
+	}
+
+	// Neither router asks a3 any more: stopped, it is never missed.
+	ms[2].p.Kill()
+	onA := namesOn(t, s, origin, "a", "h", 5)
+	a3 := `member="` + ms[2].addr() + `"`
+	for _, r := range []*router{r1, r2} {
+		before := answersFrom(t, r, a3)
+		for i := 0; i < 4; i++ {
+			for _, name := range onA {
+				m, err := harness.Query(r.addr(), name, dns.TypeA)
+				if err != nil || m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+					t.Fatalf("%s: %s with a3 out of the map and stopped: %v %v", r.name, name, m, err)
+				}
+			}
+		}
+		if n := answersFrom(t, r, a3); n != before {
+			t.Errorf("%s: %v answers from a3 after the map dropped it, %v before: it still asks it", r.name, n, before)
+		}
+	}
+
+	// a3 back: epoch 3, three members on both routers.
+	ms[2].p.Restart()
+	if code, err := a1.Do("PUT", "/v1/shards/a", body(ms...), &ans); err != nil || code != http.StatusOK || ans.Map.Epoch != 3 {
+		t.Fatalf("PUT /v1/shards/a with a3 back: %d %v", code, err)
+	}
+	for _, a := range []harness.API{a1, a2} {
+		harness.Eventually(t, a.Base+" at epoch 3", 5*time.Second, func() bool {
+			v := shardsOf(t, a)
+			return v.Epoch == 3 && len(v.membersOf("a")) == 3
+		})
+	}
+
+	// How long the other router takes to route by a new epoch (logged, not
+	// asserted: the issue's aim is a second): shard b's members in turn
+	// first, through alternate routers.
+	mb := s.members["b"]
+	var took []time.Duration
+	for i := 1; i <= 6; i++ {
+		from, other := a1, a2
+		if i%2 == 0 {
+			from, other = a2, a1
+		}
+		order := append(slices.Clone(mb[i%3:]), mb[:i%3]...)
+		if code, err := from.Do("PUT", "/v1/shards/b", body(order...), &ans); err != nil || code != http.StatusOK {
+			t.Fatalf("PUT /v1/shards/b: %d %v", code, err)
+		}
+		start := time.Now()
+		harness.Eventually(t, other.Base+" at the new epoch", 10*time.Second, func() bool {
+			return shardsOf(t, other).Epoch == ans.Map.Epoch
+		})
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	t.Logf("map change to the other router routing by it, 6 changes: min %v median %v max %v",
+		took[0].Round(time.Millisecond), took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+}
+
+// TestShardMapUnreachable (issue 51): a router cut off from every member
+// (all of them stopped with SIGSTOP: they take connections and answer
+// nothing) keeps its map (the epoch and the shards it routes by), says it
+// cannot read it (shard_map_unreachable 1, /ready not 200), and answers
+// by it again, without seeding anything, once the members do.
+func TestShardMapUnreachable(t *testing.T) {
+	wd := harness.Workdir(t)
+	spec := routerSpec{zones: []string{"."}, key: "name", mapSeed: true, timeout: "500ms"}
+	s := startSharded(t, wd, 2, 3, []string{"."}, spec)
+	r := s.routers[0]
+	harness.Eventually(t, "router at epoch 1", 20*time.Second, func() bool {
+		e, _ := routerEpoch(r)
+		return e == 1
+	})
+	const origin = "cut.test."
+	putZone(t, r.client(), origin, smallZone(origin, 10))
+	ready := fmt.Sprintf("http://127.0.0.1:%d/ready", r.rdy)
+	var all []*shardMember
+	for _, sh := range s.shards {
+		all = append(all, s.members[sh]...)
+	}
+	for _, m := range all {
+		if err := m.p.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cont := func() {
+		for _, m := range all {
+			m.p.Signal(syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(cont)
+	harness.Eventually(t, "shard_map_unreachable 1", 20*time.Second, func() bool {
+		return metricSum(t, routerMetrics(t, r), "coredns_craftroute_shard_map_unreachable") == 1
+	})
+	if resp, err := http.Get(ready); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("/ready answered 200 while the router reaches no member")
+		}
+	}
+	if e, shards := routerEpoch(r); e != 1 || strings.Join(shards, " ") != "a b" {
+		t.Errorf("cut off, the router routes by epoch %d over %v, expected its last map (1, a b)", e, shards)
+	}
+	cont()
+	harness.Eventually(t, "shard_map_unreachable 0", 20*time.Second, func() bool {
+		return metricSum(t, routerMetrics(t, r), "coredns_craftroute_shard_map_unreachable") == 0
+	})
+	harness.Eventually(t, "answers again", 20*time.Second, func() bool {
+		m, err := harness.Query(r.addr(), "h1."+origin, dns.TypeA)
+		return err == nil && m.Rcode == dns.RcodeSuccess && len(m.Answer) == 1
+	})
+	if e, _ := routerEpoch(r); e != 1 {
+		t.Errorf("after the cut the router is at epoch %d, expected 1", e)
+	}
+	if strings.Count(r.p.Logs(), "seeded the shard map") > 1 {
+		t.Error("the router seeded a map again")
+	}
+}
+
+// answersFrom is how many answers router r counted from the member its
+// label member (`member="addr"`) names: 0 before any.
+func answersFrom(t *testing.T, r *router, member string) float64 {
+	t.Helper()
+	m := routerMetrics(t, r)
+	if _, ok := m["coredns_craftroute_requests_total"]; !ok {
+		return 0
+	}
+	return metricSum(t, m, "coredns_craftroute_requests_total", member)
 }

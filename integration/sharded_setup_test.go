@@ -52,8 +52,11 @@ type routerSpec struct {
 	transfer bool
 	notify   []int
 	// mapSeed adds shard_seed with a member of each shard: the router
-	// agrees on the shard map with the others that do (issue 51).
+	// agrees on the shard map with the others (issue 51), as every router
+	// with shard_api does; noMap adds shard_map off: it routes by its
+	// Corefile (a router of another key mode over the same shards).
 	mapSeed bool
+	noMap   bool
 }
 
 // router is one craftroute process.
@@ -136,6 +139,9 @@ func (s *sharded) routerCorefile(r *router) string {
 			seeds = append(seeds, s.members[sh][0].client().Base)
 		}
 		fmt.Fprintf(&b, "        shard_seed %s\n", strings.Join(seeds, " "))
+	}
+	if r.spec.noMap {
+		b.WriteString("        shard_map off\n")
 	}
 	fmt.Fprintf(&b, "        key %s\n", r.spec.key)
 	for _, kv := range [][2]string{{"timeout", r.spec.timeout}, {"down_for", r.spec.downFor}, {"probe", r.spec.probe}} {

@@ -16,10 +16,13 @@
 //   - serial.go, one zone serial over shards.
 //   - held.go, the mark of an answer read past undecided transactions,
 //     which a router does not cache.
+//   - epoch.go, the shard map epoch a router routed a query by, and a
+//     member's refusal of an old one (fencing).
 //   - auth.go, the MACs under the key routers and members share.
 //
 // Trust: the options that shape only the answer to the query carrying them
-// (partition mode, the fresh mode, the stale flag, an index to wait for)
+// (partition mode, the fresh mode, the stale flag, an index to wait for,
+// the map epoch)
 // are taken from anyone. Whatever outlives the query, a change lease and
 // its grant, a change notice and its answer, an applied index or a serial
 // a router keeps, is taken only with a MAC under the key routers and

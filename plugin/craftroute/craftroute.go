@@ -64,6 +64,7 @@ type config struct {
 	shardToken string            // bearer token sent to the shards' APIs
 	seeds      map[string]string // zone → zone file, imported through the ring when no shard holds it
 	mapSeeds   []string          // shard_seed: member API URLs to learn the shard map from
+	mapMode    mapMode           // shard_map: whether the router routes by the agreed map
 }
 
 // Craftroute is the plugin handler of one server block.
@@ -160,9 +161,9 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 // start brings up the members' connections, the probes, the API and the
 // background work (seeding, zone discovery).
 func (c *Craftroute) start() error {
-	if len(c.cfg.mapSeeds) > 0 {
-		// The agreed shard map (shardmap.go), with shard_seed only, for
-		// now: without it the router routes by its Corefile, as before.
+	if c.cfg.mapMode == mapOn {
+		// The agreed shard map (shardmap.go); with shard_map off the
+		// router routes by its Corefile, unfenced.
 		ctx, cancel := context.WithTimeout(context.Background(), mapWait)
 		if err := c.agreeMap(ctx); err != nil {
 			log.Warningf("no agreed shard map yet (%v): routing by the Corefile's lines until a member answers", err)
@@ -179,7 +180,7 @@ func (c *Craftroute) start() error {
 	}
 	c.restartProbes()
 	c.mapst.mu.Unlock()
-	if len(c.cfg.mapSeeds) > 0 {
+	if c.cfg.mapMode == mapOn {
 		pctx, pcancel := context.WithCancel(context.Background())
 		pdone := make(chan struct{})
 		go func() {

@@ -140,6 +140,9 @@ const minMapRead = 100 * time.Millisecond
 // refreshMap reads the map until the router routes by epoch or newer, or
 // ctx ends; it reports whether it does. Concurrent callers share a read.
 func (f *mapFlight) refresh(ctx context.Context, c *Craftroute, epoch uint64) bool {
+	if c.cfg.mapMode == mapOff {
+		return false // it routes by its Corefile, whatever the members say
+	}
 	for c.routes().epoch() < epoch {
 		f.mu.Lock()
 		ch := f.cur
@@ -167,7 +170,7 @@ func (f *mapFlight) refresh(ctx context.Context, c *Craftroute, epoch uint64) bo
 // background starts a read of the map when the router is behind epoch and
 // none is in flight.
 func (f *mapFlight) background(c *Craftroute, epoch uint64) {
-	if holdMap {
+	if holdMap || c.cfg.mapMode == mapOff {
 		return
 	}
 	f.mu.Lock()

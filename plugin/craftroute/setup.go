@@ -90,6 +90,9 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 		if len(cr.cfg.shards) == 0 && len(cr.cfg.mapSeeds) == 0 {
 			return nil, c.Err("at least one shard, or a shard_seed to learn the shard map from, is needed")
 		}
+		if cr.cfg.mapMode == mapOff && len(cr.cfg.mapSeeds) > 0 {
+			return nil, c.Err("shard_seed is for the agreed shard map, which shard_map off turns off")
+		}
 		for name, urls := range apis {
 			s := shardNamed(cr.cfg.shards, name)
 			if s == nil {
@@ -110,6 +113,16 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 		}
 	}
 	cfg := &cr.cfg
+	switch {
+	case cfg.mapMode == mapOn && len(cfg.mapSeeds) == 0 && !allAPIs(cfg.shards):
+		return nil, c.Err("shard_map on needs the shards' APIs to agree on the map: shard_api for every shard, or shard_seed")
+	case cfg.mapMode == mapDefault:
+		// The agreed map wherever the router can reach the members' APIs.
+		cfg.mapMode = mapOff
+		if len(cfg.mapSeeds) > 0 || allAPIs(cfg.shards) {
+			cfg.mapMode = mapOn
+		}
+	}
 	if cfg.api != "" && cfg.token == "" && !loopback(cfg.api) {
 		return nil, c.Errf("api on %q is not loopback: it needs a token", cfg.api)
 	}
@@ -177,6 +190,18 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 				return c.Errf("shard_api %q: not an http(s) URL", u)
 			}
 			apis[args[0]] = append(apis[args[0]], strings.TrimRight(u, "/"))
+		}
+	case "shard_map":
+		var v string
+		if v, err = one(); err == nil {
+			switch v {
+			case "on":
+				cfg.mapMode = mapOn
+			case "off":
+				cfg.mapMode = mapOff
+			default:
+				return c.Errf("shard_map must be on or off, not %q", v)
+			}
 		}
 	case "shard_seed":
 		if len(args) == 0 {
@@ -324,4 +349,14 @@ func readKeyFile(path string, keys, algs map[string]string) error {
 		return fmt.Errorf("%s: no keys", path)
 	}
 	return nil
+}
+
+// allAPIs reports whether every shard of shards has shard_api URLs.
+func allAPIs(shards []*Shard) bool {
+	for _, s := range shards {
+		if len(s.APIs()) == 0 {
+			return false
+		}
+	}
+	return len(shards) > 0
 }

@@ -73,10 +73,33 @@ func TestSetup(t *testing.T) {
 		t.Errorf("zones %v, routing %v", cr.Zones, cr.routes())
 	}
 
+	if cfg.mapMode != mapOff {
+		t.Errorf("a router without shard_api for every shard routes by the map (%v)", cfg.mapMode)
+	}
+
 	// Defaults.
 	cr, err = parse(caddy.NewTestController("dns", "craftroute {\nshard a 127.0.0.1:53\nrouter_key "+testSecret+"\n}"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cr.cfg.mapMode != mapOff {
+		t.Errorf("a router without member APIs routes by the map (%v)", cr.cfg.mapMode)
+	}
+	// The agreed map by default with every shard's API, or shard_seed; off
+	// when the block says so.
+	for conf, want := range map[string]mapMode{
+		"shard a 127.0.0.1:53\nshard_api a http://127.0.0.1:8053":                mapOn,
+		"shard_seed http://127.0.0.1:8053":                                       mapOn,
+		"shard a 127.0.0.1:53\nshard_seed http://127.0.0.1:8053":                 mapOn,
+		"shard a 127.0.0.1:53\nshard_api a http://127.0.0.1:8053\nshard_map off": mapOff,
+	} {
+		cr, err := parse(caddy.NewTestController("dns", "craftroute {\n"+conf+"\nrouter_key "+testSecret+"\n}"))
+		if err != nil {
+			t.Fatalf("%q: %v", conf, err)
+		}
+		if cr.cfg.mapMode != want {
+			t.Errorf("%q: shard map %v, expected %v", conf, cr.cfg.mapMode, want)
+		}
 	}
 	if cr.cfg.key != keyName || cr.cfg.timeout != defaultTimeout || cr.cfg.downFor != defaultDownFor ||
 		cr.cfg.probe != defaultProbe || cr.cfg.partitions != shardmap.DefaultPartitions || cr.cfg.negCache != defaultNegCache {
@@ -106,6 +129,9 @@ func TestSetupErrors(t *testing.T) {
 		{"craftroute {\nshard a 127.0.0.1\n}\ncraftroute {\nshard a 127.0.0.1\n}", "once"},
 		{"craftroute {\nshard a 127.0.0.1\n}", "router_key is needed"},
 		{"craftroute {\nshard a 127.0.0.1\nrouter_key short\n}", "at least 32 characters"},
+		{"craftroute {\nshard a 127.0.0.1\nshard_map maybe\nrouter_key " + testSecret + "\n}", "on or off"},
+		{"craftroute {\nshard a 127.0.0.1\nshard_map on\nrouter_key " + testSecret + "\n}", "shard_map on needs"},
+		{"craftroute {\nshard_seed http://127.0.0.1:1\nshard_map off\nrouter_key " + testSecret + "\n}", "shard_map off turns off"},
 	} {
 		_, err := parse(caddy.NewTestController("dns", tc.conf))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -25,6 +25,15 @@ import (
 // shard, which a shard takes only at epoch 0: the first seed wins), and
 // then follows the map, reading it again every mapPoll (pollMap).
 
+// mapMode says whether a router routes by the agreed map (shard_map).
+type mapMode int
+
+const (
+	mapDefault mapMode = iota // on when the router reaches the members' APIs (setup)
+	mapOn
+	mapOff
+)
+
 // routing is the shard map a router routes by, at one epoch: the map, its
 // shards (with the router's view of their members' health), its key mode
 // and its ring. A router replaces it whole (Craftroute.rt), never changes
@@ -313,13 +322,36 @@ func (c *Craftroute) adopt(m *shardmap.Map) error {
 	}
 	shards := make([]*Shard, 0, len(m.Shards))
 	var added []*Member
+	kept := map[*Member]bool{}
+	type carried struct{ from, to *Shard }
+	var carry []carried
 	for _, ms := range m.Shards {
-		if old := cur.shard(ms.Name); old != nil && sameShard(old, ms) {
+		old := cur.shard(ms.Name)
+		if old != nil && sameShard(old, ms) {
 			shards = append(shards, old)
 			continue
 		}
 		s := shardFromMap(ms, c.cfg.timeout)
-		added = append(added, s.Members...)
+		if old != nil {
+			// The same Raft group with other members: the members it keeps
+			// keep their health and connections, and the group's index
+			// carries over, so that the router's reads never go back.
+			for i, mem := range s.Members {
+				for _, om := range old.Members {
+					if om.Addr == mem.Addr && om.API == mem.API {
+						s.Members[i] = om
+						kept[om] = true
+					}
+				}
+			}
+			s.raise(old.minIndex.Load())
+			carry = append(carry, carried{old, s})
+		}
+		for _, mem := range s.Members {
+			if !kept[mem] {
+				added = append(added, mem)
+			}
+		}
 		shards = append(shards, s)
 	}
 	rt, err := newRouting(m.Clone(), shards, "", 0, 0)
@@ -332,6 +364,10 @@ func (c *Craftroute) adopt(m *shardmap.Map) error {
 		}
 	}
 	c.rt.Store(rt)
+	for _, cr := range carry {
+		// What the old shard learned while the swap was under way.
+		cr.to.raise(cr.from.minIndex.Load())
+	}
 	mapEpoch.Set(float64(m.Epoch))
 	if cur.m != nil {
 		log.Infof("shard map epoch %d: %d shards", m.Epoch, len(m.Shards))
@@ -340,7 +376,9 @@ func (c *Craftroute) adopt(m *shardmap.Map) error {
 		for _, old := range cur.shards {
 			if !slices.Contains(shards, old) {
 				for _, mem := range old.Members {
-					mem.stop()
+					if !kept[mem] {
+						mem.stop()
+					}
 				}
 			}
 		}

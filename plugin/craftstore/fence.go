@@ -30,7 +30,7 @@ func (a *apiServer) fenced(next http.Handler) http.Handler {
 			w.Header().Set(shardmap.EpochHeader, strconv.FormatUint(p.Map.Epoch, 10))
 		}
 		h := r.Header.Get(shardmap.EpochHeader)
-		if h == "" || !fencedPath(r.URL.Path) {
+		if h == "" || !fencedPath(r.Method, r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -58,14 +58,18 @@ func strconvQuote(s string) string {
 	return strconv.Quote(s)
 }
 
-// fencedPath reports whether a router's request for path is judged by its
-// map: the zones and their records, and a transaction's prepare. Deciding
-// and finishing a transaction never are (a decision stands whatever map
-// its router had), nor are the map, the cluster and the health.
-func fencedPath(path string) bool {
+// fencedPath reports whether a router's request (method, path) is judged
+// by its map: the zones and their records, and a transaction's prepare.
+// Deciding and finishing a transaction never are (a decision stands
+// whatever map its router had), nor is releasing a transfer's fence (it
+// undoes what the router did), nor are the map, the cluster and the
+// health.
+func fencedPath(method, path string) bool {
 	switch {
 	case strings.HasPrefix(path, "/v1/txn/"):
 		return strings.HasSuffix(path, "/prepare")
+	case method == http.MethodDelete && strings.Contains(path, "/xfr/"):
+		return false
 	case strings.HasPrefix(path, "/v1/zones"):
 		return true
 	}
