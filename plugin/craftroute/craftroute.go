@@ -118,7 +118,6 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if shardproto.IsNotice(r) {
 		return c.serveNotice(w, r)
 	}
-	ctx = c.withRouteEpoch(ctx)
 	if len(c.shards()) == 0 && (r.Opcode == dns.OpcodeUpdate || plugin.Zones(c.Zones).Matches(qnameOf(r)) != "") {
 		// Started from shard_seed alone, and no member answered yet.
 		return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "no shard map yet: no member of shard_seed answered")

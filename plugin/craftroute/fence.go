@@ -45,35 +45,69 @@ func fencedBy(err error) (*errFenced, bool) {
 	return f, ok
 }
 
-// routeEpochKey is the context key of the epoch a request is routed by.
-type routeEpochKey struct{}
+// routeKey is the context key of the routing a request is routed by.
+type routeKey struct{}
 
-// withRouteEpoch returns ctx carrying the epoch of the map the router uses
-// now: everything sent for the request says it. It is read once, when the
-// request starts, so that it is never newer than the routing its names
+// withRouteEpoch returns ctx carrying the routing the router uses now:
+// everything sent for the request says its epoch. It is read once, when
+// the request starts, so that it is never newer than the routing its names
 // were placed by (a routing is swapped only for a newer one; an older
-// epoch only makes members judge more strictly).
+// epoch only makes members judge more strictly). A query's resolution
+// keeps it in its marks instead (resolve.go), which it allocates anyway.
 func (c *Craftroute) withRouteEpoch(ctx context.Context) context.Context {
-	return context.WithValue(ctx, routeEpochKey{}, c.routes().epoch())
+	return context.WithValue(ctx, routeKey{}, c.routes())
 }
 
-// routeEpoch returns the epoch a request under ctx is routed by: the one
-// withRouteEpoch set, else the current one.
-func (c *Craftroute) routeEpoch(ctx context.Context) uint64 {
-	if e, ok := ctx.Value(routeEpochKey{}).(uint64); ok {
-		return e
+// routedBy returns the routing a request under ctx is routed by: its
+// resolution's, else the one withRouteEpoch set, else the current one.
+func (c *Craftroute) routedBy(ctx context.Context) *routing {
+	if mk, ok := ctx.Value(marksKey{}).(*marks); ok && mk.rt != nil {
+		return mk.rt
 	}
-	return c.routes().epoch()
+	if rt, ok := ctx.Value(routeKey{}).(*routing); ok {
+		return rt
+	}
+	return c.routes()
 }
 
-// markEpoch sets, in query req to shard s, the epoch it is routed by and
-// whether s is the owner of its name.
-func (c *Craftroute) markEpoch(ctx context.Context, s *Shard, req *dns.Msg) {
-	e := c.routeEpoch(ctx)
-	if e == 0 || len(req.Question) == 0 {
+// routeEpoch returns the epoch a request under ctx is routed by.
+func (c *Craftroute) routeEpoch(ctx context.Context) uint64 { return c.routedBy(ctx).epoch() }
+
+// markEpoch sets, in query req, the epoch it is routed by and whether it
+// goes to the owner of its name, unless it says an epoch already. mk is
+// the resolution's marks, nil outside one.
+func (c *Craftroute) markEpoch(ctx context.Context, mk *marks, req *dns.Msg, owner bool) {
+	rt := (*routing)(nil)
+	if mk != nil && mk.rt != nil {
+		rt = mk.rt
+	} else {
+		rt = c.routedBy(ctx)
+	}
+	rt.markEpoch(req, owner)
+}
+
+// markEpoch adds rt's epoch option to query req (built once per routing:
+// routing.epochOpts), unless req has one.
+func (rt *routing) markEpoch(req *dns.Msg, owner bool) {
+	if rt == nil || rt.m == nil {
 		return
 	}
-	shardproto.SetEpoch(req, e, c.shardFor(req.Question[0].Name) == s)
+	opt := req.IsEdns0()
+	if opt == nil {
+		req.SetEdns0(dns.DefaultMsgSize, false)
+		opt = req.IsEdns0()
+	}
+	for _, o := range opt.Option {
+		if o.Option() == shardproto.EpochCode {
+			return
+		}
+	}
+	i := 0
+	if owner {
+		i = 1
+	}
+	// Shared by every query of the routing: packing only reads it.
+	opt.Option = append(opt.Option, rt.epochOpts[i])
 }
 
 // checkEpoch reads the map epoch in a member's answer: a newer one than

@@ -195,7 +195,7 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 				req.SetQuestion(lh.qname, dns.TypeSOA)
 				sent := time.Now()
 				lease := shardproto.RequestLease(req, shardproto.Lease{Port: lh.port, Duration: leaseFor, Token: lh.tokens[m], Time: sent}, lh.key)
-				c.markEpoch(ctx, s, req)
+				c.markEpoch(ctx, nil, req, false)
 				rctx, cancel := context.WithTimeout(ctx, leaseRenew)
 				defer cancel()
 				resp, err := m.exchange(rctx, req)

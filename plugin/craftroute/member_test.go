@@ -470,7 +470,7 @@ func TestShardExchangeHeld(t *testing.T) {
 	}
 	c := &Craftroute{cfg: config{downFor: time.Minute}}
 	before := memberMetric(heldRetries)
-	resp, err = c.exchange(context.Background(), s, q(7))
+	resp, err = c.exchange(context.Background(), s, q(7), true)
 	if err != nil || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 1 {
 		t.Fatalf("expected the answer once the name is no longer held, got %v, %v", resp, err)
 	}

@@ -51,10 +51,13 @@ func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg) (*dns.Msg, err
 		// these (xfr.go).
 		return ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed"), nil
 	}
-	if c.keyMode() == keyZone {
+	rt := c.routedBy(ctx)
+	if rt.key == keyZone {
 		// The whole zone is on one shard: its answer is final as it is.
-		s := c.shardFor(q.Name)
-		resp, err := c.exchange(ctx, s, forward(r))
+		s := rt.shard(rt.ring.Locate(c.keyOf(rt.key, dnsname.Lower(q.Name))))
+		req := forward(r)
+		rt.markEpoch(req, true)
+		resp, err := c.exchange(ctx, s, req, true)
 		if err != nil {
 			return nil, &errNoShard{s.Name, err}
 		}
@@ -80,7 +83,7 @@ func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg) (*dns.Msg, err
 			return m, nil
 		}
 	}
-	var mk marks
+	mk := marks{rt: rt}
 	ctx = context.WithValue(ctx, marksKey{}, &mk)
 	resp, broadcast, err := c.resolveName(ctx, r)
 	if err != nil {
@@ -123,11 +126,12 @@ func negativeKind(m *dns.Msg) string {
 	return ""
 }
 
-// exchange sends req, which it may change, to shard s: the test exchanger
-// when set, else the shard's members in order of liveness. A stale answer (no member could
+// exchange sends req, which it may change, to shard s, the owner of req's
+// name by the router's map or one of every shard asked (fence.go): the
+// test exchanger when set, else the shard's members in order of liveness. A stale answer (no member could
 // confirm its state, Shard.Exchange) and one read past an undecided
 // transaction (shardproto.Held) are recorded in ctx's marks.
-func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns.Msg, error) {
+func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg, owner bool) (*dns.Msg, error) {
 	var (
 		resp *dns.Msg
 		err  error
@@ -144,7 +148,8 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 	var deadline time.Time
 	start := time.Now()
 	defer func() { s.observeDuration(time.Since(start)) }()
-	c.markEpoch(ctx, s, req)
+	mk, _ := ctx.Value(marksKey{}).(*marks)
+	c.markEpoch(ctx, mk, req, owner)
 	for {
 		if c.ex != nil {
 			resp, err = c.ex.exchange(ctx, s, req)
@@ -181,7 +186,7 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg) (*dns
 				c.soa.observe(dnsname.Lower(zone), s.Name, serial, base, time.Now())
 			}
 		}
-		if mk, ok := ctx.Value(marksKey{}).(*marks); ok {
+		if mk != nil {
 			if shardproto.Held(resp) {
 				mk.held.Store(true)
 			}
@@ -207,6 +212,9 @@ type marks struct {
 	// held: an answer was read past a transaction whose outcome was not
 	// decided yet (shardproto.Held).
 	held atomic.Bool
+	// rt is the routing the resolution started with: its queries say its
+	// epoch (fence.go).
+	rt *routing
 }
 
 // marksKey is the context key of a resolution's *marks.
@@ -378,7 +386,7 @@ func suffix(name string, labels int) string {
 func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype uint16) (*step, error) {
 	owner := c.shardFor(name)
 	req := query(r, name, qtype)
-	resp, err := c.exchange(ctx, owner, req)
+	resp, err := c.exchange(ctx, owner, req, true)
 	if err != nil {
 		return nil, &errNoShard{owner.Name, err}
 	}
@@ -418,7 +426,7 @@ func (c *Craftroute) fanOut(ctx context.Context, r *dns.Msg, name string, qtype 
 			continue
 		}
 		go func() {
-			resp, err := c.exchange(ctx, s, query(r, name, qtype))
+			resp, err := c.exchange(ctx, s, query(r, name, qtype), false)
 			res := shardResult{resp: resp, err: err}
 			if err == nil {
 				res.facts, res.err = shardproto.Parse(resp)
@@ -569,7 +577,7 @@ func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, r
 	for _, t := range missing {
 		for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
 			s := c.shardFor(t)
-			g, err := c.exchange(ctx, s, query(r, t, qtype))
+			g, err := c.exchange(ctx, s, query(r, t, qtype), true)
 			if err != nil {
 				return &errNoShard{s.Name, err}
 			}

@@ -176,7 +176,7 @@ func (c *Craftroute) zoneSerial(ctx context.Context, r *dns.Msg, zone string, st
 	for _, s := range ask {
 		wg.Go(func() {
 			// Craftroute.exchange notes the serial the member sends.
-			c.exchange(ctx, s, query(r, zone, dns.TypeSOA))
+			c.exchange(ctx, s, query(r, zone, dns.TypeSOA), false) // the apex is on every shard
 		})
 	}
 	wg.Wait()

@@ -14,7 +14,10 @@ import (
 
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/shardmap"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
+
+	"github.com/miekg/dns"
 )
 
 // The shard map (internal/shardmap): the shards every router routes by,
@@ -43,6 +46,10 @@ type routing struct {
 	shards []*Shard      // in the map's order
 	key    string        // keyName or keyZone
 	ring   *shardmap.Ring
+	// epochOpts are the EDNS0 options with m's epoch that the router's
+	// queries carry (fence.go): to a shard asked as one of all, and to
+	// the owner of the name.
+	epochOpts [2]dns.EDNS0
 }
 
 // newRouting returns the routing over shards, placed by m's key mode and
@@ -52,14 +59,30 @@ func newRouting(m *shardmap.Map, shards []*Shard, key string, partitions int, lo
 	for i, s := range shards {
 		names[i] = s.Name
 	}
+	var (
+		ring *shardmap.Ring
+		err  error
+	)
 	if m != nil {
-		key, partitions, load = m.Key, m.Partitions, m.Load
+		// The map's placement: its explicit owners, or the ring of its
+		// shards.
+		key = m.Key
+		ring, err = m.Ring()
+	} else {
+		ring, err = shardmap.NewRing(names, partitions, load)
 	}
-	ring, err := shardmap.NewRing(names, partitions, load)
 	if err != nil {
 		return nil, err
 	}
-	return &routing{m: m, shards: shards, key: key, ring: ring}, nil
+	rt := &routing{m: m, shards: shards, key: key, ring: ring}
+	if m != nil {
+		for i, owner := range []bool{false, true} {
+			q := new(dns.Msg)
+			shardproto.SetEpoch(q, m.Epoch, owner)
+			rt.epochOpts[i] = q.IsEdns0().Option[0]
+		}
+	}
+	return rt, nil
 }
 
 // shard returns the shard called name, nil when there is none.

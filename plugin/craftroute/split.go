@@ -236,7 +236,7 @@ func (c *Craftroute) probeName(ctx context.Context, origin, name string) (nameFa
 	q.Id = dns.Id()
 	q.Question = []dns.Question{{Name: name, Qtype: dns.TypeDNAME, Qclass: dns.ClassINET}}
 	shardproto.Request(q)
-	resp, err := c.exchange(ctx, s, q)
+	resp, err := c.exchange(ctx, s, q, true)
 	if err != nil {
 		return nameFacts{}, &errNoShard{s.Name, err}
 	}
@@ -287,7 +287,7 @@ func (c *Craftroute) checkNewCuts(ctx context.Context, origin string, cuts map[s
 			q := new(dns.Msg)
 			q.Question = []dns.Question{{Name: name, Qtype: dns.TypeNS, Qclass: dns.ClassINET}}
 			shardproto.Request(q)
-			resp, err := c.exchange(ctx, s, q)
+			resp, err := c.exchange(ctx, s, q, false)
 			if err != nil {
 				return &errNoShard{s.Name, err}
 			}

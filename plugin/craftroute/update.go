@@ -40,7 +40,7 @@ const spanNames = 8
 func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	// A member that fenced the router's map wrote nothing: the router
 	// reads the map and routes the update again, once (fence.go).
-	mctx, mark := withFenceMark(ctx)
+	mctx, mark := withFenceMark(c.withRouteEpoch(ctx))
 	cw := &capture{ResponseWriter: w}
 	rcode, err := c.serveUpdateOnce(mctx, cw, r)
 	if f := mark.fenced(); f != nil && c.refreshMap(ctx, f) {
