@@ -34,6 +34,12 @@ type Map struct {
 	Partitions int     `json:"partitions"`
 	Load       float64 `json:"load"`
 	Shards     []Shard `json:"shards"`
+	// Owners, when set, places names explicitly: the shard that owns each
+	// partition, Partitions of them. Without it the ring of the shards'
+	// names, Partitions and Load places them (Ring). A shard added or
+	// removed moves partitions from one owner to another, a few at each
+	// epoch, by changing it: a shard may then own none.
+	Owners []string `json:"owners,omitempty"`
 }
 
 // Shard is one shard: its name and its members, each with its DNS address
@@ -113,6 +119,17 @@ func (m *Map) Validate() error {
 			}
 		}
 	}
+	if m.Owners != nil {
+		if len(m.Owners) != m.Partitions {
+			return fmt.Errorf("%d partition owners for %d partitions: one a partition", len(m.Owners), m.Partitions)
+		}
+		for p, o := range m.Owners {
+			if !names[o] {
+				return fmt.Errorf("partition %d: owner %q is not a shard of the map", p, o)
+			}
+		}
+		return nil
+	}
 	if len(m.Shards) > m.Partitions {
 		return fmt.Errorf("%d shards for %d partitions: at least one partition per shard", len(m.Shards), m.Partitions)
 	}
@@ -154,7 +171,7 @@ func checkURL(u string) error {
 // Same reports whether m and o place names and reach members the same way:
 // equal but for the epoch.
 func (m *Map) Same(o *Map) bool {
-	return m.Key == o.Key && m.Partitions == o.Partitions && m.Load == o.Load &&
+	return m.Key == o.Key && m.Partitions == o.Partitions && m.Load == o.Load && slices.Equal(m.Owners, o.Owners) &&
 		slices.EqualFunc(m.Shards, o.Shards, func(a, b Shard) bool {
 			return a.Name == b.Name && slices.Equal(a.Members, b.Members) && slices.Equal(a.API, b.API)
 		})
@@ -169,14 +186,22 @@ func (m *Map) Names() []string {
 	return names
 }
 
-// Ring returns the ring that places names on m's shards.
+// Ring returns the ring that places names on m's shards: its Owners when
+// it has them, else the consistent-hash ring of its shards.
 func (m *Map) Ring() (*Ring, error) {
+	if m.Owners != nil {
+		if len(m.Owners) != m.Partitions || m.Partitions == 0 {
+			return nil, fmt.Errorf("ring: %d owners for %d partitions", len(m.Owners), m.Partitions)
+		}
+		return &Ring{owners: slices.Clone(m.Owners)}, nil
+	}
 	return NewRing(m.Names(), m.Partitions, m.Load)
 }
 
 // Clone returns a copy of m that shares nothing with it.
 func (m *Map) Clone() *Map {
 	c := *m
+	c.Owners = slices.Clone(m.Owners)
 	c.Shards = make([]Shard, len(m.Shards))
 	for i, s := range m.Shards {
 		c.Shards[i] = Shard{Name: s.Name, Members: slices.Clone(s.Members), API: slices.Clone(s.API)}

@@ -38,6 +38,14 @@ func TestValidate(t *testing.T) {
 		{"an address without a port", func(m *Map) { m.Shards[0].Members[0] = "127.0.0.1" }, "host:port"},
 		{"an API that is no URL", func(m *Map) { m.Shards[0].API[0] = "127.0.0.1:8080" }, "base URL"},
 		{"an API with a path", func(m *Map) { m.Shards[0].API[0] = "http://127.0.0.1:8080/v1" }, "base URL"},
+		{"owners for fewer partitions", func(m *Map) { m.Owners = []string{"a", "b"} }, "2 partition owners"},
+		{"an owner not in the map", func(m *Map) {
+			m.Owners = make([]string, m.Partitions)
+			for i := range m.Owners {
+				m.Owners[i] = "a"
+			}
+			m.Owners[5] = "c"
+		}, "partition 5"},
 	} {
 		m := testMap()
 		c.change(m)
@@ -71,5 +79,63 @@ func TestSameAndClone(t *testing.T) {
 	}
 	if r, err := m.Ring(); err != nil || (r.Locate("www.example.org.") != "a" && r.Locate("www.example.org.") != "b") {
 		t.Errorf("ring: %v", err)
+	}
+}
+
+// TestOwners: explicit partition owners place names as they say; a table
+// equal to the ring's places names as the ring does (the same placement),
+// one that moves a partition does not; a shard may own none.
+func TestOwners(t *testing.T) {
+	m := testMap()
+	ring, err := m.Ring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := m.Clone()
+	x.Owners = ring.Owners()
+	if err := x.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !m.SamePlacement(x) || !x.SamePlacement(m) {
+		t.Error("the ring's own table is another placement")
+	}
+	if m.Same(x) {
+		t.Error("a map with explicit owners is the same as one without")
+	}
+	const name = "www.example.org."
+	p := ring.Partition(name)
+	other := "a"
+	if ring.Owner(p) == "a" {
+		other = "b"
+	}
+	x.Owners[p] = other
+	xr, err := x.Ring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if xr.Locate(name) != other || xr.Partition(name) != p {
+		t.Errorf("partition %d moved to %s: %s is placed on %s", p, other, name, xr.Locate(name))
+	}
+	if m.SamePlacement(x) {
+		t.Error("a moved partition is the same placement")
+	}
+	// b owns nothing: still a valid map, and b owns no name.
+	for i := range x.Owners {
+		x.Owners[i] = "a"
+	}
+	if err := x.Validate(); err != nil {
+		t.Fatalf("a shard that owns no partition: %v", err)
+	}
+	pl, err := NewPlace(x, "b", x.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pl.Owns(name) {
+		t.Error("a shard without partitions owns a name")
+	}
+	c := x.Clone()
+	c.Owners[0] = "b"
+	if x.Owners[0] != "a" {
+		t.Error("the clone shares its owners with the map")
 	}
 }

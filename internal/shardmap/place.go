@@ -1,6 +1,9 @@
 package shardmap
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Place is what a member knows of its shard's place in the map: the map
 // it applied last, which of its shards it is, and the epoch since which
@@ -24,18 +27,27 @@ func NewPlace(m *Map, shard string, placed uint64) (*Place, error) {
 }
 
 // SamePlacement reports whether m and o place every name on the same
-// shard: the same key mode, partitions, load and shard names in the same
-// order (the ring is made from these alone).
+// shard: the same key mode and partitions, and the same owner for every
+// partition (explicit, or the ring's: the ring is made from the shards'
+// names, the partitions and the load alone).
 func (m *Map) SamePlacement(o *Map) bool {
-	if m.Key != o.Key || m.Partitions != o.Partitions || m.Load != o.Load || len(m.Shards) != len(o.Shards) {
+	if m.Key != o.Key || m.Partitions != o.Partitions {
 		return false
 	}
-	for i := range m.Shards {
-		if m.Shards[i].Name != o.Shards[i].Name {
+	if m.Owners == nil && o.Owners == nil {
+		if m.Load != o.Load || len(m.Shards) != len(o.Shards) {
 			return false
 		}
+		for i := range m.Shards {
+			if m.Shards[i].Name != o.Shards[i].Name {
+				return false
+			}
+		}
+		return true
 	}
-	return true
+	rm, err1 := m.Ring()
+	ro, err2 := o.Ring()
+	return err1 == nil && err2 == nil && slices.Equal(rm.owners, ro.owners)
 }
 
 // Owns reports whether the ring places key (a canonical owner name in key

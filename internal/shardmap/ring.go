@@ -100,6 +100,22 @@ func (r *Ring) Locate(key string) string {
 	return r.owners[xxhash.Sum64String(key)%uint64(len(r.owners))]
 }
 
+// Partition returns the partition of key: what Locate looks up.
+func (r *Ring) Partition(key string) int { return PartitionOf(key, len(r.owners)) }
+
+// PartitionOf returns the partition of key among partitions: xxhash of the
+// key (a canonical lower-case name) modulo the count, as every ring places
+// it.
+func PartitionOf(key string, partitions int) int {
+	return int(xxhash.Sum64String(key) % uint64(partitions))
+}
+
+// Owner returns the shard that owns partition p.
+func (r *Ring) Owner(p int) string { return r.owners[p] }
+
+// Owners returns a copy of the partitions' owners, by partition.
+func (r *Ring) Owners() []string { return slices.Clone(r.owners) }
+
 // ringMember is a shard on the ring; key is what consistent hashes.
 type ringMember struct{ name, key string }
 

@@ -2,6 +2,7 @@ package shardproto
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/miekg/dns"
 )
@@ -96,10 +97,11 @@ func request(m *dns.Msg, mode byte) {
 			return
 		}
 	}
-	// Room for the flags and a minimum index (SetMinIndex) without growing.
+	// Room for the flags and a minimum index (SetMinIndex) without growing,
+	// and for the map epoch the router adds (epoch.go).
 	data := make([]byte, 2, 3+8)
 	data[0], data[1] = version, mode
-	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: Code, Data: data})
+	opt.Option = append(slices.Grow(opt.Option, 2), &dns.EDNS0_LOCAL{Code: Code, Data: data})
 }
 
 // Requested reports whether query r asks for partition mode.

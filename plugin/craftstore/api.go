@@ -245,10 +245,15 @@ func (a *apiServer) getZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	keep, err := partitionFilter(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
 	w.Header().Set("Content-Type", "text/dns")
 	bw := bufio.NewWriter(w)
 	started := false
-	err = a.rep.Export(origin, func(rr dns.RR) error {
+	err = a.rep.ExportWhere(origin, keep, func(rr dns.RR) error {
 		started = true
 		return writeZone(bw, rr)
 	})
