@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -20,20 +19,11 @@ import (
 )
 
 // startRouterEnv is startRouterWith with env added to the router's
-// environment.
+// environment and its Corefile unchanged.
 func (s *sharded) startRouterEnv(t *testing.T, name string, env []string) *router {
 	t.Helper()
-	r := &router{name: name, spec: routerSpec{zones: []string{"."}, key: "name", mapSeed: true}, dns: harness.ListenPort(t), api: harness.ListenPort(t), metrics: harness.ListenPort(t), rdy: harness.ListenPort(t)}
-	writeFile(t, filepath.Join(s.wd, r.name+".Corefile"), s.routerCorefile(r))
-	r.p = harness.StartEnv(t, r.name, s.wd, r.name+".Corefile", env...)
-	s.procs = append(s.procs, r.p)
-	harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", r.rdy), s.procs...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s log (last 4 KiB):\n%s", r.name, tail(r.p.Logs(), 4096))
-		}
-	})
-	return r
+	r := s.newRouter(t, name)
+	return s.launch(t, r, s.routerCorefile(r), env...)
 }
 
 // memberMap reads the shard map member m applied.

@@ -37,10 +37,22 @@ func routerEpoch(r *router) (uint64, []string) {
 // sharded example's with its craftroute lines passed through edit.
 func (s *sharded) startRouterWith(t *testing.T, name string, edit func(lines []string) []string) *router {
 	t.Helper()
-	r := &router{name: name, spec: routerSpec{zones: []string{"."}, key: "name", mapSeed: true}, dns: harness.ListenPort(t), api: harness.ListenPort(t), metrics: harness.ListenPort(t), rdy: harness.ListenPort(t)}
-	text := strings.Join(edit(strings.Split(s.routerCorefile(r), "\n")), "\n")
+	r := s.newRouter(t, name)
+	return s.launch(t, r, strings.Join(edit(strings.Split(s.routerCorefile(r), "\n")), "\n"))
+}
+
+// newRouter returns one more router of s (key mode name, the map by
+// shard_seed), on ports of its own, not started.
+func (s *sharded) newRouter(t *testing.T, name string) *router {
+	return &router{name: name, spec: routerSpec{zones: []string{"."}, key: "name", mapSeed: true}, dns: harness.ListenPort(t), api: harness.ListenPort(t), metrics: harness.ListenPort(t), rdy: harness.ListenPort(t)}
+}
+
+// launch starts router r of s from Corefile text, with env added to its
+// environment, and waits until it is ready.
+func (s *sharded) launch(t *testing.T, r *router, text string, env ...string) *router {
+	t.Helper()
 	writeFile(t, filepath.Join(s.wd, r.name+".Corefile"), text)
-	r.p = harness.Start(t, r.name, s.wd, r.name+".Corefile")
+	r.p = harness.StartEnv(t, r.name, s.wd, r.name+".Corefile", env...)
 	s.procs = append(s.procs, r.p)
 	harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", r.rdy), s.procs...)
 	t.Cleanup(func() {

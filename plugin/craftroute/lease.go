@@ -114,8 +114,12 @@ type leaseHolder struct {
 	qname string          // the lease queries' name (a name of the router's zones)
 	// tokens are random per start and member: a notice must carry one,
 	// which names the member's shard.
-	tokens  map[*Member][shardproto.TokenLen]byte
+	tokens  atomic.Pointer[map[*Member][shardproto.TokenLen]byte]
 	byToken atomic.Pointer[map[[shardproto.TokenLen]byte]*Shard]
+	// voidUntil (unix nanoseconds) holds the leases void after a map
+	// change dropped a member (followMap): until its lease has ended, a
+	// write it took may not have been notified.
+	voidUntil atomic.Int64
 	// validUntil is the end (unix nanoseconds) of the earliest lease on
 	// any member; 0 before every member granted one.
 	validUntil atomic.Int64
@@ -125,7 +129,7 @@ type leaseHolder struct {
 
 // valid reports whether the router holds an unexpired lease on every member.
 func (lh *leaseHolder) valid(now time.Time) bool {
-	return lh.port != 0 && now.UnixNano() < lh.validUntil.Load()
+	return lh.port != 0 && now.UnixNano() < lh.validUntil.Load() && now.UnixNano() >= lh.voidUntil.Load()
 }
 
 // startLeases requests leases from every member every leaseRenew until
@@ -137,19 +141,7 @@ func (c *Craftroute) startLeases(lapsed func()) (stop func()) {
 		return func() {}
 	}
 	lh.until = map[*Member]time.Time{}
-	tokens, byToken := map[*Member][shardproto.TokenLen]byte{}, map[[shardproto.TokenLen]byte]*Shard{}
-	for _, s := range c.shards() {
-		for _, m := range s.Members {
-			var t [shardproto.TokenLen]byte
-			if _, err := rand.Read(t[:]); err != nil {
-				log.Errorf("no change leases: %v", err)
-				return func() {}
-			}
-			tokens[m], byToken[t] = t, s
-		}
-	}
-	lh.tokens = tokens
-	c.leases.setTokens(byToken)
+	lh.follow(c.shards())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -194,7 +186,7 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 				req := new(dns.Msg)
 				req.SetQuestion(lh.qname, dns.TypeSOA)
 				sent := time.Now()
-				lease := shardproto.RequestLease(req, shardproto.Lease{Port: lh.port, Duration: leaseFor, Token: lh.tokens[m], Time: sent}, lh.key)
+				lease := shardproto.RequestLease(req, shardproto.Lease{Port: lh.port, Duration: leaseFor, Token: (*lh.tokens.Load())[m], Time: sent}, lh.key)
 				c.markEpoch(ctx, nil, req, false)
 				rctx, cancel := context.WithTimeout(ctx, leaseRenew)
 				defer cancel()
@@ -298,9 +290,62 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 	return dns.RcodeSuccess, nil
 }
 
-// setTokens publishes the token → shard map for serveNotice.
-func (lh *leaseHolder) setTokens(m map[[shardproto.TokenLen]byte]*Shard) {
-	lh.byToken.Store(&m)
+// follow gives every member of shards a lease token (the one it has, or
+// a new random one) and points every token at its member's shard in
+// shards, so that a notice raises the index of the Shard the router
+// routes by. A member the shards no longer list keeps its token, pointed
+// at the shard of the same name when there is one (the same group): its
+// notices count until its lease ends. It reports whether a member got a
+// token (it holds no lease yet) and whether one was dropped.
+func (lh *leaseHolder) follow(shards []*Shard) (added, dropped bool) {
+	var old map[*Member][shardproto.TokenLen]byte
+	if p := lh.tokens.Load(); p != nil {
+		old = *p
+	}
+	tokens, byToken := map[*Member][shardproto.TokenLen]byte{}, map[[shardproto.TokenLen]byte]*Shard{}
+	for _, s := range shards {
+		for _, m := range s.Members {
+			t, ok := old[m]
+			if !ok {
+				rand.Read(t[:]) // crypto/rand: never fails (Go 1.24)
+				added = true
+			}
+			tokens[m], byToken[t] = t, s
+		}
+	}
+	for m, t := range old {
+		if _, kept := tokens[m]; !kept {
+			dropped = true
+			if s := shardNamed(shards, m.Shard); s != nil {
+				byToken[t] = s
+			}
+		}
+	}
+	lh.tokens.Store(&tokens)
+	lh.byToken.Store(&byToken)
+	return added, dropped
+}
+
+// followMap points the leases at the shards of a new routing (adopt): a
+// member added holds no lease of this router yet, so the leases are void
+// until the next renewal has one from every member; a member dropped may
+// still take writes until its lease ends, unnotified once it is not
+// renewed, so the leases stay void (no read without a round to the
+// leader, no negative cache) for leaseFor.
+func (c *Craftroute) followMap(shards []*Shard) {
+	lh := &c.leases
+	if lh.port == 0 || lh.tokens.Load() == nil {
+		return // no leases, or not started: startLeases follows the shards
+	}
+	added, dropped := lh.follow(shards)
+	if added || dropped {
+		lh.validUntil.Store(0)
+		leasesValid.Set(0)
+		c.changes.void()
+	}
+	if dropped {
+		lh.voidUntil.Store(time.Now().Add(leaseFor).UnixNano())
+	}
 }
 
 // shardOf returns the shard of the member that token was given to, nil if

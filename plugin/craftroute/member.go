@@ -33,6 +33,10 @@ type Shard struct {
 	// router was told of (shardproto/index.go): its routed queries ask for
 	// a state that has applied it.
 	minIndex atomic.Uint64
+	// next is the Shard that replaced this one in a new routing (a map
+	// change of its members, shardmap.go's adopt): what this one is told
+	// afterwards is passed on, so that the router's reads never go back.
+	next atomic.Pointer[Shard]
 	// duration is the shard's request_duration_seconds, made on first use.
 	duration atomic.Value // prometheus.Observer
 }
@@ -429,7 +433,10 @@ func (s *Shard) raise(index uint64) {
 	for {
 		cur := s.minIndex.Load()
 		if index <= cur || s.minIndex.CompareAndSwap(cur, index) {
-			return
+			break
 		}
+	}
+	if n := s.next.Load(); n != nil {
+		n.raise(index)
 	}
 }

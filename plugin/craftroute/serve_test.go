@@ -129,7 +129,7 @@ func TestServeDNS(t *testing.T) {
 	// (a write through any router comes with one), with this router's
 	// lease token only.
 	tok := [shardproto.TokenLen]byte{7}
-	c.leases.setTokens(map[[shardproto.TokenLen]byte]*Shard{tok: c.shards()[0]})
+	c.leases.byToken.Store(&map[[shardproto.TokenLen]byte]*Shard{tok: c.shards()[0]})
 	nx := new(dns.Msg)
 	nx.SetQuestion("nothere.example.org.", dns.TypeA)
 	if m := c.neg.get("nothere.example.org.", dns.TypeA, false, false, c.changes.valid); m == nil {

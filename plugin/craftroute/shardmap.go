@@ -346,8 +346,6 @@ func (c *Craftroute) adopt(m *shardmap.Map) error {
 	shards := make([]*Shard, 0, len(m.Shards))
 	var added []*Member
 	kept := map[*Member]bool{}
-	type carried struct{ from, to *Shard }
-	var carry []carried
 	for _, ms := range m.Shards {
 		old := cur.shard(ms.Name)
 		if old != nil && sameShard(old, ms) {
@@ -367,8 +365,9 @@ func (c *Craftroute) adopt(m *shardmap.Map) error {
 					}
 				}
 			}
+			// From here on what old is told reaches s too (raise).
+			old.next.Store(s)
 			s.raise(old.minIndex.Load())
-			carry = append(carry, carried{old, s})
 		}
 		for _, mem := range s.Members {
 			if !kept[mem] {
@@ -387,10 +386,7 @@ func (c *Craftroute) adopt(m *shardmap.Map) error {
 		}
 	}
 	c.rt.Store(rt)
-	for _, cr := range carry {
-		// What the old shard learned while the swap was under way.
-		cr.to.raise(cr.from.minIndex.Load())
-	}
+	c.followMap(shards)
 	mapEpoch.Set(float64(m.Epoch))
 	if cur.m != nil {
 		log.Infof("shard map epoch %d: %d shards", m.Epoch, len(m.Shards))

@@ -10,6 +10,28 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
+// applyIn applies c to the generation in db, in one bbolt transaction: a
+// refusal (*Error) is returned, any other failure fails the test.
+func applyIn(t *testing.T, db *bolt.DB, c *Command) (Result, *Effect, error) {
+	t.Helper()
+	var (
+		res Result
+		eff *Effect
+		err error
+	)
+	if uerr := db.Update(func(tx *bolt.Tx) error {
+		res, eff, err = Apply(Generation(tx), c, 10)
+		var ferr *Error
+		if err != nil && !errors.As(err, &ferr) {
+			return err
+		}
+		return nil
+	}); uerr != nil {
+		t.Fatal(uerr)
+	}
+	return res, eff, err
+}
+
 func testShardMap(epoch uint64, members ...string) []byte {
 	m := &shardmap.Map{Epoch: epoch, Key: shardmap.KeyName, Partitions: shardmap.DefaultPartitions, Load: shardmap.DefaultLoad,
 		Shards: []shardmap.Shard{{Name: "a", Members: members, API: nil}}}
@@ -25,24 +47,7 @@ func testShardMap(epoch uint64, members ...string) []byte {
 // second map part waits for the first; commit writes it, abort does not.
 func TestMapSet(t *testing.T) {
 	db := openGeneration(t)
-	run := func(c *Command) (Result, *Effect, error) {
-		var (
-			res Result
-			eff *Effect
-			err error
-		)
-		if uerr := db.Update(func(tx *bolt.Tx) error {
-			res, eff, err = Apply(Generation(tx), c, 10)
-			var ferr *Error
-			if err != nil && !errors.As(err, &ferr) {
-				return err
-			}
-			return nil
-		}); uerr != nil {
-			t.Fatal(uerr)
-		}
-		return res, eff, err
-	}
+	run := func(c *Command) (Result, *Effect, error) { return applyIn(t, db, c) }
 	current := func() *shardmap.Map {
 		var m *shardmap.Map
 		db.View(func(tx *bolt.Tx) error {
@@ -116,18 +121,8 @@ func TestMapFence(t *testing.T) {
 		if c, err = Unmarshal(b); err != nil {
 			t.Fatal(err)
 		}
-		var aerr error
-		if uerr := db.Update(func(tx *bolt.Tx) error {
-			_, _, aerr = Apply(Generation(tx), c, 10)
-			var ferr *Error
-			if aerr != nil && !errors.As(aerr, &ferr) {
-				return aerr
-			}
-			return nil
-		}); uerr != nil {
-			t.Fatal(uerr)
-		}
-		return aerr
+		_, _, err = applyIn(t, db, c)
+		return err
 	}
 	mapOf := func(epoch uint64, partitions int, first string) []byte {
 		m := &shardmap.Map{Epoch: epoch, Key: shardmap.KeyName, Partitions: partitions, Load: shardmap.DefaultLoad,
