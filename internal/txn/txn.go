@@ -192,6 +192,10 @@ type Prepare struct {
 	// the part is for (a member learns which shard of the map it is in).
 	Map   *shardmap.Map `json:"map,omitempty"`
 	Shard string        `json:"shard,omitempty"`
+	// Hold lists partitions of the shard's map whose writes wait while
+	// the map part is prepared (a migration's critical section: the
+	// partitions it moves away from this shard).
+	Hold []uint32 `json:"hold,omitempty"`
 }
 
 // Meta is what a participant keeps with a prepared part for its recovery.

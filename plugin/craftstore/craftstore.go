@@ -148,8 +148,9 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	// newest its group acknowledged.
 	notice, fenced := c.fence(rep, r, qname)
 	if fenced != nil {
+		// Written: success, or the server would answer again (as ede.Write).
 		w.WriteMsg(fenced)
-		return dns.RcodeRefused, nil
+		return dns.RcodeSuccess, nil
 	}
 
 	z := rep.Match(qname)

@@ -55,7 +55,7 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 		}
 		m, err := json.Marshal(p.Map)
 		if err == nil {
-			err = a.rep.TxPrepareMap(ctx, id, m, p.Shard, meta)
+			err = a.rep.TxPrepareMap(ctx, id, m, p.Shard, p.Hold, meta)
 		}
 		v := vote(dns.RcodeSuccess, err)
 		a.staleVote(&v, err)

@@ -309,7 +309,16 @@ func (r *Replica) open() error {
 	r.term.Store(hs.GetTerm())
 	r.voted.term, r.voted.vote = hs.GetTerm(), hs.GetVote()
 	r.health.index = hs.GetCommit()
-	fresh := r.fresh && raft.IsEmptyHardState(hs)
+	// A new group's member starts its Raft node with the group's initial
+	// members; so does one whose directory was made by a start that ended
+	// before its node persisted anything (killed in its first moments):
+	// no vote, no entry, no snapshot. Restarted as it was, it would know no
+	// member, not even itself, and never elect a leader.
+	last, err := r.store.LastIndex()
+	if err != nil {
+		return err
+	}
+	fresh := raft.IsEmptyHardState(hs) && last == 0 && r.snapIndex == 0
 
 	r.tr, err = transport.New(transport.Config{
 		ID:          r.cfg.ID,

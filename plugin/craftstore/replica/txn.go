@@ -46,12 +46,14 @@ func (r *Replica) TxPrepareUpdate(ctx context.Context, id txn.ID, zone string, p
 
 // TxPrepareMap proposes part of transaction id: the deployment's shard map
 // at the next epoch (m, shardmap.Map as JSON), one part on every shard,
-// this one being the map's shard called shard.
+// this one being the map's shard called shard; while it is prepared,
+// writes to the names of the partitions hold lists wait (ErrBusy, which
+// proposeUnlocked waits out).
 // meta is as for TxPrepareChange. The vote is refused with ErrConflict when
 // the shard is not at the epoch before m's, ErrInvalid when m is not a
 // valid map, ErrBusy while another map change is prepared.
-func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, m []byte, shard string, meta []byte) error {
-	part, err := (&fsm.Command{Op: fsm.OpMapSet, Map: m, Shard: shard}).Marshal()
+func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, m []byte, shard string, hold []uint32, meta []byte) error {
+	part, err := (&fsm.Command{Op: fsm.OpMapSet, Map: m, Shard: shard, Hold: hold}).Marshal()
 	if err != nil {
 		return Errorf(ErrInvalid, "%v", err)
 	}

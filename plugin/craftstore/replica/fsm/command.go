@@ -72,6 +72,9 @@ type Command struct {
 
 	Map   []byte // OpMapSet: the shard map (shardmap.Map, JSON)
 	Shard string // OpMapSet: the shard the part was sent to, "" when unnamed
+	// Hold (OpMapSet) lists partitions of the map whose writes wait while
+	// the part is prepared: a migration's critical section (shardmap.go).
+	Hold []uint32
 
 	// Epoch is the shard map epoch the router that sent this write routed
 	// it by, 0 when none did: a write routed by a placement older than
@@ -137,6 +140,10 @@ func (c *Command) Marshal() ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(c.Map)))
 		b = append(b, c.Map...)
 		b = appendString(b, c.Shard)
+		b = binary.AppendUvarint(b, uint64(len(c.Hold)))
+		for _, p := range c.Hold {
+			b = binary.AppendUvarint(b, uint64(p))
+		}
 	}
 	if c.Op == OpMemberInfo {
 		b = binary.AppendUvarint(b, c.Member.ID)
@@ -200,6 +207,12 @@ func Unmarshal(data []byte) (*Command, error) {
 	if c.Op == OpMapSet {
 		c.Map = append([]byte(nil), d.bytes()...)
 		c.Shard = d.string()
+		if d.err == nil && len(d.b) > 0 { // parts written before holds end here
+			n := d.count()
+			for i := 0; i < n && d.err == nil; i++ {
+				c.Hold = append(c.Hold, uint32(d.uvarint()))
+			}
+		}
 	}
 	if c.Op == OpMemberInfo {
 		c.Member = Member{ID: d.uvarint(), Raft: d.string(), DNS: d.string(), API: d.string()}

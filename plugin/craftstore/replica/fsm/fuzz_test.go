@@ -20,6 +20,8 @@ func FuzzCommand(f *testing.F) {
 		{Op: OpTxUnfence, Zone: "example.org.", Tx: [16]byte{2}, Meta: []byte{0, 0, 0, 7, '{', '}'}},
 		{Op: OpMemberInfo, Member: Member{ID: 2, Raft: "127.0.0.1:7001", DNS: "127.0.0.1:53", API: "127.0.0.1:8080"}},
 		{Op: OpImportBegin, Zone: "example.org.", Import: 3, Absent: true},
+		{Op: OpMapSet, Map: []byte(`{"epoch":2}`), Shard: "a", Hold: []uint32{1, 1020}},
+		{Op: OpChange, Zone: "example.org.", Add: []dns.RR{a}, Epoch: 9},
 	} {
 		b, err := c.Marshal()
 		if err != nil {

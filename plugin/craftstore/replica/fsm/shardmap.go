@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"slices"
+	"strconv"
 
 	"github.com/craftdns/craftdns/internal/shardmap"
 
@@ -25,6 +26,7 @@ var (
 	keyMapShard    = []byte("shard")
 	keyMapPlaced   = []byte("placed")
 	keyMapEpoch    = []byte("epoch")
+	keyMapParts    = []byte("partitions")
 )
 
 // MapLock is the name a prepared map part holds, in zone "": no query's
@@ -93,6 +95,11 @@ func applyMapSet(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 	if m.Epoch != epoch+1 {
 		return Result{}, nil, Errorf(ErrConflict, "shard map epoch %d: this shard is at epoch %d, a change must make epoch %d", m.Epoch, epoch, epoch+1)
 	}
+	for _, p := range c.Hold {
+		if cur == nil || int(p) >= cur.Partitions || m.Partitions != cur.Partitions {
+			return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d holds partition %d: a hold names a partition of the shard's map, whose partition count stays", m.Epoch, p)
+		}
+	}
 	if c.Shard != "" && !slices.Contains(m.Names(), c.Shard) {
 		return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d has no shard %q: a part is sent to a shard of the map", m.Epoch, c.Shard)
 	}
@@ -125,6 +132,9 @@ func applyMapSet(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 		return Result{}, nil, err
 	}
 	if err := b.Put(keyMapEpoch, binary.AppendUvarint(nil, m.Epoch)); err != nil {
+		return Result{}, nil, err
+	}
+	if err := b.Put(keyMapParts, binary.AppendUvarint(nil, uint64(m.Partitions))); err != nil {
 		return Result{}, nil, err
 	}
 	p, err := shardmap.NewPlace(m, c.Shard, placed)
@@ -160,4 +170,38 @@ func checkEpoch(g *bolt.Bucket, epoch uint64) error {
 		return nil
 	}
 	return Errorf(ErrStaleMap, "stale shard map: routed by epoch %d, names are placed as at epoch %d since (this shard is at epoch %d); read the map at %s on any member", epoch, placed, cur, shardmap.MapPath)
+}
+
+// holdName is the lock name of partition p held by a map part (Hold): in
+// zone "", like MapLock, so that no query meets it.
+func holdName(p uint32) string { return "partition " + strconv.FormatUint(uint64(p), 10) }
+
+// checkHolds refuses with ErrBusy a write of names one of which is in a
+// partition that a prepared map part holds (a migration's critical
+// section): the writer waits and tries again (the replica's
+// proposeUnlocked, the routers' retries of a busy part), so that the write
+// is held, not refused, and lands on the partition's owner after the map
+// change.
+func checkHolds(g *bolt.Bucket, names []string) error {
+	b := g.Bucket(bucketShardMap)
+	locks := g.Bucket(BucketTxLocks)
+	if b == nil || locks == nil {
+		return nil
+	}
+	parts, _ := binary.Uvarint(b.Get(keyMapParts))
+	if parts == 0 {
+		// A map set before the count was kept beside it.
+		m, err := ShardMap(g)
+		if err != nil || m == nil {
+			return err
+		}
+		parts = uint64(m.Partitions)
+	}
+	for _, n := range names {
+		p := uint32(shardmap.PartitionOf(n, int(parts)))
+		if by := locks.Get(lockKey("", holdName(p))); by != nil {
+			return Errorf(ErrBusy, "%s is in partition %d, which a shard map change in progress (transaction %x) holds", n, p, by)
+		}
+	}
+	return nil
 }

@@ -3,10 +3,13 @@ package fsm
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/craftdns/craftdns/internal/shardmap"
 
+	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -229,4 +232,110 @@ func TestMapFence(t *testing.T) {
 	if got := p.Fence(2, true, theirs); got != shardmap.Fenced {
 		t.Errorf("a name of shard b sent to a at an old epoch: %v, expected fenced", got)
 	}
+}
+
+// TestMapHold: a prepared map part that holds partitions makes every write
+// of a name in them busy (a change, an UPDATE, another transaction's
+// part), and lets the others through; its commit or abort lets them
+// through again. A hold needs a map whose partition count stays, and a
+// part written before holds existed decodes as one without.
+func TestMapHold(t *testing.T) {
+	db := openGeneration(t)
+	const origin = "example.org."
+	apex := []dns.RR{
+		mustTestRR(t, origin+" 300 IN SOA ns1.example.org. h.example.org. 1 7200 3600 1209600 300"),
+		mustTestRR(t, origin+" 300 IN NS ns1.example.org."),
+	}
+	for _, c := range []*Command{
+		{Op: OpImportBegin, Zone: origin, Import: 1},
+		{Op: OpImportChunk, Zone: origin, Import: 1, Add: apex},
+		{Op: OpImportCommit, Zone: origin, Import: 1},
+	} {
+		if _, _, err := applyIn(t, db, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m1 := testShardMap(1, "127.0.0.1:53")
+	id := byte(0)
+	prepareMap := func(m []byte, hold ...uint32) error {
+		id++
+		part, _ := (&Command{Op: OpMapSet, Map: m, Shard: "a", Hold: hold}).Marshal()
+		_, _, err := applyIn(t, db, &Command{Op: OpTxPrepare, Tx: [16]byte{id}, Part: part, Meta: []byte(`{}`)})
+		return err
+	}
+	if err := prepareMap(m1, 3); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a hold on a shard without a map: expected invalid, got %v", err)
+	}
+	if err := prepareMap(m1); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := applyIn(t, db, &Command{Op: OpTxCommit, Tx: [16]byte{id}}); err != nil {
+		t.Fatal(err)
+	}
+	// Two names in different partitions; hold the first one's.
+	var held, free string
+	var p uint32
+	for i := 0; held == "" || free == ""; i++ {
+		n := fmt.Sprintf("n%d.%s", i, origin)
+		q := uint32(shardmap.PartitionOf(n, shardmap.DefaultPartitions))
+		switch {
+		case held == "":
+			held, p = n, q
+		case q != p:
+			free = n
+		}
+	}
+	if err := prepareMap(testShardMap(2, "127.0.0.2:53"), p); err != nil {
+		t.Fatal(err)
+	}
+	holdTx := id
+	add := func(name string) error {
+		_, _, err := applyIn(t, db, &Command{Op: OpChange, Zone: origin, Add: []dns.RR{mustTestRR(t, name+" 60 IN A 192.0.2.1")}})
+		return err
+	}
+	if err := add(held); !errors.Is(err, ErrBusy) {
+		t.Errorf("a write of %s in held partition %d: expected busy, got %v", held, p, err)
+	}
+	if err := add(free); err != nil {
+		t.Errorf("a write of %s outside the held partition: %v", free, err)
+	}
+	upd := new(dns.Msg)
+	upd.SetUpdate(origin)
+	upd.Insert([]dns.RR{mustTestRR(t, held+" 60 IN TXT x")})
+	packed, _ := upd.Pack()
+	if _, _, err := applyIn(t, db, &Command{Op: OpUpdate, Zone: origin, Update: packed}); !errors.Is(err, ErrBusy) {
+		t.Errorf("an UPDATE of %s in the held partition: expected busy, got %v", held, err)
+	}
+	part, _ := (&Command{Op: OpChange, Zone: origin, Add: []dns.RR{mustTestRR(t, held+" 60 IN A 192.0.2.2")}}).Marshal()
+	if _, _, err := applyIn(t, db, &Command{Op: OpTxPrepare, Zone: origin, Tx: [16]byte{200}, Part: part, Meta: []byte(`{}`)}); !errors.Is(err, ErrBusy) {
+		t.Errorf("a transaction's part in the held partition: expected busy, got %v", err)
+	}
+	if _, _, err := applyIn(t, db, &Command{Op: OpTxAbort, Tx: [16]byte{holdTx}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := add(held); err != nil {
+		t.Errorf("after the hold's abort, a write of %s: %v", held, err)
+	}
+
+	// The encoding: holds round-trip, and a part without them (as written
+	// before they existed: the Hold count left off) decodes.
+	c := &Command{Op: OpMapSet, Map: m1, Shard: "a", Hold: []uint32{3, 1020}}
+	b, _ := c.Marshal()
+	got, err := Unmarshal(b)
+	if err != nil || !slices.Equal(got.Hold, c.Hold) || got.Shard != "a" {
+		t.Errorf("round trip: %+v %v", got, err)
+	}
+	old, _ := (&Command{Op: OpMapSet, Map: m1, Shard: "a"}).Marshal()
+	if got, err := Unmarshal(old[:len(old)-1]); err != nil || got.Hold != nil || got.Shard != "a" {
+		t.Errorf("a part without the hold count: %+v %v", got, err)
+	}
+}
+
+func mustTestRR(t *testing.T, s string) dns.RR {
+	t.Helper()
+	rr, err := dns.NewRR(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rr
 }

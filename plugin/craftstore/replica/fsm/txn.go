@@ -85,6 +85,9 @@ func Touched(c *Command) ([]string, error) {
 			return nil, Errorf(ErrInvalid, "a shard map part belongs to no zone")
 		}
 		names = []string{MapLock}
+		for _, p := range c.Hold {
+			names = append(names, holdName(p))
+		}
 	default:
 		return nil, Errorf(ErrInvalid, "a transaction's part must be a change, an update or a shard map")
 	}
@@ -125,7 +128,10 @@ func checkUnlocked(g *bolt.Bucket, c *Command) error {
 	if err != nil {
 		return err
 	}
-	return checkNames(g, c.Zone, names)
+	if err := checkNames(g, c.Zone, names); err != nil {
+		return err
+	}
+	return checkHolds(g, names)
 }
 
 // checkNames refuses with ErrBusy when a transaction holds one of names of
@@ -241,6 +247,11 @@ func applyTxPrepare(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	}
 	if err := checkNames(g, c.Zone, names); err != nil {
 		return Result{}, nil, err
+	}
+	if c.Zone != "" {
+		if err := checkHolds(g, names); err != nil {
+			return Result{}, nil, err
+		}
 	}
 	if err := checkFence(g, c); err != nil {
 		return Result{}, nil, err
