@@ -370,10 +370,18 @@ func TestShardMapPutShard(t *testing.T) {
 		}
 	}
 
-	// a3 back: epoch 3, three members on both routers.
+	// a3 back: epoch 3, three members on both routers. Shard a first has
+	// a leader again (a3 may have led it when it was killed).
 	ms[2].p.Restart()
-	if code, err := a1.Do("PUT", "/v1/shards/a", body(ms...), &ans); err != nil || code != http.StatusOK || ans.Map.Epoch != 3 {
-		t.Fatalf("PUT /v1/shards/a with a3 back: %d %v", code, err)
+	for _, m := range ms {
+		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", m.ready), m.p)
+	}
+	var back struct {
+		Map   *shardmap.Map `json:"map"`
+		Error string        `json:"error"`
+	}
+	if code, err := a1.Do("PUT", "/v1/shards/a", body(ms...), &back); err != nil || code != http.StatusOK || back.Map == nil || back.Map.Epoch != 3 {
+		t.Fatalf("PUT /v1/shards/a with a3 back: %d %v %s", code, err, back.Error)
 	}
 	for _, a := range []harness.API{a1, a2} {
 		harness.Eventually(t, a.Base+" at epoch 3", 5*time.Second, func() bool {

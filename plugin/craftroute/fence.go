@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/craftdns/craftdns/internal/shardmap"
+	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
@@ -77,13 +77,11 @@ func (c *Craftroute) routeEpoch(ctx context.Context) uint64 { return c.routedBy(
 // goes to the owner of its name, unless it says an epoch already. mk is
 // the resolution's marks, nil outside one.
 func (c *Craftroute) markEpoch(ctx context.Context, mk *marks, req *dns.Msg, owner bool) {
-	rt := (*routing)(nil)
 	if mk != nil && mk.rt != nil {
-		rt = mk.rt
-	} else {
-		rt = c.routedBy(ctx)
+		mk.rt.markEpoch(req, owner) // no walk up ctx on a query's path
+		return
 	}
-	rt.markEpoch(req, owner)
+	c.routedBy(ctx).markEpoch(req, owner)
 }
 
 // markEpoch adds rt's epoch option to query req (built once per routing:
@@ -125,20 +123,10 @@ func (c *Craftroute) checkEpoch(s *Shard, resp *dns.Msg) *errFenced {
 		return nil
 	}
 	msg := "refused"
-	for _, o := range optionsOf(resp) {
-		if x, ok := o.(*dns.EDNS0_EDE); ok {
-			msg = x.ExtraText
-		}
+	if x := ede.Of(resp); x != nil {
+		msg = x.ExtraText
 	}
 	return &errFenced{shard: s.Name, epoch: e, msg: msg}
-}
-
-// optionsOf returns the EDNS0 options of m.
-func optionsOf(m *dns.Msg) []dns.EDNS0 {
-	if opt := m.IsEdns0(); opt != nil {
-		return opt.Option
-	}
-	return nil
 }
 
 // headerEpoch reads the member's epoch in an API answer's header as
@@ -171,13 +159,18 @@ type mapFlight struct {
 // read of the map per minMapRead.
 const minMapRead = 100 * time.Millisecond
 
-// refreshMap reads the map until the router routes by epoch or newer, or
-// ctx ends; it reports whether it does. Concurrent callers share a read.
+// refresh reads the map until the router routes by epoch or newer, or
+// ctx ends; it reports whether it does. Concurrent callers share a read;
+// one that joined a read begun before the epoch was committed (a notice's)
+// and is still behind after it waits for one more.
 func (f *mapFlight) refresh(ctx context.Context, c *Craftroute, epoch uint64) bool {
 	if c.cfg.mapMode == mapOff {
 		return false // it routes by its Corefile, whatever the members say
 	}
-	for c.routes().epoch() < epoch {
+	for reads := 0; c.routes().epoch() < epoch; reads++ {
+		if reads == 2 {
+			return false // no member serves the epoch yet, or none answered
+		}
 		f.mu.Lock()
 		ch := f.cur
 		if ch == nil {
@@ -190,11 +183,6 @@ func (f *mapFlight) refresh(ctx context.Context, c *Craftroute, epoch uint64) bo
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return false
-		}
-		if c.routes().epoch() < epoch {
-			// Read, and still older: no member serves the epoch yet, or
-			// none answered.
 			return false
 		}
 	}
@@ -249,9 +237,6 @@ func (c *Craftroute) refreshMap(ctx context.Context, err error) bool {
 	staleMaps.Inc()
 	return c.mapsf.refresh(ctx, c, f.epoch)
 }
-
-// epochHeader is shardmap.EpochHeader, for the API client.
-const epochHeader = shardmap.EpochHeader
 
 // fenceMark records, for a request that may be routed again, the refusal a
 // member fenced it with (noteFenced), wherever in the request it came.

@@ -35,23 +35,23 @@ func (e *errNoShard) Unwrap() error { return e.err }
 // resolve answers a single-question query. A member that fences the
 // router's map (fence.go) makes it read the map and resolve again, once.
 func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
-	resp, err := c.resolveOnce(ctx, r)
+	resp, err := c.resolveOnce(ctx, r, c.routes())
 	if err != nil && c.refreshMap(ctx, err) {
-		resp, err = c.resolveOnce(c.withRouteEpoch(ctx), r)
+		resp, err = c.resolveOnce(ctx, r, c.routes())
 	}
 	return resp, err
 }
 
-// resolveOnce answers a single-question query by the map the router
-// routes by.
-func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
+// resolveOnce answers a single-question query by routing rt, the one the
+// router used when the resolution began: its queries say rt's epoch, never
+// a newer one than the names were placed by.
+func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg, rt *routing) (*dns.Msg, error) {
 	q := r.Question[0]
 	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
 		// The transfer plugin, when configured, runs before us and serves
 		// these (xfr.go).
 		return ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeProhibited, "zone transfer not allowed"), nil
 	}
-	rt := c.routedBy(ctx)
 	if rt.key == keyZone {
 		// The whole zone is on one shard: its answer is final as it is.
 		s := rt.shard(rt.ring.Locate(c.keyOf(rt.key, dnsname.Lower(q.Name))))

@@ -72,7 +72,7 @@ func (sc *shardClient) open(ctx context.Context, s *Shard, method, path, query s
 			req.Header.Set("Authorization", "Bearer "+sc.c.cfg.shardToken)
 		}
 		if e := sc.c.routeEpoch(ctx); e != 0 {
-			req.Header.Set(epochHeader, strconv.FormatUint(e, 10))
+			req.Header.Set(shardmap.EpochHeader, strconv.FormatUint(e, 10))
 		}
 		r, err := sc.client.Do(req)
 		switch {
@@ -167,7 +167,7 @@ func (sc *shardClient) do(ctx context.Context, s *Shard, method, path, query str
 // refusal of a request routed by an older map (409, shardmap.Stale), if
 // it is one; body is resp's body.
 func (sc *shardClient) fenced(s *Shard, resp *http.Response, body []byte) *errFenced {
-	e := sc.c.headerEpoch(resp.Header.Get(epochHeader))
+	e := sc.c.headerEpoch(resp.Header.Get(shardmap.EpochHeader))
 	if resp.StatusCode != http.StatusConflict || e == 0 {
 		return nil
 	}
@@ -209,7 +209,7 @@ func (sc *shardClient) proxy(ctx context.Context, w http.ResponseWriter, s *Shar
 		w.Write(b)
 		return resp.StatusCode
 	}
-	sc.c.headerEpoch(resp.Header.Get(epochHeader))
+	sc.c.headerEpoch(resp.Header.Get(shardmap.EpochHeader))
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		fail(w, (&shardReply{status: resp.StatusCode, body: b}).err(s))

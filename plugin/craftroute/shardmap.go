@@ -292,6 +292,11 @@ func (c *Craftroute) changeMap(ctx context.Context, m *shardmap.Map) error {
 	case res.err != nil:
 		return res.err
 	case res.failed != nil:
+		if res.vote.Status >= 500 {
+			// Not a refusal: the shard could not commit the part in time
+			// (no leader, no quorum). Nothing is decided; try again.
+			return fmt.Errorf("shard %s could not take the map at epoch %d: %s", res.failed.Name, m.Epoch, res.vote.Error)
+		}
 		return fmt.Errorf("shard %s %w at epoch %d: %s", res.failed.Name, errMapRefused, m.Epoch, res.vote.Error)
 	}
 	return fmt.Errorf("the map at epoch %d was not committed", m.Epoch)
@@ -489,7 +494,7 @@ func (a *apiServer) putShard(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
 	defer cancel()
 	if err := c.changeMap(ctx, m); err != nil {
-		status := http.StatusBadGateway
+		status := http.StatusServiceUnavailable // a shard could not answer or commit in time
 		if f, ok := fencedBy(err); ok || errors.Is(err, errMapRefused) {
 			// Another router changed the map first: this one reads it.
 			status = http.StatusConflict

@@ -110,8 +110,7 @@ func fail(w http.ResponseWriter, err error) {
 		// Refused when applied: the router's map is older than the
 		// placement (fence.go). The middleware set the member's epoch.
 		epoch, _ := strconv.ParseUint(w.Header().Get(shardmap.EpochHeader), 10, 64)
-		fenceCount.WithLabelValues("http", "fenced").Inc()
-		httpapi.WriteJSON(w, http.StatusConflict, shardmap.Stale{Error: err.Error(), StaleMap: true, Epoch: epoch, Map: shardmap.MapPath})
+		writeStale(w, err.Error(), epoch)
 		return
 	}
 	var rerr *replica.Error

@@ -146,7 +146,13 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	// The router's map must place the name here (shardmap.Place.Fence):
 	// judged once the state is current, so that the member's map is the
 	// newest its group acknowledged.
-	notice, fenced := c.fence(rep, r, qname)
+	var (
+		notice uint64
+		fenced *dns.Msg
+	)
+	if routed { // only routers send an epoch
+		notice, fenced = c.fence(rep, r, qname)
+	}
 	if fenced != nil {
 		// Written: success, or the server would answer again (as ede.Write).
 		w.WriteMsg(fenced)
@@ -254,10 +260,7 @@ func (c *Craftstore) fence(rep *replica.Replica, r *dns.Msg, qname string) (noti
 		fenceCount.WithLabelValues("dns", "notice").Inc()
 		return p.Map.Epoch, nil
 	}
-	fenceCount.WithLabelValues("dns", "fenced").Inc()
-	m := ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeNotAuthoritative, p.FencedText(epoch))
-	shardproto.AttachEpoch(m, p.Map.Epoch, true)
-	return 0, m
+	return 0, fencedReply(r, p, p.FencedText(epoch))
 }
 
 // inZones reports whether qname (lower-case) is in one of the block's

@@ -6,10 +6,14 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/shardmap"
+	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+
+	"github.com/miekg/dns"
 )
 
 // Fencing routers by the shard map (internal/shardmap): a router's request
@@ -41,8 +45,7 @@ func (a *apiServer) fenced(next http.Handler) http.Handler {
 		}
 		switch p.FenceWrite(epoch) {
 		case shardmap.Fenced:
-			fenceCount.WithLabelValues("http", "fenced").Inc()
-			httpapi.WriteJSON(w, http.StatusConflict, shardmap.Stale{Error: p.FencedText(epoch), StaleMap: true, Epoch: p.Map.Epoch, Map: shardmap.MapPath})
+			writeStale(w, p.FencedText(epoch), p.Map.Epoch)
 			return
 		case shardmap.Notice:
 			fenceCount.WithLabelValues("http", "notice").Inc()
@@ -86,4 +89,24 @@ func (a *apiServer) staleVote(v *txn.Vote, err error) {
 	if p := a.rep.Placement(); p != nil {
 		v.StaleMap = p.Map.Epoch
 	}
+}
+
+// writeStale answers a router's API request routed by an older map than
+// the placement of this member's, which holds epoch: 409 with
+// shardmap.Stale, nothing written.
+func writeStale(w http.ResponseWriter, why string, epoch uint64) {
+	fenceCount.WithLabelValues("http", "fenced").Inc()
+	httpapi.WriteJSON(w, http.StatusConflict, shardmap.Stale{Error: why, StaleMap: true, Epoch: epoch, Map: shardmap.MapPath})
+}
+
+// fencedReply is a member's DNS refusal of router query or UPDATE r,
+// routed by an older map than p's placement: REFUSED, the Extended DNS
+// Error Not Authoritative with why, and the member's epoch, fenced.
+func fencedReply(r *dns.Msg, p *shardmap.Place, why string) *dns.Msg {
+	fenceCount.WithLabelValues("dns", "fenced").Inc()
+	m := ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeNotAuthoritative, why)
+	if p != nil {
+		shardproto.AttachEpoch(m, p.Map.Epoch, true)
+	}
+	return m
 }

@@ -148,12 +148,7 @@ func (c *Craftstore) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *d
 // writeFenced refuses router UPDATE r, routed by a map older than the
 // placement of p, with why.
 func (c *Craftstore) writeFenced(w dns.ResponseWriter, r *dns.Msg, p *shardmap.Place, why string) (int, error) {
-	fenceCount.WithLabelValues("dns", "fenced").Inc()
-	m := ede.Reply(r, dns.RcodeRefused, dns.ExtendedErrorCodeNotAuthoritative, why)
-	if p != nil {
-		shardproto.AttachEpoch(m, p.Map.Epoch, true)
-	}
-	w.WriteMsg(m)
+	w.WriteMsg(fencedReply(r, p, why))
 	return dns.RcodeSuccess, nil
 }
 
