@@ -40,6 +40,61 @@ type Map struct {
 	// removed moves partitions from one owner to another, a few at each
 	// epoch, by changing it: a shard may then own none.
 	Owners []string `json:"owners,omitempty"`
+	// Migration is the shard being added or removed, while it is: in the
+	// map, so that every shard's Raft state holds it and any router
+	// resumes it (plugin/craftroute's migrate.go). A second one waits.
+	Migration *Migration `json:"migration,omitempty"`
+}
+
+// Migration kinds.
+const (
+	MigrateAdd    = "add"
+	MigrateRemove = "remove"
+)
+
+// Migration is a shard added to or removed from the map, a batch of
+// partitions at each epoch. An added shard is in the migration only
+// until it joins the map's shards (owning nothing: the names every shard
+// holds are copied to it then), and then receives its partitions; a
+// removed shard hands its partitions to the others and then leaves the
+// shards. Owners changes batch by batch towards Target.
+type Migration struct {
+	Kind  string `json:"kind"`  // MigrateAdd or MigrateRemove
+	Shard Shard  `json:"shard"` // the shard added or removed
+	// Target is the partitions' owners once the migration ends.
+	Target []string `json:"target"`
+	// Moves counts the partitions that change owner, from the start.
+	Moves int `json:"moves"`
+	// Since is the epoch the migration started at.
+	Since uint64 `json:"since"`
+}
+
+// Joined reports whether the migration's shard is one of m's shards.
+func (m *Map) Joined() bool {
+	return m.Migration != nil && slices.ContainsFunc(m.Shards, func(s Shard) bool { return s.Name == m.Migration.Shard.Name })
+}
+
+// Remaining returns the partitions whose owner is not the migration's
+// target yet, in order; none without a migration.
+func (m *Map) Remaining() []int {
+	if m.Migration == nil {
+		return nil
+	}
+	owners := m.Owners
+	if owners == nil {
+		r, err := m.Ring()
+		if err != nil {
+			return nil
+		}
+		owners = r.Owners()
+	}
+	var out []int
+	for p, o := range owners {
+		if p < len(m.Migration.Target) && o != m.Migration.Target[p] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Shard is one shard: its name and its members, each with its DNS address
@@ -85,39 +140,12 @@ func (m *Map) Validate() error {
 	if !(m.Load > 1) {
 		return fmt.Errorf("load %v: must be above 1", m.Load)
 	}
-	if len(m.Shards) == 0 || len(m.Shards) > maxShards {
-		return fmt.Errorf("%d shards: 1 to %d", len(m.Shards), maxShards)
+	names, err := m.validateShards()
+	if err != nil {
+		return err
 	}
-	names := map[string]bool{}
-	addrs := map[string]string{} // member address or API URL → its shard
-	for _, s := range m.Shards {
-		if err := checkName(s.Name); err != nil {
-			return err
-		}
-		if names[s.Name] {
-			return fmt.Errorf("shard %q is named twice", s.Name)
-		}
-		names[s.Name] = true
-		if len(s.Members) == 0 || len(s.Members) > maxMembers {
-			return fmt.Errorf("shard %q: %d members, 1 to %d", s.Name, len(s.Members), maxMembers)
-		}
-		if len(s.API) != len(s.Members) {
-			return fmt.Errorf("shard %q: %d API URLs for %d members: one per member, in their order", s.Name, len(s.API), len(s.Members))
-		}
-		for i, a := range s.Members {
-			if err := checkAddr(a); err != nil {
-				return fmt.Errorf("shard %q: %w", s.Name, err)
-			}
-			if err := checkURL(s.API[i]); err != nil {
-				return fmt.Errorf("shard %q: %w", s.Name, err)
-			}
-			for _, k := range []string{a, s.API[i]} {
-				if other, dup := addrs[k]; dup {
-					return fmt.Errorf("%s is a member of shard %q and of shard %q", k, other, s.Name)
-				}
-				addrs[k] = s.Name
-			}
-		}
+	if err := m.validateMigration(names); err != nil {
+		return err
 	}
 	if m.Owners != nil {
 		if len(m.Owners) != m.Partitions {
@@ -132,6 +160,99 @@ func (m *Map) Validate() error {
 	}
 	if len(m.Shards) > m.Partitions {
 		return fmt.Errorf("%d shards for %d partitions: at least one partition per shard", len(m.Shards), m.Partitions)
+	}
+	return nil
+}
+
+// validateShards checks m's shards: distinct names, each with one to
+// maxMembers members whose DNS addresses and API URLs are well formed and
+// belong to no other member. It returns their names.
+func (m *Map) validateShards() (map[string]bool, error) {
+	if len(m.Shards) == 0 || len(m.Shards) > maxShards {
+		return nil, fmt.Errorf("%d shards: 1 to %d", len(m.Shards), maxShards)
+	}
+	names := map[string]bool{}
+	addrs := map[string]string{} // member address or API URL → its shard
+	for _, s := range m.Shards {
+		if err := checkName(s.Name); err != nil {
+			return nil, err
+		}
+		if names[s.Name] {
+			return nil, fmt.Errorf("shard %q is named twice", s.Name)
+		}
+		names[s.Name] = true
+		if len(s.Members) == 0 || len(s.Members) > maxMembers {
+			return nil, fmt.Errorf("shard %q: %d members, 1 to %d", s.Name, len(s.Members), maxMembers)
+		}
+		if len(s.API) != len(s.Members) {
+			return nil, fmt.Errorf("shard %q: %d API URLs for %d members: one per member, in their order", s.Name, len(s.API), len(s.Members))
+		}
+		for i, a := range s.Members {
+			if err := checkAddr(a); err != nil {
+				return nil, fmt.Errorf("shard %q: %w", s.Name, err)
+			}
+			if err := checkURL(s.API[i]); err != nil {
+				return nil, fmt.Errorf("shard %q: %w", s.Name, err)
+			}
+			for _, k := range []string{a, s.API[i]} {
+				if other, dup := addrs[k]; dup {
+					return nil, fmt.Errorf("%s is a member of shard %q and of shard %q", k, other, s.Name)
+				}
+				addrs[k] = s.Name
+			}
+		}
+	}
+	return names, nil
+}
+
+// validateMigration checks m's migration, if any: its kind, its shard (an
+// added shard that has not joined has members no shard of the map has; a
+// removed one is in the map, not its only shard), and a target that names
+// an owner of the map (or the added shard) for every partition, the
+// removed shard for none.
+func (m *Map) validateMigration(names map[string]bool) error {
+	g := m.Migration
+	if g == nil {
+		return nil
+	}
+	s := g.Shard
+	if err := checkName(s.Name); err != nil {
+		return fmt.Errorf("migration: %w", err)
+	}
+	switch g.Kind {
+	case MigrateAdd:
+		if !names[s.Name] {
+			probe := m.Clone()
+			probe.Migration = nil
+			probe.Owners = nil
+			probe.Shards = append(probe.Shards, s)
+			if _, err := probe.validateShards(); err != nil {
+				return fmt.Errorf("migration: shard %q: %w", s.Name, err)
+			}
+		}
+	case MigrateRemove:
+		if !names[s.Name] {
+			return fmt.Errorf("migration: shard %q to remove is not in the map", s.Name)
+		}
+		if len(names) < 2 {
+			return fmt.Errorf("migration: shard %q is the map's only shard: it cannot be removed", s.Name)
+		}
+	default:
+		return fmt.Errorf("migration: kind %q: must be %q or %q", g.Kind, MigrateAdd, MigrateRemove)
+	}
+	if len(g.Target) != m.Partitions {
+		return fmt.Errorf("migration: %d target owners for %d partitions", len(g.Target), m.Partitions)
+	}
+	for p, o := range g.Target {
+		switch {
+		case g.Kind == MigrateRemove && o == s.Name:
+			return fmt.Errorf("migration: partition %d stays on shard %q, which is removed", p, o)
+		case !names[o] && !(g.Kind == MigrateAdd && o == s.Name):
+			return fmt.Errorf("migration: partition %d: target owner %q is not a shard of the map", p, o)
+		}
+	}
+	if g.Moves < 0 || g.Moves > m.Partitions || g.Since == 0 || g.Since > m.Epoch {
+		return fmt.Errorf("migration: %d moves since epoch %d: out of range", g.Moves, g.Since)
 	}
 	return nil
 }
@@ -168,13 +289,26 @@ func checkURL(u string) error {
 	return nil
 }
 
-// Same reports whether m and o place names and reach members the same way:
-// equal but for the epoch.
+// Same reports whether m and o place names, reach members and migrate the
+// same way: equal but for the epoch.
 func (m *Map) Same(o *Map) bool {
 	return m.Key == o.Key && m.Partitions == o.Partitions && m.Load == o.Load && slices.Equal(m.Owners, o.Owners) &&
-		slices.EqualFunc(m.Shards, o.Shards, func(a, b Shard) bool {
-			return a.Name == b.Name && slices.Equal(a.Members, b.Members) && slices.Equal(a.API, b.API)
-		})
+		slices.EqualFunc(m.Shards, o.Shards, sameShard) && sameMigration(m.Migration, o.Migration)
+}
+
+func sameShard(a, b Shard) bool {
+	return a.Name == b.Name && slices.Equal(a.Members, b.Members) && slices.Equal(a.API, b.API)
+}
+
+func sameMigration(a, b *Migration) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Kind == b.Kind && sameShard(a.Shard, b.Shard) && slices.Equal(a.Target, b.Target) && a.Moves == b.Moves && a.Since == b.Since
+}
+
+func (s Shard) clone() Shard {
+	return Shard{Name: s.Name, Members: slices.Clone(s.Members), API: slices.Clone(s.API)}
 }
 
 // Names returns the shards' names, in the map's order.
@@ -204,7 +338,13 @@ func (m *Map) Clone() *Map {
 	c.Owners = slices.Clone(m.Owners)
 	c.Shards = make([]Shard, len(m.Shards))
 	for i, s := range m.Shards {
-		c.Shards[i] = Shard{Name: s.Name, Members: slices.Clone(s.Members), API: slices.Clone(s.API)}
+		c.Shards[i] = s.clone()
+	}
+	if m.Migration != nil {
+		g := *m.Migration
+		g.Shard = g.Shard.clone()
+		g.Target = slices.Clone(g.Target)
+		c.Migration = &g
 	}
 	return &c
 }

@@ -27,12 +27,18 @@ func NewPlace(m *Map, shard string, placed uint64) (*Place, error) {
 }
 
 // SamePlacement reports whether m and o place every name on the same
-// shard: the same key mode and partitions, and the same owner for every
-// partition (explicit, or the ring's: the ring is made from the shards'
-// names, the partitions and the load alone).
+// shards: the same key mode, partitions and shards (in key mode "name"
+// every shard holds the names at the apex, cuts and DNAMEs), and the same
+// owner for every partition (explicit, or the ring's: the ring is made
+// from the shards' names, the partitions and the load alone).
 func (m *Map) SamePlacement(o *Map) bool {
-	if m.Key != o.Key || m.Partitions != o.Partitions {
+	if m.Key != o.Key || m.Partitions != o.Partitions || len(m.Shards) != len(o.Shards) {
 		return false
+	}
+	for _, s := range m.Shards {
+		if !slices.ContainsFunc(o.Shards, func(t Shard) bool { return t.Name == s.Name }) {
+			return false
+		}
 	}
 	if m.Owners == nil && o.Owners == nil {
 		if m.Load != o.Load || len(m.Shards) != len(o.Shards) {

@@ -2,6 +2,7 @@ package shardmap
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -85,4 +86,67 @@ func TestPlans(t *testing.T) {
 			t.Errorf("%s: no error", tc.what)
 		}
 	}
+}
+
+// TestMigration: a map carries the shard it adds (outside its shards
+// until it joins, with members of its own) or removes, and the target
+// owners; Remaining lists what has not moved; a migration that names a
+// member of another shard, removes the only shard or keeps a partition on
+// the removed shard is refused; joining changes the placement (every
+// shard holds the apex) though no partition moved.
+func TestMigration(t *testing.T) {
+	m := testMap()
+	target, moves, err := AddPlan(m, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Shard{Name: "c", Members: []string{"127.0.0.3:1053"}, API: []string{"http://127.0.0.3:8080"}}
+	cur, _ := m.Ring()
+	x := m.Clone()
+	x.Epoch++
+	x.Owners = cur.Owners()
+	x.Migration = &Migration{Kind: MigrateAdd, Shard: c, Target: target, Moves: len(moves), Since: x.Epoch}
+	if err := x.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if x.Joined() || len(x.Remaining()) != len(moves) {
+		t.Errorf("joined %v, %d remaining: want false, %d", x.Joined(), len(x.Remaining()), len(moves))
+	}
+	if !x.SamePlacement(m) || x.Same(m) || !x.Same(x.Clone()) {
+		t.Errorf("a migration's start changes the map, not the placement")
+	}
+	y := x.Clone()
+	y.Epoch++
+	y.Shards = append(y.Shards, c)
+	if err := y.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !y.Joined() || y.SamePlacement(x) {
+		t.Errorf("joined %v, same placement %v: want true, false", y.Joined(), y.SamePlacement(x))
+	}
+	y.Owners = slices.Clone(target)
+	if len(y.Remaining()) != 0 {
+		t.Errorf("%d partitions remain at the target", len(y.Remaining()))
+	}
+
+	bad := func(why string, f func(*Map)) {
+		t.Helper()
+		z := x.Clone()
+		f(z)
+		if err := z.Validate(); err == nil {
+			t.Errorf("%s: valid", why)
+		}
+	}
+	bad("a member of a", func(z *Map) { z.Migration.Shard.Members[0] = m.Shards[0].Members[0] })
+	bad("unknown kind", func(z *Map) { z.Migration.Kind = "move" })
+	bad("short target", func(z *Map) { z.Migration.Target = z.Migration.Target[1:] })
+	bad("unknown target", func(z *Map) { z.Migration.Target[0] = "d" })
+	bad("remove the only shard", func(z *Map) {
+		z.Shards = z.Shards[:1]
+		z.Owners = nil
+		z.Migration = &Migration{Kind: MigrateRemove, Shard: z.Shards[0], Target: slices.Repeat([]string{"a"}, z.Partitions), Since: 1}
+	})
+	bad("keep a partition on the removed shard", func(z *Map) {
+		z.Migration = &Migration{Kind: MigrateRemove, Shard: z.Shards[1], Target: slices.Clone(z.Owners), Since: 1}
+	})
 }
