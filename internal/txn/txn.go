@@ -196,6 +196,19 @@ type Prepare struct {
 	// the map part is prepared (a migration's critical section: the
 	// partitions it moves away from this shard).
 	Hold []uint32 `json:"hold,omitempty"`
+	// Moves are record changes, one per zone, that move names with the
+	// map part (a migration's batch: their deletion from the shard that
+	// hands them over, their addition to the one that takes them). They
+	// are prepared, locked, and committed or dropped with the map, all or
+	// nothing: the names are never on neither shard, and on both only as
+	// the same records.
+	Moves []Move `json:"moves,omitempty"`
+}
+
+// Move is one zone's record change in a map part (Prepare.Moves).
+type Move struct {
+	Zone   string         `json:"zone"`
+	Change zoneapi.Change `json:"change"`
 }
 
 // Meta is what a participant keeps with a prepared part for its recovery.

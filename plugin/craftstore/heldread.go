@@ -66,10 +66,11 @@ type heldReads struct {
 	decided map[txn.ID]decidedPart
 }
 
-// decidedPart is a decision read, and a committed part's preview.
+// decidedPart is a decision read, and a committed part's preview of
+// each zone it changes (a shard map's part moves names of several).
 type decidedPart struct {
 	o       txn.Outcome
-	preview []zone.NameRecords // nil until made
+	preview map[string][]zone.NameRecords // a zone's: nil until made
 }
 
 // maxDecided bounds heldReads.decided (parts another way finished, as a
@@ -88,6 +89,23 @@ func (h *heldReads) known(id txn.ID) (decidedPart, bool) {
 func (h *heldReads) remember(id txn.ID, d decidedPart) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.decided == nil || len(h.decided) >= maxDecided {
+		h.decided = map[txn.ID]decidedPart{}
+	}
+	h.decided[id] = d
+}
+
+// rememberPreview keeps the preview of zone origin for transaction id's part,
+// committed (outcome o), beside what was read of it.
+func (h *heldReads) rememberPreview(id txn.ID, o txn.Outcome, origin string, names []zone.NameRecords) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d := h.decided[id]
+	d.o = o
+	if d.preview == nil {
+		d.preview = map[string][]zone.NameRecords{}
+	}
+	d.preview[origin] = names
 	if h.decided == nil || len(h.decided) >= maxDecided {
 		h.decided = map[txn.ID]decidedPart{}
 	}
@@ -172,10 +190,10 @@ func (c *Craftstore) readPast(ctx context.Context, rep *replica.Replica, ls *lea
 				c.held.start(rep, ls, id, o, c.cfg.timeout)
 			default:
 				c.held.start(rep, ls, id, o, c.cfg.timeout)
-				names := d.preview
+				names := d.preview[zone]
 				if names == nil {
-					if names, err = rep.TxPreview(id); err == nil && names != nil {
-						c.held.remember(id, decidedPart{o: o, preview: names})
+					if names, err = rep.TxPreview(id, zone); err == nil && names != nil {
+						c.held.rememberPreview(id, o, zone, names)
 					}
 				}
 				switch {

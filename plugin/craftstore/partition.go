@@ -1,16 +1,74 @@
 package craftstore
 
 import (
+	"bufio"
+	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/zoneapi"
+
+	"github.com/miekg/dns"
 )
 
 // maxPartitionCount bounds the "of" of a partition filter.
 const maxPartitionCount = 1 << 20
+
+// exportPartitions answers GET /v1/partitions, what moves between shards
+// when partitions change owner (a migration, craftroute's migrate.go),
+// from one consistent read of every zone of a member confirmed current
+// with its leader: with "partitions" and "of" (as below), the records of
+// the names of those partitions that only their owner holds; with
+// "shared=1", the records every shard holds (the apex, zone cuts and what
+// is below them, DNAMEs). The body is zone file text, each zone's records
+// behind a "$ORIGIN <zone>" line.
+func (a *apiServer) exportPartitions(w http.ResponseWriter, r *http.Request) {
+	shared := r.URL.Query().Get("shared") == "1"
+	keep, err := partitionFilter(r)
+	switch {
+	case err != nil:
+		fail(w, err)
+		return
+	case shared == (keep != nil):
+		fail(w, zoneapi.BadRequest("give partitions and of, or shared=1"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	if err := a.rep.Fresh(ctx); err != nil {
+		// The batch's names were just held: an export from a state that
+		// may be older could miss the writes before the hold.
+		fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/dns")
+	bw := bufio.NewWriter(w)
+	started, zone := false, ""
+	err = a.rep.ExportPartitions(keep, shared, func(origin string, rr dns.RR) error {
+		started = true
+		if origin != zone {
+			zone = origin
+			if _, err := fmt.Fprintf(bw, "$ORIGIN %s\n", origin); err != nil {
+				return err
+			}
+		}
+		return writeZone(bw, rr)
+	})
+	if err != nil && !started {
+		fail(w, err)
+		return
+	}
+	if err != nil {
+		// The body is cut short: the router sees no end line and fails.
+		log.Warningf("partition export: %v", err)
+		return
+	}
+	fmt.Fprintf(bw, "; end\n")
+	bw.Flush()
+}
 
 // partitionFilter reads the partition filter of GET /v1/zones/{zone}:
 // "partitions" lists partitions and ranges ("3,7-9"), "of" the partition

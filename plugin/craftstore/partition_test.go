@@ -68,3 +68,76 @@ func TestAPIPartitionExport(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIPartitionsMove: GET /v1/partitions?shared=1 holds, for every
+// zone behind its $ORIGIN line, the records every shard holds (the apex,
+// a cut with what is below it, a DNAME), and ?partitions=...&of=N the
+// others of those partitions (the DNAME owner's other records included);
+// the two never share a record, and all partitions' export with the
+// shared one is the zones. Without a filter, or with both, it is a 400.
+func TestAPIPartitionsMove(t *testing.T) {
+	a, _ := newAPI(t, "")
+	zones := map[string]string{
+		"example.org": apiZone + "sub IN NS ns.sub\nns.sub IN A 192.0.2.7\nx.sub IN TXT occluded\nd IN DNAME example.net.\nd IN TXT beside\nsubb IN A 192.0.2.8\n",
+		"example.net": strings.ReplaceAll(apiZone, "example.org.", "example.net.") + "h1 IN A 192.0.2.1\n",
+	}
+	for z, text := range zones {
+		if code, _, raw := call(t, a, "", "PUT", "/v1/zones/"+z, text); code != http.StatusOK {
+			t.Fatalf("PUT %s: %d %s", z, code, raw)
+		}
+	}
+	read := func(query string) map[string]bool {
+		t.Helper()
+		code, _, raw := call(t, a, "", "GET", "/v1/partitions?"+query, "")
+		if code != http.StatusOK || !strings.HasSuffix(raw, "; end\n") {
+			t.Fatalf("GET ?%s: %d %q", query, code, raw)
+		}
+		out := map[string]bool{}
+		origin := ""
+		for _, line := range strings.Split(strings.TrimSpace(raw), "\n") {
+			if o, ok := strings.CutPrefix(line, "$ORIGIN "); ok {
+				origin = o
+				continue
+			}
+			if strings.HasPrefix(line, ";") {
+				continue
+			}
+			rr, err := dns.NewRR(line)
+			if err != nil || !dns.IsSubDomain(origin, rr.Header().Name) {
+				t.Fatalf("?%s: %q in zone %q: %v", query, line, origin, err)
+			}
+			out[rr.String()] = true
+		}
+		return out
+	}
+	shared := read("shared=1")
+	owned := read("partitions=0-6&of=7")
+	for _, want := range []string{"example.org.\t300\tIN\tSOA", "sub.example.org.\t300\tIN\tNS", "ns.sub.example.org.", "x.sub.example.org.", "d.example.org.\t300\tIN\tDNAME", "example.net.\t300\tIN\tNS"} {
+		if !hasPrefix(shared, want) || hasPrefix(owned, want) {
+			t.Errorf("%q: in the shared export %v, in the partitions' %v", want, hasPrefix(shared, want), hasPrefix(owned, want))
+		}
+	}
+	for _, want := range []string{"d.example.org.\t300\tIN\tTXT", "subb.example.org.", "www.example.org.", "h1.example.net."} {
+		if hasPrefix(shared, want) || !hasPrefix(owned, want) {
+			t.Errorf("%q: in the shared export %v, in the partitions' %v", want, hasPrefix(shared, want), hasPrefix(owned, want))
+		}
+	}
+	www := shardmap.PartitionOf("www.example.org.", 7)
+	if one := read(fmt.Sprintf("partitions=%d&of=7", www)); !hasPrefix(one, "www.example.org.") || len(one) >= len(owned) {
+		t.Errorf("partition %d alone: %v", www, one)
+	}
+	for _, bad := range []string{"", "shared=1&partitions=1&of=7", "partitions=1"} {
+		if code, _, raw := call(t, a, "", "GET", "/v1/partitions?"+bad, ""); code != http.StatusBadRequest {
+			t.Errorf("?%s: %d %s, expected 400", bad, code, raw)
+		}
+	}
+}
+
+func hasPrefix(set map[string]bool, prefix string) bool {
+	for s := range set {
+		if strings.HasPrefix(s, prefix) {
+			return true
+		}
+	}
+	return false
+}

@@ -53,9 +53,14 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 			fail(w, zoneapi.BadRequest("a shard map's part holds the map alone"))
 			return
 		}
+		moves, err := a.parseMoves(p.Moves)
+		if err != nil {
+			fail(w, err)
+			return
+		}
 		m, err := json.Marshal(p.Map)
 		if err == nil {
-			err = a.rep.TxPrepareMap(ctx, id, m, p.Shard, p.Hold, meta)
+			err = a.rep.TxPrepareMap(ctx, id, m, p.Shard, p.Hold, moves, meta)
 		}
 		v := vote(dns.RcodeSuccess, err)
 		a.staleVote(&v, err)
@@ -107,6 +112,31 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 	default:
 		fail(w, zoneapi.BadRequest("a prepare holds an update or a change"))
 	}
+}
+
+// parseMoves reads the moves of a map part: one record change per zone
+// this member holds, each within max_change_records.
+func (a *apiServer) parseMoves(in []txn.Move) ([]replica.Move, error) {
+	seen := map[string]bool{}
+	var out []replica.Move
+	for i, mv := range in {
+		origin := dns.CanonicalName(mv.Zone)
+		switch {
+		case mv.Zone == "":
+			return nil, zoneapi.BadRequest("moves[%d]: no zone", i)
+		case seen[origin]:
+			return nil, zoneapi.BadRequest("moves[%d]: zone %q moves twice: one change per zone", i, origin)
+		case a.rep.Zone(origin) == nil:
+			return nil, replica.Errorf(replica.ErrNotFound, "moves[%d]: zone %q not found", i, origin)
+		}
+		seen[origin] = true
+		add, del, _, err := a.parseChange(origin, mv.Change)
+		if err != nil {
+			return nil, fmt.Errorf("moves[%d] (zone %q): %w", i, origin, err)
+		}
+		out = append(out, replica.Move{Zone: origin, Add: add, Del: del})
+	}
+	return out, nil
 }
 
 // shardMap answers GET /v1/map: the shard map this member applied last,

@@ -310,7 +310,8 @@ func (r *Replica) applyEntry(tx *bolt.Tx, g *bolt.Bucket, e *pb.Entry, done uint
 			return err
 		}
 		if eff != nil {
-			p.effects = append(p.effects, eff)
+			// A map part's moves first: its own effect unlocks their names.
+			p.effects = append(append(p.effects, eff.More...), eff)
 		}
 		p.results[c.ID] = applied{res: res}
 	case pb.EntryConfChange:
@@ -424,7 +425,7 @@ func (r *Replica) applyView(e *fsm.Effect) error {
 	if e.Tx != nil {
 		// After the data of a commit is in the view (below): a reader
 		// waiting for the lock then sees it.
-		defer r.locks.apply(e.Zone, e.Tx)
+		defer r.locks.apply(e.Tx)
 	}
 	switch {
 	case e.Map != nil:

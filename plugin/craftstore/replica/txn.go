@@ -48,17 +48,30 @@ func (r *Replica) TxPrepareUpdate(ctx context.Context, id txn.ID, zone string, p
 // at the next epoch (m, shardmap.Map as JSON), one part on every shard,
 // this one being the map's shard called shard; while it is prepared,
 // writes to the names of the partitions hold lists wait (ErrBusy, which
-// proposeUnlocked waits out).
+// proposeUnlocked waits out); moves are the record changes that move names
+// with the map, one per zone, prepared and committed with it.
 // meta is as for TxPrepareChange. The vote is refused with ErrConflict when
 // the shard is not at the epoch before m's, ErrInvalid when m is not a
 // valid map, ErrBusy while another map change is prepared.
-func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, m []byte, shard string, hold []uint32, meta []byte) error {
-	part, err := (&fsm.Command{Op: fsm.OpMapSet, Map: m, Shard: shard, Hold: hold}).Marshal()
+func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, m []byte, shard string, hold []uint32, moves []Move, meta []byte) error {
+	c := &fsm.Command{Op: fsm.OpMapSet, Map: m, Shard: shard, Hold: hold}
+	for _, mv := range moves {
+		c.Moves = append(c.Moves, &fsm.Command{Op: fsm.OpChange, Zone: mv.Zone, Add: mv.Add, Del: mv.Del})
+	}
+	part, err := c.Marshal()
 	if err != nil {
 		return Errorf(ErrInvalid, "%v", err)
 	}
 	_, err = r.propose(ctx, &fsm.Command{Op: fsm.OpTxPrepare, Tx: id, Time: txTime(), Part: part, Meta: meta})
 	return err
+}
+
+// Move is one zone's record change that a map part carries (a
+// migration's batch, fsm.Command.Moves).
+type Move struct {
+	Zone string
+	Add  []dns.RR
+	Del  []Deletion
 }
 
 // ShardMap returns the shard map this member applied last, nil before the

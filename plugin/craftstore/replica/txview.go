@@ -31,23 +31,23 @@ type lockView struct {
 	changed chan struct{} // closed, and replaced, when a lock goes
 }
 
-// lockedPart is one prepared part: the names it holds in its zone, and
-// when this member applied its prepare (its clock).
+// lockedPart is one prepared part: the names it holds, each in its zone
+// (a map part's moves hold names of several), and when this member
+// applied its prepare (its clock).
 type lockedPart struct {
-	zone  string
-	names []string
+	locks []fsm.LockRef
 	at    time.Time
 }
 
-// apply records part e of zone as prepared, or as finished.
-func (v *lockView) apply(zone string, e *fsm.TxEffect) {
+// apply records part e as prepared, or as finished.
+func (v *lockView) apply(e *fsm.TxEffect) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.parts == nil {
 		v.parts = map[[16]byte]lockedPart{}
 	}
 	if e.Prepared {
-		v.parts[e.ID] = lockedPart{zone: zone, names: e.Names, at: time.Now()}
+		v.parts[e.ID] = lockedPart{locks: e.Locks, at: time.Now()}
 	} else {
 		delete(v.parts, e.ID)
 		v.signal()
@@ -114,7 +114,7 @@ func (v *lockView) holders(zone, qname string) ([]txn.ID, <-chan struct{}) {
 	defer v.mu.Unlock()
 	var ids []txn.ID
 	for id, p := range v.parts {
-		if p.zone == zone && slices.ContainsFunc(p.names, func(name string) bool { return related(zone, name, qname) }) {
+		if slices.ContainsFunc(p.locks, func(l fsm.LockRef) bool { return l.Zone == zone && related(zone, l.Name, qname) }) {
 			ids = append(ids, id)
 		}
 	}
@@ -165,7 +165,7 @@ func (r *Replica) loadLocks() error {
 				return nil
 			}
 			p := parts[[16]byte(v)]
-			p.zone, p.names = zone, append(p.names, name)
+			p.locks = append(p.locks, fsm.LockRef{Zone: zone, Name: name})
 			parts[[16]byte(v)] = p
 			return nil
 		})
@@ -272,15 +272,16 @@ func decides(data []byte, id txn.ID) (txn.Outcome, bool) {
 // errPreview rolls back the transaction of a preview.
 var errPreview = errors.New("preview: rolled back")
 
-// TxPreview returns the names the prepared part of transaction id changes
-// on this member, with their records as its commit will leave them
+// TxPreview returns the names of zone that the prepared part of
+// transaction id changes on this member, with their records as its commit
+// will leave them
 // (fsm.PreviewPart), written nowhere: a write transaction that is rolled
 // back. nil when the part is no longer prepared here.
-func (r *Replica) TxPreview(id txn.ID) ([]zone.NameRecords, error) {
+func (r *Replica) TxPreview(id txn.ID, origin string) ([]zone.NameRecords, error) {
 	var names []zone.NameRecords
 	err := r.db.Update(func(tx *bolt.Tx) error {
 		var err error
-		if names, err = fsm.PreviewPart(fsm.Generation(tx), id[:]); err != nil {
+		if names, err = fsm.PreviewPart(fsm.Generation(tx), id[:], origin); err != nil {
 			return err
 		}
 		return errPreview

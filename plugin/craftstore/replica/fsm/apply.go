@@ -39,6 +39,9 @@ type Effect struct {
 	HasBase bool
 	Tx      *TxEffect       // a transaction's part prepared or finished (txn.go)
 	Map     *shardmap.Place // OpMapSet committed: the shard map's new epoch, and this shard's place in it
+	// More are the effects of a map part's moves (txn.go), to be applied
+	// before this one's (which unlocks their names).
+	More []*Effect
 }
 
 // Apply applies c to generation g inside a write transaction, then
@@ -46,17 +49,31 @@ type Effect struct {
 // returned as *Error with g unchanged.
 func Apply(g *bolt.Bucket, c *Command, journal int) (Result, *Effect, error) {
 	res, eff, err := applyOp(g, c)
-	if err == nil && eff != nil && eff.Zone != "" && !eff.Deleted {
-		err = journalTrim(g, eff.Zone, journal)
-		eff.Base, eff.HasBase = SerialBase(g, eff.Zone)
+	if err != nil || eff == nil {
+		return res, eff, err
 	}
-	return res, eff, err
+	trim := func(e *Effect) error {
+		if e.Zone == "" || e.Deleted {
+			return nil
+		}
+		e.Base, e.HasBase = SerialBase(g, e.Zone)
+		return journalTrim(g, e.Zone, journal)
+	}
+	for _, e := range eff.More {
+		if err := trim(e); err != nil {
+			return res, eff, err
+		}
+	}
+	return res, eff, trim(eff)
 }
 
 // applyOp applies c's operation to g.
 func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if c.Epoch != 0 && fencedOp(c.Op) {
 		if err := checkEpoch(g, c.Epoch); err != nil {
+			return Result{}, nil, err
+		}
+		if err := checkMigrating(g, c.Op); err != nil {
 			return Result{}, nil, err
 		}
 	}

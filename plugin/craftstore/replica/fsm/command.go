@@ -75,6 +75,10 @@ type Command struct {
 	// Hold (OpMapSet) lists partitions of the map whose writes wait while
 	// the part is prepared: a migration's critical section (shardmap.go).
 	Hold []uint32
+	// Moves (OpMapSet) are the record changes that move names with the
+	// map (a migration's batch: OpChange commands, one per zone): they
+	// are prepared, locked and committed with it, all or nothing.
+	Moves []*Command
 
 	// Epoch is the shard map epoch the router that sent this write routed
 	// it by, 0 when none did: a write routed by a placement older than
@@ -144,6 +148,20 @@ func (c *Command) Marshal() ([]byte, error) {
 		for _, p := range c.Hold {
 			b = binary.AppendUvarint(b, uint64(p))
 		}
+		if len(c.Moves) > 0 { // parts without moves are written as before
+			b = binary.AppendUvarint(b, uint64(len(c.Moves)))
+			for _, mv := range c.Moves {
+				if mv.Op != OpChange || mv.Zone == "" {
+					return nil, fmt.Errorf("a shard map's move is a record change of a zone")
+				}
+				mb, err := mv.Marshal()
+				if err != nil {
+					return nil, err
+				}
+				b = binary.AppendUvarint(b, uint64(len(mb)))
+				b = append(b, mb...)
+			}
+		}
 	}
 	if c.Op == OpMemberInfo {
 		b = binary.AppendUvarint(b, c.Member.ID)
@@ -211,6 +229,25 @@ func Unmarshal(data []byte) (*Command, error) {
 			n := d.count()
 			for i := 0; i < n && d.err == nil; i++ {
 				c.Hold = append(c.Hold, uint32(d.uvarint()))
+			}
+		}
+		if d.err == nil && len(d.b) > 0 { // parts written before moves end here
+			n := d.count()
+			for i := 0; i < n && d.err == nil; i++ {
+				mb := d.bytes()
+				if len(mb) < 2 || Op(mb[1]) != OpChange { // no nesting: checked before decoding
+					d.fail(errors.New("a shard map's move is not a record change"))
+					break
+				}
+				mv, err := Unmarshal(mb)
+				switch {
+				case err != nil:
+					d.fail(err)
+				case mv.Op != OpChange || mv.Zone == "":
+					d.fail(errors.New("a shard map's move is not a record change of a zone"))
+				default:
+					c.Moves = append(c.Moves, mv)
+				}
 			}
 		}
 	}

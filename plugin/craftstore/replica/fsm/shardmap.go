@@ -172,6 +172,21 @@ func checkEpoch(g *bolt.Bucket, epoch uint64) error {
 	return Errorf(ErrStaleMap, "stale shard map: routed by epoch %d, names are placed as at epoch %d since (this shard is at epoch %d); read the map at %s on any member", epoch, placed, cur, shardmap.MapPath)
 }
 
+// checkMigrating refuses, with ErrConflict, a routed import or deletion of
+// a whole zone while the map moves partitions between shards (a
+// migration): those write every shard as the router splits the zone, and
+// the split changes under them. They are taken again once it ends.
+func checkMigrating(g *bolt.Bucket, op Op) error {
+	if op != OpImportBegin && op != OpImportCommit && op != OpDeleteZone {
+		return nil
+	}
+	m, err := ShardMap(g)
+	if err != nil || m == nil || m.Migration == nil {
+		return err
+	}
+	return Errorf(ErrConflict, "shard %q is being %s: zones are created, replaced and deleted once that ends (GET /v1/shards on a router shows its progress)", m.Migration.Shard.Name, map[string]string{shardmap.MigrateAdd: "added", shardmap.MigrateRemove: "removed"}[m.Migration.Kind])
+}
+
 // holdName is the lock name of partition p held by a map part (Hold): in
 // zone "", like MapLock, so that no query meets it.
 func holdName(p uint32) string { return "partition " + strconv.FormatUint(uint64(p), 10) }

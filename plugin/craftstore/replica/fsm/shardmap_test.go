@@ -339,3 +339,141 @@ func mustTestRR(t *testing.T, s string) dns.RR {
 	}
 	return rr
 }
+
+// TestMapMoves: a map part carries the record changes that move names
+// with it (a migration's batch), in several zones: prepared, they are
+// evaluated (a move into a zone the shard lacks is refused), lock their
+// names in their zones (a write waits), preview as their commit will
+// leave them; committed, they apply with the map, their effects before
+// the map's; aborted, nothing changes. A hold is refused while another
+// transaction's part holds a name in the partition; moves round-trip in
+// the encoding, and only record changes of a zone are moves.
+func TestMapMoves(t *testing.T) {
+	db := openGeneration(t)
+	zones := []string{"example.org.", "example.net."}
+	for i, origin := range zones {
+		rrs := []dns.RR{
+			mustTestRR(t, origin+" 300 IN SOA ns1.example.org. h.example.org. 1 7200 3600 1209600 300"),
+			mustTestRR(t, origin+" 300 IN NS ns1.example.org."),
+			mustTestRR(t, "x."+origin+" 300 IN A 192.0.2.1"),
+		}
+		for _, c := range []*Command{
+			{Op: OpImportBegin, Zone: origin, Import: uint64(i + 1)},
+			{Op: OpImportChunk, Zone: origin, Import: uint64(i + 1), Add: rrs},
+			{Op: OpImportCommit, Zone: origin, Import: uint64(i + 1)},
+		} {
+			if _, _, err := applyIn(t, db, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	id := byte(0)
+	prepare := func(m []byte, hold []uint32, moves ...*Command) error {
+		id++
+		part, err := (&Command{Op: OpMapSet, Map: m, Shard: "a", Hold: hold, Moves: moves}).Marshal()
+		if err != nil {
+			return err
+		}
+		_, _, err = applyIn(t, db, &Command{Op: OpTxPrepare, Tx: [16]byte{id}, Part: part, Meta: []byte(`{}`)})
+		return err
+	}
+	finish := func(op Op) *Effect {
+		t.Helper()
+		_, eff, err := applyIn(t, db, &Command{Op: op, Tx: [16]byte{id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eff
+	}
+	rrsAt := func(origin, name string) (rrs []dns.RR) {
+		db.View(func(tx *bolt.Tx) error {
+			rrs, _ = RRsAt(Generation(tx).Bucket(BucketZones).Bucket([]byte(origin)), name)
+			return nil
+		})
+		return rrs
+	}
+	if err := prepare(testShardMap(1, "127.0.0.1:53"), nil); err != nil {
+		t.Fatal(err)
+	}
+	finish(OpTxCommit)
+
+	// Hand x over in one zone and take y in the other.
+	x := "x." + zones[0]
+	px := uint32(shardmap.PartitionOf(x, shardmap.DefaultPartitions))
+	give := &Command{Op: OpChange, Zone: zones[0], Del: []Deletion{{Name: x}}}
+	take := &Command{Op: OpChange, Zone: zones[1], Add: []dns.RR{mustTestRR(t, "y."+zones[1]+" 300 IN TXT moved")}}
+	if err := prepare(testShardMap(2, "127.0.0.1:53"), nil, &Command{Op: OpChange, Zone: "example.com.", Add: take.Add}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a move into a zone the shard lacks: expected not found, got %v", err)
+	}
+	if err := prepare(testShardMap(2, "127.0.0.1:53"), []uint32{px}, give, take); err != nil {
+		t.Fatal(err)
+	}
+	db.View(func(tx *bolt.Tx) error {
+		g := Generation(tx)
+		for _, l := range []LockRef{{zones[0], x}, {zones[1], "y." + zones[1]}, {"", MapLock}} {
+			if by, ok := lockedBy(g, l.Zone, l.Name); !ok || by[0] != id {
+				t.Errorf("%v: not locked by the map part", l)
+			}
+		}
+		return nil
+	})
+	if _, _, err := applyIn(t, db, &Command{Op: OpChange, Zone: zones[1], Add: []dns.RR{mustTestRR(t, "y."+zones[1]+" 300 IN A 192.0.2.9")}}); !errors.Is(err, ErrBusy) {
+		t.Errorf("a write of a moving name: expected busy, got %v", err)
+	}
+	db.Update(func(tx *bolt.Tx) error {
+		g := Generation(tx)
+		got, err := PreviewPart(g, []byte{id, 15: 0}, zones[1])
+		if err != nil || len(got) != 1 || len(got[0].RRs) != 1 {
+			t.Errorf("preview of %s: %v %v", zones[1], got, err)
+		}
+		got, err = PreviewPart(g, []byte{id, 15: 0}, "example.com.")
+		if err != nil || got == nil || len(got) != 0 {
+			t.Errorf("preview of a zone without a move: %v %v, want none (not nil)", got, err)
+		}
+		return errors.New("rolled back")
+	})
+	eff := finish(OpTxCommit)
+	if eff == nil || eff.Map == nil || len(eff.More) != 2 || eff.More[0].Zone != zones[0] || eff.More[1].Zone != zones[1] {
+		t.Fatalf("commit's effect: %+v", eff)
+	}
+	if rrsAt(zones[0], x) != nil || len(rrsAt(zones[1], "y."+zones[1])) != 1 {
+		t.Errorf("after the commit: %s %v, y %v", x, rrsAt(zones[0], x), rrsAt(zones[1], "y."+zones[1]))
+	}
+
+	// An aborted move changes nothing, and unlocks.
+	back := &Command{Op: OpChange, Zone: zones[0], Add: []dns.RR{mustTestRR(t, x+" 300 IN A 192.0.2.1")}}
+	if err := prepare(testShardMap(3, "127.0.0.1:53"), nil, back); err != nil {
+		t.Fatal(err)
+	}
+	finish(OpTxAbort)
+	if rrsAt(zones[0], x) != nil {
+		t.Errorf("an aborted move wrote %s", x)
+	}
+	if _, _, err := applyIn(t, db, &Command{Op: OpChange, Zone: zones[0], Add: back.Add}); err != nil {
+		t.Errorf("after the abort, a write of %s: %v", x, err)
+	}
+
+	// A hold waits for another transaction's part in its partition.
+	part, _ := (&Command{Op: OpChange, Zone: zones[1], Add: []dns.RR{mustTestRR(t, "z."+zones[1]+" 60 IN A 192.0.2.3")}}).Marshal()
+	if _, _, err := applyIn(t, db, &Command{Op: OpTxPrepare, Zone: zones[1], Tx: [16]byte{200}, Part: part, Meta: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	pz := uint32(shardmap.PartitionOf("z."+zones[1], shardmap.DefaultPartitions))
+	if err := prepare(testShardMap(3, "127.0.0.1:53"), []uint32{pz}); !errors.Is(err, ErrBusy) {
+		t.Errorf("a hold of a partition a prepared part writes in: expected busy, got %v", err)
+	}
+
+	// The encoding.
+	c := &Command{Op: OpMapSet, Map: testShardMap(3), Shard: "a", Hold: []uint32{px}, Moves: []*Command{give, take}}
+	b, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Unmarshal(b)
+	if err != nil || len(got.Moves) != 2 || got.Moves[0].Del[0].Name != x || got.Moves[1].Add[0].String() != take.Add[0].String() || got.Moves[1].Zone != zones[1] {
+		t.Errorf("round trip: %+v %v", got, err)
+	}
+	if _, err := (&Command{Op: OpMapSet, Map: testShardMap(3), Moves: []*Command{{Op: OpDeleteZone, Zone: zones[0]}}}).Marshal(); err == nil {
+		t.Errorf("a zone's deletion encoded as a move")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
@@ -94,6 +95,55 @@ func Touched(c *Command) ([]string, error) {
 	return names, nil
 }
 
+// LockRef is a name that a prepared part holds, in its zone: "" for a
+// map part's own names (MapLock, its held partitions), which no query
+// meets.
+type LockRef struct{ Zone, Name string }
+
+// maxMoves bounds the zones of a map part's moves.
+const maxMoves = 4096
+
+// partLocks returns the names that part, prepared for zone, holds: those
+// it reads or writes (Touched), and for a map part those of its moves, in
+// their zones.
+func partLocks(zone string, part *Command) ([]LockRef, error) {
+	names, err := Touched(part)
+	if err != nil {
+		return nil, err
+	}
+	if len(part.Moves) > maxMoves {
+		return nil, Errorf(ErrInvalid, "a shard map part moves names of %d zones: at most %d", len(part.Moves), maxMoves)
+	}
+	refs := make([]LockRef, 0, len(names))
+	for _, n := range names {
+		refs = append(refs, LockRef{zone, n})
+	}
+	for _, mv := range part.Moves {
+		if part.Op != OpMapSet || mv.Op != OpChange || mv.Zone == "" {
+			return nil, Errorf(ErrInvalid, "moves are record changes of zones in a shard map part")
+		}
+		mn, err := Touched(mv)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range mn {
+			refs = append(refs, LockRef{mv.Zone, n})
+		}
+	}
+	return refs, nil
+}
+
+// namesIn returns the names of refs in zone.
+func namesIn(refs []LockRef, zone string) []string {
+	var names []string
+	for _, r := range refs {
+		if r.Zone == zone {
+			names = append(names, r.Name)
+		}
+	}
+	return names
+}
+
 func lockKey(zone, name string) []byte {
 	return append(append([]byte(zone), 0), name...)
 }
@@ -143,6 +193,41 @@ func checkNames(g *bolt.Bucket, zone string, names []string) error {
 		}
 	}
 	return nil
+}
+
+// checkRefs refuses with ErrBusy when a transaction holds one of refs.
+func checkRefs(g *bolt.Bucket, refs []LockRef) error {
+	for _, r := range refs {
+		if by, ok := lockedBy(g, r.Zone, r.Name); ok {
+			return Errorf(ErrBusy, "%s is locked by transaction %x in progress", r.Name, by)
+		}
+	}
+	return nil
+}
+
+// checkHeldLocks refuses with ErrBusy a map part that would hold
+// partitions hold while another transaction's prepared part holds a name
+// in one of them: that part's commit would change the partition after the
+// hold began (the names a migration moves must stay as they were read).
+func checkHeldLocks(g *bolt.Bucket, hold []uint32, partitions int) error {
+	locks := g.Bucket(BucketTxLocks)
+	if locks == nil || len(hold) == 0 {
+		return nil
+	}
+	held := make(map[uint32]bool, len(hold))
+	for _, p := range hold {
+		held[p] = true
+	}
+	return locks.ForEach(func(k, v []byte) error {
+		zone, name, ok := strings.Cut(string(k), "\x00")
+		if !ok || zone == "" {
+			return nil
+		}
+		if p := uint32(shardmap.PartitionOf(name, partitions)); held[p] {
+			return Errorf(ErrBusy, "%s (partition %d) is locked by transaction %x in progress", name, p, v)
+		}
+		return nil
+	})
 }
 
 // txRecord is an outcome with its time, as txdone and txdecided hold it.
@@ -241,25 +326,45 @@ func applyTxPrepare(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if part.Zone != c.Zone {
 		return Result{}, nil, Errorf(ErrInvalid, "transaction part for zone %q in a prepare for %q", part.Zone, c.Zone)
 	}
-	names, err := Touched(part)
+	refs, err := partLocks(c.Zone, part)
 	if err != nil {
 		return Result{}, nil, err
 	}
-	if err := checkNames(g, c.Zone, names); err != nil {
+	if err := checkRefs(g, refs); err != nil {
 		return Result{}, nil, err
 	}
 	if c.Zone != "" {
-		if err := checkHolds(g, names); err != nil {
+		if err := checkHolds(g, namesIn(refs, c.Zone)); err != nil {
 			return Result{}, nil, err
 		}
 	}
-	if err := checkFence(g, c); err != nil {
-		return Result{}, nil, err
+	if part.Op == OpMapSet && len(part.Hold) > 0 {
+		m, err := ShardMap(g)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		if m != nil {
+			if err := checkHeldLocks(g, part.Hold, m.Partitions); err != nil {
+				return Result{}, nil, err
+			}
+		}
 	}
-	if g.Bucket(bucketImportMeta).Get([]byte(c.Zone)) != nil {
-		return Result{}, nil, Errorf(ErrBusy, "zone %q is being imported", c.Zone)
+	zones := []string{c.Zone}
+	for _, mv := range part.Moves {
+		zones = append(zones, mv.Zone)
 	}
-	res, _, err := applyWrite(g, part, applyOpts{dry: true})
+	for _, z := range zones {
+		if z == "" {
+			continue
+		}
+		if err := checkFence(g, &Command{Zone: z, Time: c.Time}); err != nil {
+			return Result{}, nil, err
+		}
+		if g.Bucket(bucketImportMeta).Get([]byte(z)) != nil {
+			return Result{}, nil, Errorf(ErrBusy, "zone %q is being imported", z)
+		}
+	}
+	res, _, err := applyPart(g, part, applyOpts{dry: true})
 	if err != nil || res.Rcode != dns.RcodeSuccess {
 		return res, nil, err
 	}
@@ -278,12 +383,35 @@ func applyTxPrepare(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if err != nil {
 		return Result{}, nil, err
 	}
-	for _, n := range names {
-		if err := locks.Put(lockKey(c.Zone, n), c.Tx[:]); err != nil {
+	for _, r := range refs {
+		if err := locks.Put(lockKey(r.Zone, r.Name), c.Tx[:]); err != nil {
 			return Result{}, nil, err
 		}
 	}
-	return Result{Serial: res.Serial}, &Effect{Zone: c.Zone, Tx: &TxEffect{ID: c.Tx, Names: names, Prepared: true}}, nil
+	return Result{Serial: res.Serial}, &Effect{Zone: c.Zone, Tx: &TxEffect{ID: c.Tx, Locks: refs, Prepared: true}}, nil
+}
+
+// applyPart applies a transaction's part, and the moves of a map part
+// after it, as o says: a refusal of any is the part's. The effects of
+// the moves are the part's effect's More.
+func applyPart(g *bolt.Bucket, part *Command, o applyOpts) (Result, *Effect, error) {
+	res, eff, err := applyWrite(g, part, o)
+	if err != nil || res.Rcode != dns.RcodeSuccess {
+		return res, eff, err
+	}
+	for _, mv := range part.Moves {
+		mres, meff, err := applyWrite(g, mv, o)
+		if err != nil || mres.Rcode != dns.RcodeSuccess {
+			return mres, nil, err
+		}
+		if meff != nil {
+			if eff == nil {
+				eff = &Effect{}
+			}
+			eff.More = append(eff.More, meff)
+		}
+	}
+	return res, eff, nil
 }
 
 // PreparedPart returns the prepare command of transaction id on this shard,
@@ -304,19 +432,19 @@ func PreparedPart(g *bolt.Bucket, id []byte) (*Command, error) {
 
 // unlock drops prepared part c and its locks, and records that it finished
 // with outcome.
-func unlock(g *bolt.Bucket, c *Command, finish *Command, outcome byte) ([]string, error) {
+func unlock(g *bolt.Bucket, c *Command, finish *Command, outcome byte) ([]LockRef, error) {
 	part, err := Unmarshal(c.Part)
 	if err != nil {
 		return nil, err
 	}
-	names, err := Touched(part)
+	refs, err := partLocks(c.Zone, part)
 	if err != nil {
 		return nil, err
 	}
 	if locks := g.Bucket(BucketTxLocks); locks != nil {
-		for _, n := range names {
-			if by, ok := lockedBy(g, c.Zone, n); ok && bytes.Equal(by, c.Tx[:]) {
-				if err := locks.Delete(lockKey(c.Zone, n)); err != nil {
+		for _, r := range refs {
+			if by, ok := lockedBy(g, r.Zone, r.Name); ok && bytes.Equal(by, c.Tx[:]) {
+				if err := locks.Delete(lockKey(r.Zone, r.Name)); err != nil {
 					return nil, err
 				}
 			}
@@ -325,7 +453,7 @@ func unlock(g *bolt.Bucket, c *Command, finish *Command, outcome byte) ([]string
 	if err := g.Bucket(BucketTxPrepared).Delete(c.Tx[:]); err != nil {
 		return nil, err
 	}
-	return names, putOutcome(g, bucketTxDone, finish, outcome)
+	return refs, putOutcome(g, bucketTxDone, finish, outcome)
 }
 
 // applyTxCommit applies a prepared part: its names are still locked, so it
@@ -349,10 +477,10 @@ func applyTxCommit(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if err != nil {
 		return Result{}, nil, err
 	}
-	res, eff, werr := applyWrite(g, part, applyOpts{skipPrereqs: true})
+	res, eff, werr := applyPart(g, part, applyOpts{skipPrereqs: true})
 	// The part passed at prepare and its names stayed locked: it cannot
 	// fail now but for a broken store. Either way the locks go.
-	names, err := unlock(g, prep, c, OutcomeCommit)
+	refs, err := unlock(g, prep, c, OutcomeCommit)
 	if err != nil {
 		return Result{}, nil, err
 	}
@@ -362,20 +490,21 @@ func applyTxCommit(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if eff == nil {
 		eff = &Effect{Zone: prep.Zone}
 	}
-	eff.Tx = &TxEffect{ID: c.Tx, Names: names}
+	eff.Tx = &TxEffect{ID: c.Tx, Locks: refs}
 	res.Outcome = OutcomeCommit
 	return res, eff, nil
 }
 
 // PreviewPart applies the prepared part of transaction id to g as its
-// commit would, and returns the names it changes with their records after
-// it (nil, nil when none is prepared): the names it touches, which stay
-// locked until it is finished, so the preview holds until then; the apex
-// only when the part touches it (not for the serial bump of every change,
-// which other writes move on). It writes g: the caller runs it in a
-// transaction it rolls back. A reader answers from the preview of a part
-// whose commit is decided but not applied yet.
-func PreviewPart(g *bolt.Bucket, id []byte) ([]zone.NameRecords, error) {
+// commit would, and returns the names of zone origin it changes with their
+// records after it (nil, nil when none is prepared): the names it
+// touches, which stay locked until it is finished, so the preview holds
+// until then; the apex only when the part touches it (not for the serial
+// bump of every change, which other writes move on). A map part's
+// preview is that of its move in zone origin (none without one). It writes g:
+// the caller runs it in a transaction it rolls back. A reader answers
+// from the preview of a part whose commit is decided but not applied yet.
+func PreviewPart(g *bolt.Bucket, id []byte, origin string) ([]zone.NameRecords, error) {
 	prep, err := PreparedPart(g, id)
 	if err != nil || prep == nil {
 		return nil, err
@@ -384,9 +513,20 @@ func PreviewPart(g *bolt.Bucket, id []byte) ([]zone.NameRecords, error) {
 	if err != nil {
 		return nil, err
 	}
-	if part.Op == OpMapSet {
-		return nil, nil // no record changes
+	if part.Op != OpMapSet {
+		return previewChange(g, prep.Zone, part)
 	}
+	for _, mv := range part.Moves {
+		if mv.Zone == origin {
+			return previewChange(g, origin, mv)
+		}
+	}
+	return []zone.NameRecords{}, nil // no record changes in zone
+}
+
+// previewChange applies part, a change of zone origin, to g and returns
+// the names it touches with their records after it.
+func previewChange(g *bolt.Bucket, origin string, part *Command) ([]zone.NameRecords, error) {
 	touched, err := Touched(part)
 	if err != nil {
 		return nil, err
@@ -397,7 +537,7 @@ func PreviewPart(g *bolt.Bucket, id []byte) ([]zone.NameRecords, error) {
 	}
 	names := make([]zone.NameRecords, 0, len(eff.Names))
 	for _, n := range eff.Names {
-		if key := strings.ToLower(dns.Fqdn(n.Name)); key != prep.Zone || slices.Contains(touched, key) {
+		if key := strings.ToLower(dns.Fqdn(n.Name)); key != origin || slices.Contains(touched, key) {
 			names = append(names, n)
 		}
 	}
@@ -420,11 +560,11 @@ func applyTxAbort(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if prep == nil {
 		return Result{Outcome: OutcomeAbort}, nil, putOutcome(g, bucketTxDone, c, OutcomeAbort)
 	}
-	names, err := unlock(g, prep, c, OutcomeAbort)
+	refs, err := unlock(g, prep, c, OutcomeAbort)
 	if err != nil {
 		return Result{}, nil, err
 	}
-	return Result{Outcome: OutcomeAbort}, &Effect{Zone: prep.Zone, Tx: &TxEffect{ID: c.Tx, Names: names}}, nil
+	return Result{Outcome: OutcomeAbort}, &Effect{Zone: prep.Zone, Tx: &TxEffect{ID: c.Tx, Locks: refs}}, nil
 }
 
 // applyTxDecide records the coordinator's decision for a transaction: the
@@ -442,6 +582,6 @@ func applyTxDecide(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 // TxEffect is what a transaction entry changes in the member's lock view.
 type TxEffect struct {
 	ID       [16]byte
-	Names    []string
+	Locks    []LockRef
 	Prepared bool // locked (prepare) or unlocked (commit, abort)
 }
