@@ -116,6 +116,15 @@ type Answer struct {
 // MapPath is the path of a member's shard map on its API.
 const MapPath = "/v1/map"
 
+// PartitionsPath is the path of a member's export of what moves when
+// partitions change owner: zone file text, each zone's records behind a
+// "$ORIGIN <zone>" line, ended by a line ExportEnd (a cut-short body has
+// none).
+const (
+	PartitionsPath = "/v1/partitions"
+	ExportEnd      = "; end"
+)
+
 // maxShards and maxMembers bound a map's size: a map travels in every
 // shard's Raft log and in answers to routers.
 const (

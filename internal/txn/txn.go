@@ -203,6 +203,10 @@ type Prepare struct {
 	// nothing: the names are never on neither shard, and on both only as
 	// the same records.
 	Moves []Move `json:"moves,omitempty"`
+	// Drop, with Hold, deletes when the part commits the records of the
+	// held partitions' names that only their owner holds: the shard
+	// hands them over (the names another shard's Moves add).
+	Drop bool `json:"drop,omitempty"`
 }
 
 // Move is one zone's record change in a map part (Prepare.Moves).

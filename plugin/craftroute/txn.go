@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,6 +47,16 @@ type txResult struct {
 // aborted while this router retried its prepare (busy too): the abort
 // stands everywhere, so running the request again writes it once.
 func (sc *shardClient) runTx(ctx context.Context, zone string, parts map[*Shard]txn.Prepare) txResult {
+	return sc.runTxStaged(ctx, zone, parts, nil, nil)
+}
+
+// runTxStaged is runTx whose parts of the shards first are prepared
+// before the others, and fill, once they voted yes, completes the others'
+// parts (a migration's batch: the shard that hands names over holds them
+// first, and what they hold then is read and given to the shard that
+// takes them). An error from fill aborts the transaction; errBatchTooBig
+// says so without trying again.
+func (sc *shardClient) runTxStaged(ctx context.Context, zone string, parts map[*Shard]txn.Prepare, first []*Shard, fill func(context.Context, map[*Shard]txn.Prepare) error) txResult {
 	shards := make([]*Shard, 0, len(parts))
 	for s := range parts {
 		shards = append(shards, s)
@@ -56,7 +68,7 @@ func (sc *shardClient) runTx(ctx context.Context, zone string, parts map[*Shard]
 		names[i] = s.Name
 	}
 	for attempt := 0; ; attempt++ {
-		res, busy := sc.tryTx(ctx, zone, shards, co, names, parts)
+		res, busy := sc.tryTx(ctx, zone, shards, co, names, parts, first, fill)
 		if !busy {
 			return res
 		}
@@ -71,14 +83,12 @@ func (sc *shardClient) runTx(ctx context.Context, zone string, parts map[*Shard]
 	}
 }
 
-// tryTx runs the transaction once with a new ID; busy is set when it was
-// aborted because a part met a lock.
-func (sc *shardClient) tryTx(ctx context.Context, zone string, shards []*Shard, co *Shard, names []string, parts map[*Shard]txn.Prepare) (res txResult, busy bool) {
-	id := txn.NewID()
-	votes := make([]txn.Vote, len(shards))
-	errs := make([]error, len(shards))
+// prepareParts prepares the parts of shards (indexes into all) of
+// transaction id concurrently, filling votes and errs.
+func (sc *shardClient) prepareParts(ctx context.Context, id txn.ID, zone string, all []*Shard, which []int, co *Shard, names []string, parts map[*Shard]txn.Prepare, votes []txn.Vote, errs []error) {
 	var wg sync.WaitGroup
-	for i, s := range shards {
+	for _, i := range which {
+		s := all[i]
 		p := parts[s]
 		p.Zone, p.Participants = zone, names
 		p.Coordinator = txn.Coordinator{Shard: co.Name, APIs: co.APIs()}
@@ -100,9 +110,47 @@ func (sc *shardClient) tryTx(ctx context.Context, zone string, shards []*Shard, 
 		})
 	}
 	wg.Wait()
+}
+
+// tryTx runs the transaction once with a new ID; busy is set when it was
+// aborted because a part met a lock.
+func (sc *shardClient) tryTx(ctx context.Context, zone string, shards []*Shard, co *Shard, names []string, parts map[*Shard]txn.Prepare, first []*Shard, fill func(context.Context, map[*Shard]txn.Prepare) error) (res txResult, busy bool) {
+	id := txn.NewID()
+	votes := make([]txn.Vote, len(shards))
+	errs := make([]error, len(shards))
+	var early, late []int
+	for i, s := range shards {
+		if slices.Contains(first, s) {
+			early = append(early, i)
+		} else {
+			late = append(late, i)
+		}
+	}
+	if len(early) > 0 {
+		sc.prepareParts(ctx, id, zone, shards, early, co, names, parts, votes, errs)
+		ok := true
+		for _, i := range early {
+			ok = ok && errs[i] == nil && votes[i].Yes
+		}
+		if ok && fill != nil {
+			filled := maps.Clone(parts)
+			if err := fill(ctx, filled); err != nil {
+				sc.finishTx(ctx, id, shards, txn.Abort)
+				txOutcomes.WithLabelValues("abort").Inc()
+				return txResult{err: err}, false
+			}
+			parts = filled
+		}
+		if !ok {
+			late = nil // not prepared: the abort below releases the early parts
+		}
+	}
+	sc.prepareParts(ctx, id, zone, shards, late, co, names, parts, votes, errs)
 	yes := true
 	for i, s := range shards {
 		switch {
+		case !slices.Contains(early, i) && !slices.Contains(late, i):
+			yes = false // not asked
 		case errs[i] != nil:
 			yes = false
 			if res.failed == nil {

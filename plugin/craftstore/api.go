@@ -79,7 +79,7 @@ func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, erro
 	mux.HandleFunc("POST /v1/txn/{id}/decide", httpapi.Body(httpapi.JSON, a.txDecide))
 	mux.HandleFunc("GET /v1/txn/{id}", a.txStatus)
 	mux.HandleFunc("GET "+shardmap.MapPath, a.shardMap)
-	mux.HandleFunc("GET /v1/partitions", a.exportPartitions)
+	mux.HandleFunc("GET "+shardmap.PartitionsPath, a.exportPartitions)
 	mux.HandleFunc("POST /v1/txn/{id}/commit", httpapi.Body(httpapi.JSON, a.txFinish))
 	mux.HandleFunc("POST /v1/txn/{id}/abort", httpapi.Body(httpapi.JSON, a.txFinish))
 	a.srv = httpapi.Server(cfg.listen, cfg.token, httpapi.Auth("craftstore", cfg.token, a.fenced(httpapi.CleanPaths(mux))))

@@ -27,12 +27,12 @@ const maxPartitionCount = 1 << 20
 // behind a "$ORIGIN <zone>" line.
 func (a *apiServer) exportPartitions(w http.ResponseWriter, r *http.Request) {
 	shared := r.URL.Query().Get("shared") == "1"
-	keep, err := partitionFilter(r)
+	parts, of, err := partitionList(r)
 	switch {
 	case err != nil:
 		fail(w, err)
 		return
-	case shared == (keep != nil):
+	case shared == (parts != nil):
 		fail(w, zoneapi.BadRequest("give partitions and of, or shared=1"))
 		return
 	}
@@ -47,7 +47,7 @@ func (a *apiServer) exportPartitions(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/dns")
 	bw := bufio.NewWriter(w)
 	started, zone := false, ""
-	err = a.rep.ExportPartitions(keep, shared, func(origin string, rr dns.RR) error {
+	emit := func(origin string, rr dns.RR) error {
 		started = true
 		if origin != zone {
 			zone = origin
@@ -56,7 +56,12 @@ func (a *apiServer) exportPartitions(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		return writeZone(bw, rr)
-	})
+	}
+	if shared {
+		err = a.rep.ExportShared(emit)
+	} else {
+		err = a.rep.ExportPartitions(parts, of, emit)
+	}
 	if err != nil && !started {
 		fail(w, err)
 		return
@@ -66,7 +71,7 @@ func (a *apiServer) exportPartitions(w http.ResponseWriter, r *http.Request) {
 		log.Warningf("partition export: %v", err)
 		return
 	}
-	fmt.Fprintf(bw, "; end\n")
+	fmt.Fprintf(bw, "%s\n", shardmap.ExportEnd)
 	bw.Flush()
 }
 
@@ -76,17 +81,31 @@ func (a *apiServer) exportPartitions(w http.ResponseWriter, r *http.Request) {
 // and the names of those partitions only, the part of the zone a shard
 // hands to another. Without "partitions" every name is kept (nil).
 func partitionFilter(r *http.Request) (func(string) bool, error) {
+	list, of, err := partitionList(r)
+	if list == nil || err != nil {
+		return nil, err
+	}
+	set := make([]bool, of)
+	for _, p := range list {
+		set[p] = true
+	}
+	return func(name string) bool { return set[shardmap.PartitionOf(name, of)] }, nil
+}
+
+// partitionList reads the partitions of a filter (partitionFilter), in
+// order, each once, and their count; nil without a filter.
+func partitionList(r *http.Request) ([]uint32, int, error) {
 	q := r.URL.Query()
 	spec, ofText := q.Get("partitions"), q.Get("of")
 	if spec == "" && ofText == "" {
-		return nil, nil
+		return nil, 0, nil
 	}
 	of, err := strconv.Atoi(ofText)
 	if err != nil || of < 1 || of > maxPartitionCount {
-		return nil, zoneapi.BadRequest("of=%q: the map's partition count, 1 to %d, goes with partitions", ofText, maxPartitionCount)
+		return nil, 0, zoneapi.BadRequest("of=%q: the map's partition count, 1 to %d, goes with partitions", ofText, maxPartitionCount)
 	}
 	if spec == "" {
-		return nil, zoneapi.BadRequest("of without partitions: list them (partitions=3,7-9)")
+		return nil, 0, zoneapi.BadRequest("of without partitions: list them (partitions=3,7-9)")
 	}
 	set := make([]bool, of)
 	for _, part := range strings.Split(spec, ",") {
@@ -98,11 +117,17 @@ func partitionFilter(r *http.Request) (func(string) bool, error) {
 			b, err2 = strconv.Atoi(hi)
 		}
 		if err1 != nil || err2 != nil || a < 0 || b < a || b >= of {
-			return nil, zoneapi.BadRequest("partitions: %q is not a partition or a range of partitions below %d", part, of)
+			return nil, 0, zoneapi.BadRequest("partitions: %q is not a partition or a range of partitions below %d", part, of)
 		}
 		for p := a; p <= b; p++ {
 			set[p] = true
 		}
 	}
-	return func(name string) bool { return set[shardmap.PartitionOf(name, of)] }, nil
+	var list []uint32
+	for p, in := range set {
+		if in {
+			list = append(list, uint32(p))
+		}
+	}
+	return list, of, nil
 }

@@ -1,12 +1,15 @@
 package craftstore
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/craftdns/craftdns/internal/shardmap"
+	"github.com/craftdns/craftdns/internal/txn"
 
 	"github.com/miekg/dns"
 )
@@ -125,6 +128,26 @@ func TestAPIPartitionsMove(t *testing.T) {
 	www := shardmap.PartitionOf("www.example.org.", 7)
 	if one := read(fmt.Sprintf("partitions=%d&of=7", www)); !hasPrefix(one, "www.example.org.") || len(one) >= len(owned) {
 		t.Errorf("partition %d alone: %v", www, one)
+	}
+	// With a map of key mode "name" the member reads its partition index:
+	// the same records.
+	self := txn.Coordinator{Shard: "a", APIs: []string{"http://" + a.addr()}}
+	m := &shardmap.Map{Epoch: 1, Key: shardmap.KeyName, Partitions: shardmap.MinPartitions, Load: shardmap.DefaultLoad,
+		Shards: []shardmap.Shard{{Name: "a", Members: []string{"127.0.0.1:1053"}, API: []string{"http://" + a.addr()}}}}
+	body, _ := json.Marshal(txn.Prepare{Coordinator: self, Participants: []string{"a"}, Map: m, Shard: "a"})
+	id := txn.NewID()
+	for _, step := range [][2]string{{txn.PreparePath(id), string(body)}, {txn.DecidePath(id), `{"outcome":"commit"}`}, {txn.FinishPath(id, txn.Commit), `{}`}} {
+		if code, _, raw := call(t, a, "", "POST", step[0], step[1]); code != http.StatusOK || strings.Contains(raw, `"yes":false`) {
+			t.Fatalf("%s: %d %s", step[0], code, raw)
+		}
+	}
+	scanned := read(fmt.Sprintf("partitions=0-%d&of=%d", shardmap.MinPartitions-1, shardmap.MinPartitions))
+	if !maps.Equal(scanned, owned) {
+		t.Errorf("the index gives %d records, the scan %d", len(scanned), len(owned))
+	}
+	www = shardmap.PartitionOf("www.example.org.", shardmap.MinPartitions)
+	if one := read(fmt.Sprintf("partitions=%d&of=%d", www, shardmap.MinPartitions)); !hasPrefix(one, "www.example.org.") || len(one) >= len(owned) {
+		t.Errorf("partition %d alone, from the index: %v", www, one)
 	}
 	for _, bad := range []string{"", "shared=1&partitions=1&of=7", "partitions=1"} {
 		if code, _, raw := call(t, a, "", "GET", "/v1/partitions?"+bad, ""); code != http.StatusBadRequest {

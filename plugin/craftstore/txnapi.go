@@ -60,7 +60,7 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 		}
 		m, err := json.Marshal(p.Map)
 		if err == nil {
-			err = a.rep.TxPrepareMap(ctx, id, m, p.Shard, p.Hold, moves, meta)
+			err = a.rep.TxPrepareMap(ctx, id, replica.MapPart{Map: m, Shard: p.Shard, Hold: p.Hold, Moves: moves, Drop: p.Drop}, meta)
 		}
 		v := vote(dns.RcodeSuccess, err)
 		a.staleVote(&v, err)

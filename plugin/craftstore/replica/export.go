@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 
 	"github.com/miekg/dns"
@@ -51,25 +52,67 @@ func (r *Replica) ExportWhere(origin string, keep func(name string) bool, fn fun
 	})
 }
 
-// ExportPartitions streams, from one consistent read of every zone, in
-// canonical order zone by zone, the records that move when partitions
-// change owner in key mode "name": with shared clear, those of the names
-// keep takes (their partitions) except the records every shard holds;
-// with shared set, only the records every shard holds (the apex RRsets,
-// every RRset at or below a zone cut, every DNAME RRset: the layout of
-// craftroute's split.go), keep unused. fn gets each record with its
-// zone's origin.
-func (r *Replica) ExportPartitions(keep func(name string) bool, shared bool, fn func(origin string, rr dns.RR) error) error {
+// ExportPartitions streams, from one consistent read of every zone, the
+// records that move when partitions change owner in key mode "name": those
+// of the names of partitions (of a map of of partitions) that only their
+// owner holds (not the records every shard holds: fsm.SharedRRs), with
+// their zones' origins. It reads the partition index when it is for of
+// partitions, else every zone.
+func (r *Replica) ExportPartitions(partitions []uint32, of int, fn func(origin string, rr dns.RR) error) error {
 	return r.db.View(func(tx *bolt.Tx) error {
-		zones := fsm.Generation(tx).Bucket(fsm.BucketZones)
-		return zones.ForEach(func(k, v []byte) error {
-			b := zones.Bucket(k)
-			if v != nil || b == nil {
-				return nil
+		g := fsm.Generation(tx)
+		zones := g.Bucket(fsm.BucketZones)
+		emit := func(zb *bolt.Bucket, origin, name string, rrs []dns.RR) error {
+			_, owned, err := fsm.SharedRRs(zb, origin, name, rrs)
+			if err != nil {
+				return err
 			}
-			origin := string(k)
+			for _, rr := range owned {
+				if err := fn(origin, rr); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if fsm.IndexedParts(g) == of {
+			_, err := fsm.EachInPartitions(g, partitions, func(origin, name string) error {
+				zb := zones.Bucket([]byte(origin))
+				if zb == nil {
+					return nil
+				}
+				rrs, err := fsm.RRsAt(zb, name)
+				if err != nil {
+					return err
+				}
+				return emit(zb, origin, name, rrs)
+			})
+			return err
+		}
+		set := map[int]bool{}
+		for _, p := range partitions {
+			set[int(p)] = true
+		}
+		return eachZone(zones, func(origin string, zb *bolt.Bucket) error {
+			return fsm.EachName(zb, func(rrs []dns.RR) error {
+				name := dnsname.Lower(rrs[0].Header().Name)
+				if !set[shardmap.PartitionOf(name, of)] {
+					return nil
+				}
+				return emit(zb, origin, name, rrs)
+			})
+		})
+	})
+}
+
+// ExportShared streams, from one consistent read of every zone, in
+// canonical order zone by zone, the records every shard holds in key mode
+// "name": the apex RRsets, every RRset at or below a zone cut, every
+// DNAME RRset (fsm.SharedRRs), with their zones' origins.
+func (r *Replica) ExportShared(fn func(origin string, rr dns.RR) error) error {
+	return r.db.View(func(tx *bolt.Tx) error {
+		return eachZone(fsm.Generation(tx).Bucket(fsm.BucketZones), func(origin string, zb *bolt.Bucket) error {
 			cut := "" // the last zone cut seen: names below it follow it in canonical order
-			return b.ForEach(func(_, v []byte) error {
+			return zb.ForEach(func(_, v []byte) error {
 				if v == nil {
 					return nil
 				}
@@ -84,19 +127,28 @@ func (r *Replica) ExportPartitions(keep func(name string) bool, shared bool, fn 
 				} else if !everyShard && slices.ContainsFunc(rrs, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeNS }) {
 					cut, everyShard = name, true
 				}
-				if !shared && !everyShard && keep != nil && !keep(name) {
-					return nil
-				}
 				for _, rr := range rrs {
-					if (everyShard || rr.Header().Rrtype == dns.TypeDNAME) != shared {
-						continue
-					}
-					if err := fn(origin, rr); err != nil {
-						return err
+					if everyShard || rr.Header().Rrtype == dns.TypeDNAME {
+						if err := fn(origin, rr); err != nil {
+							return err
+						}
 					}
 				}
 				return nil
 			})
 		})
+	})
+}
+
+// eachZone calls fn with every zone of bucket zones.
+func eachZone(zones *bolt.Bucket, fn func(origin string, zb *bolt.Bucket) error) error {
+	return zones.ForEach(func(k, v []byte) error {
+		if v != nil {
+			return nil
+		}
+		if zb := zones.Bucket(k); zb != nil {
+			return fn(string(k), zb)
+		}
+		return nil
 	})
 }

@@ -44,18 +44,26 @@ func (r *Replica) TxPrepareUpdate(ctx context.Context, id txn.ID, zone string, p
 	return res.Rcode, err
 }
 
-// TxPrepareMap proposes part of transaction id: the deployment's shard map
-// at the next epoch (m, shardmap.Map as JSON), one part on every shard,
-// this one being the map's shard called shard; while it is prepared,
-// writes to the names of the partitions hold lists wait (ErrBusy, which
-// proposeUnlocked waits out); moves are the record changes that move names
-// with the map, one per zone, prepared and committed with it.
+// MapPart is a shard's part of a change of the shard map.
+type MapPart struct {
+	Map   []byte   // the map at its next epoch, shardmap.Map as JSON
+	Shard string   // the map's shard this one is, "" when it is none of them
+	Hold  []uint32 // partitions whose writes wait while the part is prepared
+	Moves []Move   // record changes that move names with the map, one per zone
+	Drop  bool     // delete, at commit, what only the held partitions' owner holds
+}
+
+// TxPrepareMap proposes part p of transaction id: the deployment's shard
+// map at the next epoch, one part on every shard; while it is prepared,
+// writes to the names of the partitions p holds wait (ErrBusy, which
+// proposeUnlocked waits out); its moves and drop are prepared and
+// committed with it (fsm.Command.Moves, Drop).
 // meta is as for TxPrepareChange. The vote is refused with ErrConflict when
 // the shard is not at the epoch before m's, ErrInvalid when m is not a
 // valid map, ErrBusy while another map change is prepared.
-func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, m []byte, shard string, hold []uint32, moves []Move, meta []byte) error {
-	c := &fsm.Command{Op: fsm.OpMapSet, Map: m, Shard: shard, Hold: hold}
-	for _, mv := range moves {
+func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, p MapPart, meta []byte) error {
+	c := &fsm.Command{Op: fsm.OpMapSet, Map: p.Map, Shard: p.Shard, Hold: p.Hold, Drop: p.Drop}
+	for _, mv := range p.Moves {
 		c.Moves = append(c.Moves, &fsm.Command{Op: fsm.OpChange, Zone: mv.Zone, Add: mv.Add, Del: mv.Del})
 	}
 	part, err := c.Marshal()

@@ -108,6 +108,9 @@ func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 		if zb.Bucket([]byte(c.Zone)) == nil {
 			return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
 		}
+		if err := indexZone(g, IndexedParts(g), c.Zone, zb.Bucket([]byte(c.Zone)), false); err != nil {
+			return Result{}, nil, err
+		}
 		if err := zb.DeleteBucket([]byte(c.Zone)); err != nil {
 			return Result{}, nil, err
 		}
@@ -278,11 +281,17 @@ func applyChange(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 func writeNames(g *bolt.Bucket, origin string, w *workset) (*Effect, error) {
 	e := &Effect{Zone: origin, Names: make([]zone.NameRecords, 0, len(w.order))}
 	var removed, added []dns.RR
+	parts := IndexedParts(g)
 	for _, name := range w.order {
 		rrs := w.names[name]
 		removed, added = diffRRs(removed, added, w.stored[name], rrs)
 		if err := putRRs(w.zb, name, rrs); err != nil {
 			return nil, err
+		}
+		if (len(rrs) == 0) != (len(w.stored[name]) == 0) {
+			if err := indexName(g, parts, origin, name, len(rrs) > 0); err != nil {
+				return nil, err
+			}
 		}
 		e.Names = append(e.Names, zone.NameRecords{Name: name, RRs: rrs})
 	}

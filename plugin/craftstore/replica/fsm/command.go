@@ -79,6 +79,10 @@ type Command struct {
 	// map (a migration's batch: OpChange commands, one per zone): they
 	// are prepared, locked and committed with it, all or nothing.
 	Moves []*Command
+	// Drop (OpMapSet, with Hold) deletes, when the part commits, the
+	// records of the held partitions' names that only their owner holds:
+	// the shard hands them over (partindex.go).
+	Drop bool
 
 	// Epoch is the shard map epoch the router that sent this write routed
 	// it by, 0 when none did: a write routed by a placement older than
@@ -148,7 +152,7 @@ func (c *Command) Marshal() ([]byte, error) {
 		for _, p := range c.Hold {
 			b = binary.AppendUvarint(b, uint64(p))
 		}
-		if len(c.Moves) > 0 { // parts without moves are written as before
+		if len(c.Moves) > 0 || c.Drop { // parts without either are written as before
 			b = binary.AppendUvarint(b, uint64(len(c.Moves)))
 			for _, mv := range c.Moves {
 				if mv.Op != OpChange || mv.Zone == "" {
@@ -160,6 +164,9 @@ func (c *Command) Marshal() ([]byte, error) {
 				}
 				b = binary.AppendUvarint(b, uint64(len(mb)))
 				b = append(b, mb...)
+			}
+			if c.Drop {
+				b = append(b, 1)
 			}
 		}
 	}
@@ -248,6 +255,9 @@ func Unmarshal(data []byte) (*Command, error) {
 				default:
 					c.Moves = append(c.Moves, mv)
 				}
+			}
+			if d.err == nil && len(d.b) > 0 {
+				c.Drop = d.byte() == 1
 			}
 		}
 	}

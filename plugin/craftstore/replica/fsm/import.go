@@ -120,6 +120,9 @@ func applyImportCommit(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 			apex, serial = bumpSerial(apex, prev, nil)
 			bumped = true
 		}
+		if err := indexZone(g, IndexedParts(g), c.Zone, old, false); err != nil {
+			return Result{}, nil, err
+		}
 		if err := zones.DeleteBucket([]byte(c.Zone)); err != nil {
 			return Result{}, nil, err
 		}
@@ -144,6 +147,9 @@ func applyImportCommit(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 		if err := putRRs(zb, c.Zone, apex); err != nil {
 			return Result{}, nil, err
 		}
+	}
+	if err := indexZone(g, IndexedParts(g), c.Zone, zb, true); err != nil {
+		return Result{}, nil, err
 	}
 	if err := g.Bucket(bucketImports).DeleteBucket([]byte(c.Zone)); err != nil {
 		return Result{}, nil, err

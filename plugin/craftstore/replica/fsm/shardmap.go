@@ -92,13 +92,22 @@ func applyMapSet(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 	if cur != nil {
 		epoch = cur.Epoch
 	}
-	if m.Epoch != epoch+1 {
+	switch {
+	case m.Epoch == epoch+1:
+	case m.Epoch > epoch && c.Shard != "" && !inMap(g, cur):
+		// A shard that joins the map (a migration adds it) has no map,
+		// or one it left: it takes the deployment's next epoch, from the
+		// parts of the shards in the map, which hold it.
+	default:
 		return Result{}, nil, Errorf(ErrConflict, "shard map epoch %d: this shard is at epoch %d, a change must make epoch %d", m.Epoch, epoch, epoch+1)
 	}
 	for _, p := range c.Hold {
 		if cur == nil || int(p) >= cur.Partitions || m.Partitions != cur.Partitions {
 			return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d holds partition %d: a hold names a partition of the shard's map, whose partition count stays", m.Epoch, p)
 		}
+	}
+	if c.Drop && (len(c.Hold) == 0 || len(c.Moves) > 0 || IndexedParts(g) == 0) {
+		return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d drops the names of held partitions: it needs a hold, no moves, and key mode %q (the partition index)", m.Epoch, shardmap.KeyName)
 	}
 	if c.Shard != "" && !slices.Contains(m.Names(), c.Shard) {
 		return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d has no shard %q: a part is sent to a shard of the map", m.Epoch, c.Shard)
@@ -137,11 +146,29 @@ func applyMapSet(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 	if err := b.Put(keyMapParts, binary.AppendUvarint(nil, uint64(m.Partitions))); err != nil {
 		return Result{}, nil, err
 	}
+	want := 0 // the partition index (partindex.go): key mode "name" only
+	if m.Key == shardmap.KeyName {
+		want = m.Partitions
+	}
+	if IndexedParts(g) != want {
+		if err := buildIndex(g, want); err != nil {
+			return Result{}, nil, err
+		}
+	}
 	p, err := shardmap.NewPlace(m, c.Shard, placed)
 	if err != nil {
 		return Result{}, nil, err
 	}
 	return Result{}, &Effect{Map: p}, nil
+}
+
+// inMap reports whether this shard is one of cur's shards (nil: no map).
+func inMap(g *bolt.Bucket, cur *shardmap.Map) bool {
+	if cur == nil {
+		return false
+	}
+	name := string(g.Bucket(bucketShardMap).Get(keyMapShard))
+	return name != "" && slices.Contains(cur.Names(), name)
 }
 
 // fencedOp reports whether op is a write a router places by the shard map:

@@ -477,3 +477,166 @@ func TestMapMoves(t *testing.T) {
 		t.Errorf("a zone's deletion encoded as a move")
 	}
 }
+
+// indexEntries returns the partition index as "partition zone name".
+func indexEntries(t *testing.T, db *bolt.DB) []string {
+	var out []string
+	db.View(func(tx *bolt.Tx) error {
+		g := Generation(tx)
+		parts := make([]uint32, IndexedParts(g))
+		for i := range parts {
+			parts[i] = uint32(i)
+		}
+		_, err := EachInPartitions(g, parts, func(origin, name string) error {
+			out = append(out, fmt.Sprintf("%d %s %s", shardmap.PartitionOf(name, len(parts)), origin, name))
+			return nil
+		})
+		return err
+	})
+	slices.Sort(out)
+	return out
+}
+
+// TestPartIndex: the first map of key mode "name" indexes every name by
+// its partition, and record changes, imports and zone deletions keep the
+// index as a rebuild from the zones would make it. A map part that drops
+// held partitions deletes, when it commits, the records only their owner
+// holds (not the apex, a cut and what is below it, a DNAME), as one change
+// per zone; without a hold it is refused.
+func TestPartIndex(t *testing.T) {
+	db := openGeneration(t)
+	const origin = "example.org."
+	text := []string{
+		origin + " 300 IN SOA ns1.example.org. h.example.org. 1 7200 3600 1209600 300",
+		origin + " 300 IN NS ns1.example.org.",
+		"sub.example.org. 300 IN NS ns.sub.example.org.",
+		"ns.sub.example.org. 300 IN A 192.0.2.7",
+		"d.example.org. 300 IN DNAME example.net.",
+		"d.example.org. 300 IN TXT beside",
+	}
+	for i := range 40 {
+		text = append(text, fmt.Sprintf("h%d.example.org. 300 IN A 192.0.2.%d", i, i))
+	}
+	var rrs []dns.RR
+	for _, s := range text {
+		rrs = append(rrs, mustTestRR(t, s))
+	}
+	importZone := func(id uint64, rrs []dns.RR) {
+		for _, c := range []*Command{
+			{Op: OpImportBegin, Zone: origin, Import: id},
+			{Op: OpImportChunk, Zone: origin, Import: id, Add: rrs},
+			{Op: OpImportCommit, Zone: origin, Import: id},
+		} {
+			if _, _, err := applyIn(t, db, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	importZone(1, rrs)
+	if got := indexEntries(t, db); got != nil {
+		t.Fatalf("an index before any map: %v", got)
+	}
+	id := byte(0)
+	mapPart := func(c *Command) error {
+		id++
+		part, err := c.Marshal()
+		if err != nil {
+			return err
+		}
+		_, _, err = applyIn(t, db, &Command{Op: OpTxPrepare, Tx: [16]byte{id}, Part: part, Meta: []byte(`{}`)})
+		if err == nil {
+			_, _, err = applyIn(t, db, &Command{Op: OpTxCommit, Tx: [16]byte{id}})
+		}
+		return err
+	}
+	if err := mapPart(&Command{Op: OpMapSet, Map: testShardMap(1, "127.0.0.1:53"), Shard: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt := func() []string {
+		db.Update(func(tx *bolt.Tx) error { return buildIndex(Generation(tx), shardmap.DefaultPartitions) })
+		return indexEntries(t, db)
+	}
+	check := func(when string) {
+		t.Helper()
+		kept := indexEntries(t, db)
+		if want := rebuilt(); !slices.Equal(kept, want) || len(kept) == 0 {
+			t.Errorf("%s: the index kept %d entries, a rebuild makes %d", when, len(kept), len(want))
+		}
+	}
+	check("after the first map")
+	for _, c := range []*Command{
+		{Op: OpChange, Zone: origin, Add: []dns.RR{mustTestRR(t, "new.example.org. 60 IN A 192.0.2.99")}},
+		{Op: OpChange, Zone: origin, Del: []Deletion{{Name: "h1.example.org."}}},
+		{Op: OpChange, Zone: origin, Del: []Deletion{{RR: rrs[7]}}, Add: []dns.RR{mustTestRR(t, "h2.example.org. 60 IN TXT two")}},
+	} {
+		if _, _, err := applyIn(t, db, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after changes")
+	importZone(2, rrs[:20])
+	check("after a replacing import")
+
+	// Drop the partitions of every name: what only an owner holds goes.
+	var all []uint32
+	for p := range shardmap.DefaultPartitions {
+		all = append(all, uint32(p))
+	}
+	if err := mapPart(&Command{Op: OpMapSet, Map: testShardMap(2, "127.0.0.1:53"), Shard: "a", Drop: true}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a drop without a hold: expected invalid, got %v", err)
+	}
+	if err := mapPart(&Command{Op: OpMapSet, Map: testShardMap(2, "127.0.0.1:53"), Shard: "a", Hold: all, Drop: true}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	db.View(func(tx *bolt.Tx) error {
+		return EachName(Generation(tx).Bucket(BucketZones).Bucket([]byte(origin)), func(rrs []dns.RR) error {
+			for _, rr := range rrs {
+				left = append(left, rr.Header().Name+" "+dns.TypeToString[rr.Header().Rrtype])
+			}
+			return nil
+		})
+	})
+	slices.Sort(left)
+	if want := []string{"d.example.org. DNAME", "example.org. NS", "ns.sub.example.org. A", "sub.example.org. NS"}; !slices.Equal(left, want) {
+		t.Errorf("after the drop: %v, want %v", left, want)
+	}
+	check("after the drop")
+
+	if _, _, err := applyIn(t, db, &Command{Op: OpDeleteZone, Zone: origin}); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexEntries(t, db); len(got) != 0 {
+		t.Errorf("after the zone's deletion: %v", got)
+	}
+}
+
+// TestMapJoin: a shard outside the map (none yet, or one it left) takes
+// the deployment's epoch, whatever it is, from a part that names it; a
+// shard of the map takes the next epoch only, and so does an unnamed part.
+func TestMapJoin(t *testing.T) {
+	db := openGeneration(t)
+	id := byte(0)
+	set := func(epoch uint64, shard string) error {
+		id++
+		m := testShardMap(epoch, "127.0.0.1:53")
+		part, _ := (&Command{Op: OpMapSet, Map: m, Shard: shard}).Marshal()
+		_, _, err := applyIn(t, db, &Command{Op: OpTxPrepare, Tx: [16]byte{id}, Part: part, Meta: []byte(`{}`)})
+		if err == nil {
+			_, _, err = applyIn(t, db, &Command{Op: OpTxCommit, Tx: [16]byte{id}})
+		}
+		return err
+	}
+	if err := set(7, ""); !errors.Is(err, ErrConflict) {
+		t.Errorf("epoch 7 unnamed on a shard without a map: expected a conflict, got %v", err)
+	}
+	if err := set(7, "a"); err != nil {
+		t.Errorf("epoch 7 joining: %v", err)
+	}
+	if err := set(9, "a"); !errors.Is(err, ErrConflict) {
+		t.Errorf("epoch 9 on a shard of the map at 7: expected a conflict, got %v", err)
+	}
+	if err := set(8, "a"); err != nil {
+		t.Errorf("epoch 8: %v", err)
+	}
+}

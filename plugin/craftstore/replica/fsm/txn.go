@@ -399,7 +399,15 @@ func applyPart(g *bolt.Bucket, part *Command, o applyOpts) (Result, *Effect, err
 	if err != nil || res.Rcode != dns.RcodeSuccess {
 		return res, eff, err
 	}
-	for _, mv := range part.Moves {
+	moves := part.Moves
+	if part.Drop && !o.dry {
+		// The held partitions' names, as the hold kept them since the
+		// prepare.
+		if moves, err = dropHeld(g, part.Hold); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	for _, mv := range moves {
 		mres, meff, err := applyWrite(g, mv, o)
 		if err != nil || mres.Rcode != dns.RcodeSuccess {
 			return mres, nil, err
