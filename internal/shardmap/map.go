@@ -316,7 +316,7 @@ func sameMigration(a, b *Migration) bool {
 	return a.Kind == b.Kind && sameShard(a.Shard, b.Shard) && slices.Equal(a.Target, b.Target) && a.Moves == b.Moves && a.Since == b.Since
 }
 
-func (s Shard) clone() Shard {
+func (s Shard) Clone() Shard {
 	return Shard{Name: s.Name, Members: slices.Clone(s.Members), API: slices.Clone(s.API)}
 }
 
@@ -347,11 +347,11 @@ func (m *Map) Clone() *Map {
 	c.Owners = slices.Clone(m.Owners)
 	c.Shards = make([]Shard, len(m.Shards))
 	for i, s := range m.Shards {
-		c.Shards[i] = s.clone()
+		c.Shards[i] = s.Clone()
 	}
 	if m.Migration != nil {
 		g := *m.Migration
-		g.Shard = g.Shard.clone()
+		g.Shard = g.Shard.Clone()
 		g.Target = slices.Clone(g.Target)
 		c.Migration = &g
 	}

@@ -63,6 +63,8 @@ func (c *Craftroute) startAPI() error {
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
 	mux.HandleFunc("GET /v1/shards", a.shards)
 	mux.HandleFunc("PUT /v1/shards/{name}", httpapi.Body(httpapi.JSON, a.putShard))
+	mux.HandleFunc("POST /v1/shards", httpapi.Body(httpapi.JSON, a.addShard))
+	mux.HandleFunc("DELETE /v1/shards/{name}", a.removeShard)
 	a.handler = httpapi.Auth("craftroute", a.token, httpapi.CleanPaths(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// What the request sends the shards says the map it is routed by
 		// (fence.go).
@@ -163,6 +165,8 @@ type shardView struct {
 	// each), nil with RecordsError when its API did not answer.
 	Records      *int   `json:"records"`
 	RecordsError string `json:"records_error,omitempty"`
+	// Partitions is how many of the map's partitions it owns.
+	Partitions int `json:"partitions"`
 }
 
 type memberView struct {
@@ -183,10 +187,18 @@ func (a *apiServer) shards(w http.ResponseWriter, r *http.Request) {
 		Epoch  uint64      `json:"epoch"`
 		Key    string      `json:"key"`
 		Shards []shardView `json:"shards"`
+		// Migrating is the shard being added or removed, while it is.
+		Migrating *migrationView `json:"migrating,omitempty"`
 		// With ?name=N: N and the shard that holds it.
 		Name  string `json:"name,omitempty"`
 		Owner string `json:"owner,omitempty"`
-	}{Epoch: rt.epoch(), Key: rt.key, Shards: []shardView{}}
+	}{Epoch: rt.epoch(), Key: rt.key, Shards: []shardView{}, Migrating: a.c.migrationOf(rt.m)}
+	owned := map[string]int{}
+	if rt.ring != nil {
+		for _, o := range rt.ring.Owners() {
+			owned[o]++
+		}
+	}
 	if name := r.URL.Query().Get("name"); name != "" {
 		if _, ok := dns.IsDomainName(name); !ok {
 			httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("name %q is not a domain name", name))
@@ -209,7 +221,7 @@ func (a *apiServer) shards(w http.ResponseWriter, r *http.Request) {
 		cancel()
 	}
 	for i, s := range rt.shards {
-		sv := shardView{Name: s.Name, Members: []memberView{}, API: s.APIs()}
+		sv := shardView{Name: s.Name, Members: []memberView{}, API: s.APIs(), Partitions: owned[s.Name]}
 		switch {
 		case lists == nil:
 			sv.RecordsError = "the router has no shard API (shard_api)"

@@ -258,15 +258,18 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
 	defer cancel()
 	// A shard that fenced the router's map wrote nothing: the router reads
-	// the map and routes the change again, once (fence.go).
-	mctx, mark := withFenceMark(ctx)
-	rec := newAPIRecorder()
-	a.changeRecordsOnce(mctx, rec, origin, body)
-	if f := mark.fenced(); f != nil && a.c.refreshMap(ctx, f) {
-		a.changeRecordsOnce(a.c.withRouteEpoch(ctx), w, origin, body)
+	// the map and routes the change again (fence.go), as long as the map
+	// moves (a migration moves it a batch at a time).
+	for try := 0; ; try++ {
+		mctx, mark := withFenceMark(a.c.withRouteEpoch(ctx))
+		rec := newAPIRecorder()
+		a.changeRecordsOnce(mctx, rec, origin, body)
+		if f := mark.fenced(); try < fenceRetries && f != nil && a.c.refreshMap(ctx, f) {
+			continue
+		}
+		rec.copyTo(w)
 		return
 	}
-	rec.copyTo(w)
 }
 
 // changeRecordsOnce routes a record change by the map the router routes

@@ -76,6 +76,7 @@ type Craftroute struct {
 	rt    atomic.Pointer[routing] // the shard map it routes by (shardmap.go)
 	mapst mapState
 	mapsf mapFlight // reads of the map that members' epochs ask for (fence.go)
+	migr  migrator  // adding and removing shards (migrate.go)
 	zones *zoneSet
 	neg   *negCache
 	soa   serials      // key mode name: one serial per zone
@@ -182,11 +183,12 @@ func (c *Craftroute) start() error {
 	if c.cfg.mapMode == mapOn {
 		pctx, pcancel := context.WithCancel(context.Background())
 		pdone := make(chan struct{})
+		c.migr.start(pctx)
 		go func() {
 			defer close(pdone)
 			c.pollMap(pctx)
 		}()
-		c.stopMapPoll = func() { pcancel(); <-pdone }
+		c.stopMapPoll = func() { pcancel(); <-pdone; c.migr.wait() }
 	}
 	if c.cfg.api != "" {
 		if err := c.startAPI(); err != nil {

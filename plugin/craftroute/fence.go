@@ -226,9 +226,14 @@ func (f *mapFlight) read(c *Craftroute, ch chan struct{}, wait time.Duration) {
 	close(ch)
 }
 
+// fenceRetries bounds how many times a request a member fenced is routed
+// again, each time by a newer map: a migration moves the map a batch at a
+// time, every few hundred milliseconds, and a request may meet several.
+const fenceRetries = 8
+
 // refreshMap reads the map after a member fenced the router (err carries
 // its refusal) and reports whether the router now routes by the member's
-// epoch or a newer one: the request may then be routed again, once.
+// epoch or a newer one: the request may then be routed again.
 func (c *Craftroute) refreshMap(ctx context.Context, err error) bool {
 	f, ok := fencedBy(err)
 	if !ok {

@@ -31,6 +31,23 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "probes_total",
 		Help: "Probes of members marked down, by result: ok (any response) or fail.",
 	}, []string{"shard", "member", "result"})
+	migrationState = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "migration",
+		Help: "The shard map's migration: 0 none, 1 a shard is being added, 2 a shard is being removed.",
+	})
+	migratedPartitions = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "migrated_partitions_total",
+		Help: "Partitions this router moved from one shard to another (adding or removing a shard).",
+	})
+	migratedRecords = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "migrated_records_total",
+		Help: "Records of the partitions this router moved from one shard to another.",
+	})
+	migrateHold = promauto.NewHistogram(prometheus.HistogramOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "migration_hold_seconds",
+		Buckets: plugin.TimeBuckets,
+		Help:    "Time a migration step held writes to the partitions it moved (a join: every partition of one shard), from its first part's prepare to its commit.",
+	})
 	mapEpoch = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "shard_map_epoch",
 		Help: "The epoch of the shard map the router routes by; 0 before it has read one (it routes by its Corefile).",

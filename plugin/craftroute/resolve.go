@@ -36,7 +36,7 @@ func (e *errNoShard) Unwrap() error { return e.err }
 // router's map (fence.go) makes it read the map and resolve again, once.
 func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
 	resp, err := c.resolveOnce(ctx, r, c.routes())
-	if err != nil && c.refreshMap(ctx, err) {
+	for try := 0; try < fenceRetries && err != nil && c.refreshMap(ctx, err); try++ {
 		resp, err = c.resolveOnce(ctx, r, c.routes())
 	}
 	return resp, err

@@ -393,6 +393,14 @@ func (c *Craftroute) adopt(m *shardmap.Map) error {
 	c.rt.Store(rt)
 	c.followMap(shards)
 	mapEpoch.Set(float64(m.Epoch))
+	switch {
+	case m.Migration == nil:
+		migrationState.Set(0)
+	case m.Migration.Kind == shardmap.MigrateAdd:
+		migrationState.Set(1)
+	default:
+		migrationState.Set(2)
+	}
 	if cur.m != nil {
 		log.Infof("shard map epoch %d: %d shards", m.Epoch, len(m.Shards))
 	}
@@ -438,6 +446,7 @@ func (c *Craftroute) pollMap(ctx context.Context) {
 		cancel()
 		mapUnreachable(err != nil)
 		c.mapst.unreachable.Store(err != nil && c.routes().m != nil)
+		c.migr.consider(c, c.routes().m, false)
 		if err != nil && ctx.Err() == nil {
 			log.Debugf("shard map: %v", err)
 		}

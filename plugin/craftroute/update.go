@@ -39,17 +39,20 @@ const spanNames = 8
 // APIs (updateTx).
 func (c *Craftroute) serveUpdate(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	// A member that fenced the router's map wrote nothing: the router
-	// reads the map and routes the update again, once (fence.go).
-	mctx, mark := withFenceMark(c.withRouteEpoch(ctx))
-	cw := &capture{ResponseWriter: w}
-	rcode, err := c.serveUpdateOnce(mctx, cw, r)
-	if f := mark.fenced(); f != nil && c.refreshMap(ctx, f) {
-		return c.serveUpdateOnce(c.withRouteEpoch(ctx), w, r)
+	// reads the map and routes the update again (fence.go), as long as
+	// the map moves (a migration moves it a batch at a time).
+	for try := 0; ; try++ {
+		mctx, mark := withFenceMark(c.withRouteEpoch(ctx))
+		cw := &capture{ResponseWriter: w}
+		rcode, err := c.serveUpdateOnce(mctx, cw, r)
+		if f := mark.fenced(); try < fenceRetries && f != nil && c.refreshMap(ctx, f) {
+			continue
+		}
+		if cw.m != nil {
+			w.WriteMsg(cw.m)
+		}
+		return rcode, err
 	}
-	if cw.m != nil {
-		w.WriteMsg(cw.m)
-	}
-	return rcode, err
 }
 
 // capture keeps the message written to it instead of sending it.

@@ -164,6 +164,10 @@ func putRRs(b *bolt.Bucket, name string, rrs []dns.RR) error {
 type applyOpts struct {
 	dry         bool // evaluate only: check everything, write nothing (a transaction's prepare)
 	skipPrereqs bool // the prerequisites held at prepare and their names stayed locked (a commit)
+	// verbatim adds records as they are, TTLs included (a migration's
+	// move: the records were stored so on the shard they come from,
+	// an RRset's TTLs apart as a zone file may give them).
+	verbatim bool
 }
 
 // applyWrite applies an OpChange or OpUpdate command.
@@ -243,7 +247,11 @@ func applyChange(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 			}
 			newSOA = soa
 		}
-		names[key] = addRR(rrs, rr)
+		if o.verbatim {
+			names[key] = addVerbatim(rrs, rr)
+		} else {
+			names[key] = addRR(rrs, rr)
+		}
 	}
 
 	for _, name := range w.order {
@@ -364,6 +372,19 @@ func removeRRs(rrs []dns.RR, drop func(dns.RR) bool) []dns.RR {
 // becomes the TTL of its whole RRset (RFC 2181 §5.2); a singleton type (SOA,
 // CNAME, DNAME) is replaced. RRs keep their places, so adding what is there
 // already changes nothing.
+// addVerbatim returns rrs with rr added as it is, unless a duplicate of
+// it is there (dns.IsDuplicate); rr replaces the RR of a type that has
+// one only (the SOA, a CNAME, a DNAME).
+func addVerbatim(rrs []dns.RR, rr dns.RR) []dns.RR {
+	t := rr.Header().Rrtype
+	if zonerules.Singleton(t) {
+		rrs = slices.DeleteFunc(slices.Clone(rrs), func(old dns.RR) bool { return old.Header().Rrtype == t })
+	} else if slices.ContainsFunc(rrs, func(old dns.RR) bool { return dns.IsDuplicate(old, rr) }) {
+		return rrs
+	}
+	return append(slices.Clip(rrs), rr)
+}
+
 func addRR(rrs []dns.RR, rr dns.RR) []dns.RR {
 	t, ttl := rr.Header().Rrtype, rr.Header().Ttl
 	out := make([]dns.RR, 0, len(rrs)+1)

@@ -407,8 +407,10 @@ func applyPart(g *bolt.Bucket, part *Command, o applyOpts) (Result, *Effect, err
 			return Result{}, nil, err
 		}
 	}
+	mo := o
+	mo.verbatim = true
 	for _, mv := range moves {
-		mres, meff, err := applyWrite(g, mv, o)
+		mres, meff, err := applyWrite(g, mv, mo)
 		if err != nil || mres.Rcode != dns.RcodeSuccess {
 			return mres, nil, err
 		}
@@ -522,24 +524,24 @@ func PreviewPart(g *bolt.Bucket, id []byte, origin string) ([]zone.NameRecords, 
 		return nil, err
 	}
 	if part.Op != OpMapSet {
-		return previewChange(g, prep.Zone, part)
+		return previewChange(g, prep.Zone, part, applyOpts{skipPrereqs: true})
 	}
 	for _, mv := range part.Moves {
 		if mv.Zone == origin {
-			return previewChange(g, origin, mv)
+			return previewChange(g, origin, mv, applyOpts{skipPrereqs: true, verbatim: true})
 		}
 	}
 	return []zone.NameRecords{}, nil // no record changes in zone
 }
 
-// previewChange applies part, a change of zone origin, to g and returns
-// the names it touches with their records after it.
-func previewChange(g *bolt.Bucket, origin string, part *Command) ([]zone.NameRecords, error) {
+// previewChange applies part, a change of zone origin, to g as o says
+// and returns the names it touches with their records after it.
+func previewChange(g *bolt.Bucket, origin string, part *Command, o applyOpts) ([]zone.NameRecords, error) {
 	touched, err := Touched(part)
 	if err != nil {
 		return nil, err
 	}
-	_, eff, err := applyWrite(g, part, applyOpts{skipPrereqs: true})
+	_, eff, err := applyWrite(g, part, o)
 	if err != nil || eff == nil {
 		return nil, err
 	}
