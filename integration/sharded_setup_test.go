@@ -383,6 +383,7 @@ func exchangeFull(addr string, q dnsdiff.Query) (*dns.Msg, error) {
 // shardedDiff counts what compareWithRef found.
 type shardedDiff struct {
 	differ  int            // queries whose answers differ beyond SOA serials
+	failed  int            // of them, those the router answered SERVFAIL or not at all
 	serials int            // queries whose answers differ only in SOA serials
 	kinds   map[string]int // what differs ("rcode, answer") → queries
 	report  []string       // the first few of each kind in full
@@ -429,6 +430,9 @@ func compareWithRef(ref string, addrs []string, queries []dnsdiff.Query, ignoreS
 					switch {
 					case why != "":
 						r.differ++
+						if errG != nil || got.Rcode == dns.RcodeServerFailure {
+							r.failed++
+						}
 						r.kinds[why]++
 						if r.kinds[why] <= 3 && len(r.report) < 20 {
 							r.report = append(r.report, fmt.Sprintf(";; %s: %s differ\n%s", q, why, d))

@@ -77,7 +77,7 @@ type migrator struct {
 	running bool
 	seen    uint64    // the last epoch seen with a migration
 	since   time.Time // when it was first seen
-	batch   int       // partitions per batch now: halved when too big, grown back after
+	batch   int       // partitions per batch now: halved when too big, else as many as hold maxBatchRecords
 	moving  []int     // the batch this router moves now
 	lastErr string    // the last step's error, "" after a step that worked
 }
@@ -378,7 +378,12 @@ func (c *Craftroute) moveBatch(ctx context.Context, m *shardmap.Map, rem []int) 
 	if err != nil {
 		return fmt.Errorf("partitions %s from shard %s to %s: %w", partitionText(batch), from, to, err)
 	}
-	mg.batch = min(maxBatchPartitions, mg.batch*2)
+	// The next batch: as many partitions as hold maxBatchRecords at this
+	// one's records per partition.
+	mg.batch = maxBatchPartitions
+	if records > 0 {
+		mg.batch = max(1, min(maxBatchPartitions, maxBatchRecords*len(batch)/records))
+	}
 	hold2 := time.Since(start)
 	migrateHold.Observe(hold2.Seconds())
 	migratedPartitions.Add(float64(len(batch)))

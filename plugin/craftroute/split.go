@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 
@@ -244,6 +245,12 @@ func (c *Craftroute) probeName(ctx context.Context, origin, name string) (nameFa
 	switch {
 	case err != nil && resp.Rcode == dns.RcodeRefused, err == nil && facts.Origin == "":
 		return nameFacts{}, fmt.Errorf("shard %s: %w: %s", s.Name, errZoneAbsent, origin)
+	case err != nil && resp.Rcode == dns.RcodeServerFailure:
+		why := "no member could answer"
+		if e := ede.Of(resp); e != nil && e.ExtraText != "" {
+			why = e.ExtraText
+		}
+		return nameFacts{}, &errNoShard{s.Name, errors.New(why)}
 	case err != nil:
 		return nameFacts{}, fmt.Errorf("shard %s: %w", s.Name, err)
 	case facts.Origin != origin:

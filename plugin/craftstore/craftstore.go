@@ -151,7 +151,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		fenced *dns.Msg
 	)
 	if routed { // only routers send an epoch
-		notice, fenced = c.fence(rep, r, qname)
+		notice, fenced = c.fence(ctx, rep, r, qname)
 	}
 	if fenced != nil {
 		// Written: success, or the server would answer again (as ede.Write).
@@ -241,26 +241,53 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 
 // fence judges routed query r for qname by the router's map epoch it
 // carries: fenced is the refusal to send when the router's map is too old
-// for it; notice is the member's newer epoch for the answer, 0 when the
-// router's is current (or it sent none).
-func (c *Craftstore) fence(rep *replica.Replica, r *dns.Msg, qname string) (notice uint64, fenced *dns.Msg) {
+// for it, or when this member is behind it; notice is the member's newer
+// epoch for the answer, 0 when the router's is current (or it sent none).
+func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg, qname string) (notice uint64, fenced *dns.Msg) {
 	epoch, owner := shardproto.RoutedEpoch(r)
 	p := rep.Placement()
+	if epoch != 0 && (p == nil || epoch > p.Map.Epoch) {
+		// The router routes by a map this member has not applied: names
+		// may have moved to its shard since (a migration's batch), which
+		// its state lacks. It catches up with its leader; still behind
+		// (its shard's part of the map is not committed here yet), it
+		// answers as for a name a transaction holds: the router asks
+		// another member, and again.
+		fctx, cancel := context.WithTimeout(ctx, txn.RoutedWait)
+		err := rep.Fresh(fctx)
+		cancel()
+		p = rep.Placement()
+		switch {
+		case err == nil && p != nil && epoch <= p.Map.Epoch:
+		case p != nil && owner && p.Owns(c.placeKey(rep, p, qname)):
+			// Asked as the owner of a name its shard owns by its own map
+			// too: the router's map places it here as well, so no
+			// partition of it moved here since; its state answers.
+			return 0, nil
+		default:
+			fenceCount.WithLabelValues("dns", "behind").Inc()
+			return 0, ede.Reply(r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText)
+		}
+	}
 	if epoch == 0 || p == nil || epoch >= p.Map.Epoch {
 		return 0, nil
 	}
-	key := qname
-	if p.Map.Key == shardmap.KeyZone {
-		// The zone's origin is placed, not the name.
-		if z := rep.Match(qname); z != nil {
-			key = z.Origin()
-		}
-	}
-	if p.Fence(epoch, owner, key) != shardmap.Fenced {
+	if p.Fence(epoch, owner, c.placeKey(rep, p, qname)) != shardmap.Fenced {
 		fenceCount.WithLabelValues("dns", "notice").Inc()
 		return p.Map.Epoch, nil
 	}
 	return 0, fencedReply(r, p, p.FencedText(epoch))
+}
+
+// placeKey is what p's map places for qname: the name, or in key mode
+// "zone" the origin of its zone here.
+func (c *Craftstore) placeKey(rep *replica.Replica, p *shardmap.Place, qname string) string {
+	if p.Map.Key == shardmap.KeyZone {
+		if z := rep.Match(qname); z != nil {
+			return z.Origin()
+		}
+	}
+	return qname
 }
 
 // inZones reports whether qname (lower-case) is in one of the block's
