@@ -22,6 +22,7 @@
 #   make bench-router   craftroute's CPU per forwarded query vs dnsdist and forward (bench/router.sh)
 #   make bench-txn      UPDATEs through a router: one shard vs two shards (transactions) (bench/txn.sh)
 #   make bench-axfr     AXFR of 1,000,000 records: through a router over two shards vs one member (bench/axfr.sh)
+#   make bench-migrate  adding and removing a shard under load, 1,000,000 records (bench/migrate.sh)
 #   make fuzz       every Go fuzz target of the plugins and internal/ for FUZZTIME (10m) each
 #                   (CI: 30s each); what a target finds lands in its testdata/fuzz
 #   make lint       gofmt and go vet
@@ -36,7 +37,7 @@ FUZZTIME ?= 10m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns deps generate image run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr lint clean
+.PHONY: build coredns deps generate image run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr bench-migrate lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -170,6 +171,9 @@ bench-routers: coredns
 
 bench-axfr: coredns
 	./bench/axfr.sh
+
+bench-migrate: coredns
+	./bench/migrate.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -43,6 +43,7 @@ var (
 	chaosSeed     = flag.Uint64("chaos.seed", 0, "seed of the chaos suite's fault schedule (0: from the clock, printed)")
 	chaosDuration = flag.Duration("chaos.duration", 45*time.Second, "how long the chaos suite injects faults")
 	chaosOut      = flag.String("chaos.out", "", "directory for the chaos suite's summary (JSON) and, on a violation, porcupine's visualization")
+	chaosKinds    = flag.String("chaos.faults", "", "comma-separated fault kinds to draw from (empty: all of them, by their weights)")
 )
 
 const chaosZone = "chaos.test."
@@ -97,6 +98,15 @@ type chaos struct {
 	// waiting, and waits only while that group has no majority (the
 	// majority faults). Such a read's failure is a failure like any other,
 	// and counted once more in txBlocked, to tell it in the summary.
+	// spare is shard c, outside the map: the migrate fault adds it (the
+	// routers move partitions to it) and removes it again. Meanwhile the
+	// clients go through the routers only (migrating), and no request to
+	// a member is in flight (direct: members' requests hold it for
+	// reading): a member no longer holds the names it handed over.
+	spare     []*shardMember
+	migrating atomic.Bool
+	direct    sync.RWMutex
+
 	txFlight  map[string]int       // key → puts in flight
 	txUntil   map[string]time.Time // key → end of the window after the last put
 	txBlocked int
@@ -112,7 +122,8 @@ func TestChaosShard(t *testing.T) { runChaos(t, 1) }
 
 // TestChaosSharded runs it on the sharded example: two shards of three
 // members, key mode name, and its two routers, which route by the agreed
-// shard map (and change it: the map-change fault).
+// shard map (and change it: the map-change fault), and a third shard that
+// the migrate fault adds and removes again.
 func TestChaosSharded(t *testing.T) {
 	spec := routerSpec{zones: []string{chaosZone}, key: "name", timeout: "500ms", downFor: "5s", probe: "1s", mapSeed: true}
 	runChaos(t, 2, spec, spec)
@@ -142,6 +153,9 @@ func runChaos(t *testing.T, nshards int, routers ...routerSpec) {
 	c.shards, c.members, c.routers = s.shards, s.members, s.routers
 	for _, sh := range c.shards {
 		c.all = append(c.all, c.members[sh]...)
+	}
+	if nshards > 1 && len(c.routers) > 0 {
+		c.spare = s.startShard(t, "c", 3, []string{chaosZone})
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -228,6 +242,9 @@ type endpoint struct {
 func (c *chaos) endpoints(key string) []endpoint {
 	var out []endpoint
 	for _, m := range c.all {
+		if c.migrating.Load() {
+			break // the migrate fault: through the routers only
+		}
 		if key == "" || m.shard == c.owner[key] {
 			out = append(out, endpoint{m.name, m.addr(), m.client().Base, true})
 		}
@@ -320,6 +337,10 @@ func txtValue(r *dns.Msg, key string) (string, error) {
 // routers answer from members' confirmed state, so each router's reads must
 // be monotonic and show the writes made through it.
 func (c *chaos) read(ep endpoint, key string) (string, bool) {
+	if ep.member {
+		c.direct.RLock()
+		defer c.direct.RUnlock()
+	}
 	call := c.h.now()
 	fault, down := c.active.Load().(string), c.routerDown.Load()
 	v, stale, err := readTXTStale(ep.dns, key)
@@ -396,6 +417,10 @@ var apiClient = &http.Client{Timeout: 8 * time.Second}
 // UPDATE whose prerequisite is old; with a put key, an API change that
 // also adds a new name. It returns what the client learnt.
 func (c *chaos) write(client int, ep endpoint, key, old, val string) regResult {
+	if ep.member {
+		c.direct.RLock()
+		defer c.direct.RUnlock()
+	}
 	call := c.h.now()
 	if strings.HasPrefix(key, "c") {
 		res := update(ep.dns, key, old, val)
@@ -512,8 +537,13 @@ func (c *chaos) prober(stop <-chan struct{}, id int) {
 		if !ok {
 			return 50 * time.Millisecond
 		}
+		ep := pick(rng, c.endpoints(key))
+		if ep.member {
+			c.direct.RLock()
+			defer c.direct.RUnlock()
+		}
 		call := c.h.now()
-		res := update(pick(rng, c.endpoints(key)).dns, key, v, "")
+		res := update(ep.dns, key, v, "")
 		c.h.op(id, regOp{Kind: "probe", Key: key, Old: v}, res, call, c.h.now())
 		return 0
 	})
@@ -523,6 +553,9 @@ func (c *chaos) prober(stop <-chan struct{}, id int) {
 // pause between reads bounds the history of a long run.
 func (c *chaos) localReader(stop <-chan struct{}) {
 	until(stop, func(rng *rand.Rand, _ int) time.Duration {
+		if c.migrating.Load() {
+			return 20 * time.Millisecond // the migrate fault: no request to a member
+		}
 		key := pick(rng, allKeys)
 		m := pick(rng, c.keyMembers(key))
 		if _, ok := c.read(endpoint{m.name, m.addr(), m.client().Base, true}, key); !ok {
@@ -637,7 +670,7 @@ var chaosFaults = []struct {
 	{"kill", 4, 0.6}, {"pause", 2, 0.5}, {"isolate-hold", 2, 0.5}, {"isolate-drop", 1, 0.5}, {"isolate-reset", 1, 0.5},
 	{"leader-oneway", 1, 1}, {"flap", 1, 0.5}, {"delay", 1, 0}, {"disk-full", 1, 0.3}, {"router-kill", 1, 0},
 	{"loss", 2, 0.5}, {"kill-majority", 1, 0.5}, {"partition-all", 1, 0}, {"kill-each-shard", 1, 0.5},
-	{"map-change", 1, 0},
+	{"map-change", 1, 0}, {"migrate", 1, 0},
 }
 
 // majorityFaults take a shard's quorum away: queries through the router
@@ -682,14 +715,28 @@ func iptables(t *testing.T, op string, rule []string) {
 // inject draws faults until the deadline: each lasts 0.5-5s and is healed,
 // then the run waits for a leader in every shard and pauses 0.5-2.5s.
 func (c *chaos) inject(until time.Time) {
+	faults := chaosFaults
+	if *chaosKinds != "" {
+		kinds := strings.Split(*chaosKinds, ",")
+		faults = slices.DeleteFunc(slices.Clone(chaosFaults), func(f struct {
+			kind   string
+			weight int
+			leader float64
+		}) bool {
+			return !slices.Contains(kinds, f.kind)
+		})
+		if len(faults) == 0 {
+			c.t.Fatalf("-chaos.faults=%s: no such fault", *chaosKinds)
+		}
+	}
 	total := 0
-	for _, f := range chaosFaults {
+	for _, f := range faults {
 		total += f.weight
 	}
 	for n := 1; time.Now().Before(until); n++ {
 		w := c.rng.IntN(total)
 		kind, bias := "", 0.0
-		for _, f := range chaosFaults {
+		for _, f := range faults {
 			if w -= f.weight; w < 0 {
 				kind, bias = f.kind, f.leader
 				break
@@ -702,7 +749,7 @@ func (c *chaos) inject(until time.Time) {
 		switch {
 		case kind == "disk-full" && c.disks["a1"] == "":
 			kind = "kill" // no tmpfs: not root
-		case (kind == "router-kill" || kind == "map-change") && len(c.routers) == 0:
+		case (kind == "router-kill" || kind == "map-change") && len(c.routers) == 0, kind == "migrate" && len(c.spare) == 0:
 			kind = "pause"
 		case kind == "loss" && !c.loss:
 			kind = "isolate-drop" // not in a namespace of its own
@@ -715,7 +762,7 @@ func (c *chaos) inject(until time.Time) {
 		switch kind {
 		case "delay":
 			target = "every link"
-		case "router-kill", "map-change":
+		case "router-kill", "map-change", "migrate":
 			target = c.routers[int(other.name[1]-'1')%len(c.routers)].name
 		}
 		c.t.Logf("fault %d at %v: %s %s for %v", n, time.Duration(c.h.now()).Round(time.Millisecond), kind, target, dur)
@@ -834,6 +881,12 @@ func (c *chaos) fault(kind string, m *shardMember, target string, dur time.Durat
 		c.putMembers(target, m.shard, rotated)
 		time.Sleep(dur)
 		c.putMembers(target, m.shard, ms)
+	case "migrate": // router target adds shard c, waits for the end of the migration, and removes it
+		c.migrating.Store(true)
+		c.direct.Lock()
+		c.migrateSpare(target)
+		c.direct.Unlock()
+		c.migrating.Store(false)
 	case "disk-full":
 		fill := filepath.Join(c.disks[m.name], "fill")
 		fillDisk(c.t, fill)
@@ -869,6 +922,50 @@ func (c *chaos) putMembers(name, shard string, members []*shardMember) {
 			return
 		}
 		c.t.Logf("map-change: shard %s at epoch %d", shard, out.Map.Epoch)
+	}
+}
+
+// migrateSpare adds shard c through router name and removes it again, each
+// time waiting for the migration to end (the partitions of c go back to
+// where they were: the ring of a and b).
+func (c *chaos) migrateSpare(name string) {
+	var r *router
+	for _, x := range c.routers {
+		if x.name == name {
+			r = x
+		}
+	}
+	body := map[string]any{"name": "c", "members": []string{}, "api": []string{}}
+	for _, m := range c.spare {
+		body["members"] = append(body["members"].([]string), m.addr())
+		body["api"] = append(body["api"].([]string), m.client().Base)
+	}
+	for _, step := range []struct{ method, path string }{{"POST", "/v1/shards"}, {"DELETE", "/v1/shards/c"}} {
+		began := time.Now()
+		var out map[string]any
+		var b any
+		if step.method == "POST" {
+			b = body
+		}
+		if code, err := r.client().Do(step.method, step.path, b, &out); err != nil || code != http.StatusAccepted {
+			c.t.Errorf("migrate: %s %s on %s: %d %v %v", step.method, step.path, name, code, err, out)
+			return
+		}
+		done := false
+		for time.Since(began) < 60*time.Second && !done {
+			var v struct {
+				Migrating *struct{ Error string } `json:"migrating"`
+			}
+			if code, err := r.client().Do("GET", "/v1/shards", nil, &v); err == nil && code == http.StatusOK && v.Migrating == nil {
+				done = true
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !done {
+			c.t.Errorf("migrate: %s %s on %s: the migration did not end within 60s", step.method, step.path, name)
+			return
+		}
+		c.t.Logf("migrate: %s %s: %v", step.method, step.path, time.Since(began).Round(time.Millisecond))
 	}
 }
 

@@ -10,6 +10,7 @@
 // evenly spaced (a steady load: the clients wait for their turn). Only
 // answers 200 count as committed; every other answer is counted by status.
 // Names are unique per run (-prefix), so every request adds records.
+// SIGINT or SIGTERM ends the step in progress, which is reported.
 //
 // Output, one line per step:
 //
@@ -24,10 +25,13 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -45,6 +49,9 @@ func main() {
 		rate    = flag.Float64("rate", 0, "records per second sent by all clients together (0: as fast as they go)")
 	)
 	flag.Parse()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() { <-sig; stopped.Store(true) }()
 	urls := strings.Split(*apis, ",")
 	cs, err := ints(*conc)
 	if err != nil {
@@ -64,9 +71,16 @@ func main() {
 			l := &load{urls: urls, zone: strings.TrimSuffix(*zone, "."), clients: c, batch: b,
 				dur: *dur, max: *max, rate: *rate, prefix: fmt.Sprintf("%s-s%d", *prefix, step), token: *token}
 			fmt.Println(l.run())
+			if stopped.Load() {
+				return
+			}
 		}
 	}
 }
+
+// stopped is set by SIGINT or SIGTERM: the step in progress ends (its line
+// is printed) and no other starts.
+var stopped atomic.Bool
 
 // load is one step: a number of clients adding batch records per request.
 type load struct {
@@ -126,7 +140,7 @@ func (l *load) run() string {
 			res := &results[i]
 			res.errors = map[string]int{}
 			url := strings.TrimSuffix(l.urls[i%len(l.urls)], "/") + "/v1/zones/" + l.zone + "/records"
-			for seq := 0; time.Now().Before(end) && take(); seq++ {
+			for seq := 0; time.Now().Before(end) && !stopped.Load() && take(); seq++ {
 				body := l.body(i, seq)
 				t0 := time.Now()
 				status, text, err := l.post(hc, url, body)

@@ -7,12 +7,14 @@ import (
 
 // Place is what a member knows of its shard's place in the map: the map
 // it applied last, which of its shards it is, and the epoch since which
-// names are placed as that map places them (a change of members alone
-// keeps the placement). Members fence routers by it (Fence).
+// the map has the shards it has (SameShards: a change of members, or
+// partitions moving between shards, keeps them). Members fence routers by
+// it (Fence); a write is judged again when it is applied, by the epochs at
+// which the partitions of its names last moved (craftstore's fsm).
 type Place struct {
 	Map    *Map
 	Shard  string // this member's shard in Map, "" when the map does not say
-	Placed uint64 // the epoch of the last map that changed the placement
+	Placed uint64 // the epoch of the last map that changed the shards
 	ring   *Ring
 }
 
@@ -56,6 +58,22 @@ func (m *Map) SamePlacement(o *Map) bool {
 	return err1 == nil && err2 == nil && slices.Equal(rm.owners, ro.owners)
 }
 
+// SameShards reports whether m and o have the same shards (by name), key
+// mode and partition count: a router routing by either asks the same
+// shards for what every shard holds (the apex, cuts, DNAMEs) and for the
+// facts of a name every shard is asked about, wherever the partitions are.
+func (m *Map) SameShards(o *Map) bool {
+	if m.Key != o.Key || m.Partitions != o.Partitions || len(m.Shards) != len(o.Shards) {
+		return false
+	}
+	for _, s := range m.Shards {
+		if !slices.ContainsFunc(o.Shards, func(t Shard) bool { return t.Name == s.Name }) {
+			return false
+		}
+	}
+	return true
+}
+
 // Owns reports whether the ring places key (a canonical owner name in key
 // mode "name", a zone's origin in key mode "zone") on this member's shard.
 func (p *Place) Owns(key string) bool {
@@ -79,14 +97,14 @@ const (
 // is set when the router sent it to this shard as the owner of key (a
 // routed query for the name, or a write), and clear for a question every
 // shard is asked (a fan-out's facts). A request without an epoch (0), or
-// from a router at this member's epoch or newer, passes: a router cannot
-// learn an epoch before some shard applied it, and a member behind it
-// answers from its own state (a placement changes only with a migration,
-// which moves the names first). A router with an older map is refused
-// when it asks this shard as the owner of a key the shard does not own at
-// its newest epoch, and for a question to every shard when the placement
-// changed since its epoch (it may not know every shard); otherwise the
-// answer carries a notice.
+// from a router at this member's epoch or newer, passes (a member behind
+// the router catches up first: craftstore's fence). A router with an
+// older map is refused when it asks this shard as the owner of a key the
+// shard does not own at its newest epoch, and for a question to every
+// shard when the shards changed since its epoch (it may not know every
+// shard: partitions that moved between the same shards leave every name
+// on one of them, so the facts of all are complete); otherwise the answer
+// carries a notice.
 func (p *Place) Fence(epoch uint64, owner bool, key string) Verdict {
 	if p == nil || epoch == 0 || epoch >= p.Map.Epoch {
 		return Pass
@@ -100,9 +118,11 @@ func (p *Place) Fence(epoch uint64, owner bool, key string) Verdict {
 	return Notice
 }
 
-// FenceWrite judges a write a router routed by its map at epoch: refused
-// when the placement changed since that epoch (the router may have split
-// it by a ring that is no longer), whatever names it touches.
+// FenceWrite judges a write a router routed by its map at epoch before it
+// is proposed: refused when the shards changed since that epoch (the
+// router sent the names every shard holds to the shards it knew).
+// Whether the partitions of its names moved since is judged when it is
+// applied.
 func (p *Place) FenceWrite(epoch uint64) Verdict {
 	switch {
 	case p == nil || epoch == 0 || epoch >= p.Map.Epoch:

@@ -217,6 +217,21 @@ type marks struct {
 	rt *routing
 }
 
+// resolving returns the routing the resolution of ctx started with (its
+// marks), else the one the router uses now: a resolution asks the shards
+// its queries' epoch places names on.
+func (c *Craftroute) resolving(ctx context.Context) *routing {
+	if mk, _ := ctx.Value(marksKey{}).(*marks); mk != nil && mk.rt != nil {
+		return mk.rt
+	}
+	return c.routes()
+}
+
+// ownerIn returns the shard rt places name on.
+func (c *Craftroute) ownerIn(rt *routing, name string) *Shard {
+	return rt.shard(rt.ring.Locate(c.keyOf(rt.key, dnsname.Lower(name))))
+}
+
 // marksKey is the context key of a resolution's *marks.
 type marksKey struct{}
 
@@ -384,7 +399,8 @@ func suffix(name string, labels int) string {
 // absent. The response's sections are those of one unsharded server for
 // this name, its CNAME not followed.
 func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype uint16) (*step, error) {
-	owner := c.shardFor(name)
+	rt := c.resolving(ctx)
+	owner := c.ownerIn(rt, name)
 	req := query(r, name, qtype)
 	resp, err := c.exchange(ctx, owner, req, true)
 	if err != nil {
@@ -403,7 +419,7 @@ func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype ui
 		return &step{resp: resp, facts: facts}, nil
 	}
 	broadcasts.Inc()
-	return c.merge(name, owner, c.fanOut(ctx, r, name, qtype, owner, resp, facts))
+	return c.merge(rt, name, owner, c.fanOut(ctx, rt, r, name, qtype, owner, resp, facts))
 }
 
 // shardResult is one shard's partition-mode answer to a broadcast query.
@@ -415,8 +431,8 @@ type shardResult struct {
 
 // fanOut asks every shard but the owner, whose answer (resp, facts) is
 // known, for name/qtype at once, and returns the answers in shard order.
-func (c *Craftroute) fanOut(ctx context.Context, r *dns.Msg, name string, qtype uint16, owner *Shard, resp *dns.Msg, facts shardproto.Facts) []shardResult {
-	shards := c.shards()
+func (c *Craftroute) fanOut(ctx context.Context, rt *routing, r *dns.Msg, name string, qtype uint16, owner *Shard, resp *dns.Msg, facts shardproto.Facts) []shardResult {
+	shards := rt.shards
 	results := make([]shardResult, len(shards))
 	done := make(chan struct{}, len(shards))
 	for i, s := range shards {
@@ -449,8 +465,8 @@ func (c *Craftroute) fanOut(ctx context.Context, r *dns.Msg, name string, qtype 
 // shard's names) is final; else the deepest closest encloser over all
 // shards is the zone's, and only its wildcard synthesizes (RFC 4592
 // §3.3.1); else the name does not exist.
-func (c *Craftroute) merge(name string, owner *Shard, results []shardResult) (*step, error) {
-	shards := c.shards()
+func (c *Craftroute) merge(rt *routing, name string, owner *Shard, results []shardResult) (*step, error) {
+	shards := rt.shards
 	best := -1
 	for i, res := range results {
 		if errors.Is(res.err, errNotHere) {
@@ -478,7 +494,7 @@ func (c *Craftroute) merge(name string, owner *Shard, results []shardResult) (*s
 		// other shards may hold it only as an empty non-terminal above
 		// their names, which synthesizes NODATA.
 		labels := results[best].facts.Labels
-		wild := indexOf(shards, c.shardFor("*."+suffix(dnsname.Lower(name), int(labels))))
+		wild := indexOf(shards, c.ownerIn(rt, "*."+suffix(dnsname.Lower(name), int(labels))))
 		if w := results[wild]; w.err == nil && w.facts.Labels == labels && w.facts.Wildcard {
 			best = wild
 		}
@@ -559,6 +575,7 @@ func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, r
 	if origin == "" || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 0 || len(resp.Ns) == 0 {
 		return nil
 	}
+	rt := c.resolving(ctx)
 	var missing []string
 	for _, rr := range resp.Ns {
 		ns, ok := rr.(*dns.NS)
@@ -566,7 +583,7 @@ func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, r
 			return nil // not a referral
 		}
 		t := dnsname.Lower(ns.Ns)
-		if dns.IsSubDomain(origin, t) && c.shardFor(t) != answered && !hasAddr(resp.Extra, t) {
+		if dns.IsSubDomain(origin, t) && c.ownerIn(rt, t) != answered && !hasAddr(resp.Extra, t) {
 			missing = append(missing, t)
 		}
 	}
@@ -576,10 +593,16 @@ func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, r
 	found := map[string][]dns.RR{}
 	for _, t := range missing {
 		for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
-			s := c.shardFor(t)
+			s := c.ownerIn(rt, t)
 			g, err := c.exchange(ctx, s, query(r, t, qtype), true)
 			if err != nil {
 				return &errNoShard{s.Name, err}
+			}
+			if g.Rcode == dns.RcodeServerFailure {
+				// No member could say (a name held past heldFor, no
+				// leader): a referral without the address is not the
+				// zone's.
+				return &errNoShard{s.Name, fmt.Errorf("%s %s: SERVFAIL", t, dns.TypeToString[qtype])}
 			}
 			if f, err := shardproto.Parse(g); err != nil || f.Kind != shardproto.Final || g.Rcode != dns.RcodeSuccess {
 				continue // absent (wildcards do not make glue), or below another cut

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/shardmap"
@@ -43,7 +44,13 @@ func (a *apiServer) fenced(next http.Handler) http.Handler {
 			httpapi.WriteError(w, http.StatusBadRequest, shardmap.EpochHeader+" "+strconvQuote(h)+": not an epoch (1 or more)")
 			return
 		}
-		switch p.FenceWrite(epoch) {
+		v := p.FenceWrite(epoch)
+		if name := r.URL.Query().Get("name"); p != nil && v != shardmap.Fenced && name != "" && r.Method == http.MethodGet && p.Map.Key == shardmap.KeyName {
+			// A read of one name, sent to its owner: refused when the
+			// name's partition is no longer here.
+			v = p.Fence(epoch, true, dnsname.Lower(dns.Fqdn(name)))
+		}
+		switch v {
 		case shardmap.Fenced:
 			writeStale(w, p.FencedText(epoch), p.Map.Epoch)
 			return

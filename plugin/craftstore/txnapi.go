@@ -64,6 +64,15 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 		}
 		v := vote(dns.RcodeSuccess, err)
 		a.staleVote(&v, err)
+		if v.Yes {
+			// The names moved here are locked from the prepare's index
+			// on: the routers must ask members that applied it, or a
+			// member behind it would answer without them while the
+			// shard handing them over previews their deletion.
+			for _, mv := range moves {
+				a.lockNotice(r.Context(), mv.Zone, mv.Names())
+			}
+		}
 		httpapi.WriteJSON(w, http.StatusOK, v)
 		return
 	}

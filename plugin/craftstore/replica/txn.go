@@ -82,6 +82,22 @@ type Move struct {
 	Del  []Deletion
 }
 
+// Names returns the names mv touches.
+func (mv Move) Names() []string {
+	names := make([]string, 0, len(mv.Add)+len(mv.Del))
+	for _, rr := range mv.Add {
+		names = append(names, rr.Header().Name)
+	}
+	for _, d := range mv.Del {
+		if d.RR != nil {
+			names = append(names, d.RR.Header().Name)
+		} else {
+			names = append(names, d.Name)
+		}
+	}
+	return names
+}
+
 // ShardMap returns the shard map this member applied last, nil before the
 // first. It must not be changed.
 func (r *Replica) ShardMap() *shardmap.Map {

@@ -70,7 +70,8 @@ func Apply(g *bolt.Bucket, c *Command, journal int) (Result, *Effect, error) {
 // applyOp applies c's operation to g.
 func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if c.Epoch != 0 && fencedOp(c.Op) {
-		if err := checkEpoch(g, c.Epoch); err != nil {
+		names, all := fenceNames(g, c)
+		if err := checkEpoch(g, c.Epoch, names, all); err != nil {
 			return Result{}, nil, err
 		}
 		if err := checkMigrating(g, c.Op); err != nil {

@@ -80,17 +80,41 @@ func indexName(g *bolt.Bucket, parts int, origin, name string, present bool) err
 }
 
 // indexZone adds (present) or removes every name of zone bucket zb of
-// zone origin to or from the index.
+// zone origin to or from the index. The keys go in in their order: bbolt
+// keeps what one transaction writes in its in-memory nodes, and a key put
+// in the middle of a node moves the keys after it, so that a zone's
+// hundreds of thousands of names put in hash order would cost the square.
 func indexZone(g *bolt.Bucket, parts int, origin string, zb *bolt.Bucket, present bool) error {
 	if parts == 0 || zb == nil {
 		return nil
 	}
-	return zb.ForEach(func(k, v []byte) error {
-		if v == nil {
-			return nil
+	var keys [][]byte
+	err := zb.ForEach(func(k, v []byte) error {
+		if v != nil {
+			name := nameOfKey(k)
+			keys = append(keys, partKey(shardmap.PartitionOf(name, parts), origin, name))
 		}
-		return indexName(g, parts, origin, nameOfKey(k), present)
+		return nil
 	})
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	b, err := g.CreateBucketIfNotExists(bucketPartIndex)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if present {
+			err = b.Put(k, nil)
+		} else {
+			err = b.Delete(k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // buildIndex makes the index for parts partitions from every zone, or

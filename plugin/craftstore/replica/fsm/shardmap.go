@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 
@@ -27,6 +28,8 @@ var (
 	keyMapPlaced   = []byte("placed")
 	keyMapEpoch    = []byte("epoch")
 	keyMapParts    = []byte("partitions")
+	keyMapMoved    = []byte("moved")    // 8 bytes a partition: the epoch it last changed owner
+	keyMapLastMove = []byte("lastmove") // the epoch a partition last changed owner
 )
 
 // MapLock is the name a prepared map part holds, in zone "": no query's
@@ -106,14 +109,14 @@ func applyMapSet(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 			return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d holds partition %d: a hold names a partition of the shard's map, whose partition count stays", m.Epoch, p)
 		}
 	}
-	if c.Drop && (len(c.Hold) == 0 || len(c.Moves) > 0 || IndexedParts(g) == 0) {
+	if c.Drop && (len(c.Hold) == 0 || IndexedParts(g) == 0) {
 		return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d drops the names of held partitions: it needs a hold, no moves, and key mode %q (the partition index)", m.Epoch, shardmap.KeyName)
 	}
 	if c.Shard != "" && !slices.Contains(m.Names(), c.Shard) {
 		return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d has no shard %q: a part is sent to a shard of the map", m.Epoch, c.Shard)
 	}
 	placed := m.Epoch
-	if cur != nil && cur.SamePlacement(m) {
+	if cur != nil && cur.SameShards(m) {
 		old, err := Placement(g)
 		if err != nil {
 			return Result{}, nil, err
@@ -122,6 +125,9 @@ func applyMapSet(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 	}
 	if o.dry {
 		return Result{}, nil, nil
+	}
+	if err := noteMoves(g, cur, m); err != nil {
+		return Result{}, nil, err
 	}
 	b, err := g.CreateBucketIfNotExists(bucketShardMap)
 	if err != nil {
@@ -183,20 +189,104 @@ func fencedOp(op Op) bool {
 	return false
 }
 
+// noteMoves records, for each partition that changes owner from cur to m,
+// that it moved at m's epoch (keyMapMoved: 8 bytes a partition), and the
+// epoch of the last move (keyMapLastMove); a new partition count starts
+// them again.
+func noteMoves(g *bolt.Bucket, cur, m *shardmap.Map) error {
+	b, err := g.CreateBucketIfNotExists(bucketShardMap)
+	if err != nil {
+		return err
+	}
+	if cur == nil || cur.Partitions != m.Partitions {
+		if err := b.Delete(keyMapMoved); err != nil {
+			return err
+		}
+		return b.Put(keyMapLastMove, binary.AppendUvarint(nil, m.Epoch))
+	}
+	rc, err1 := cur.Ring()
+	rm, err2 := m.Ring()
+	if err1 != nil || err2 != nil {
+		return errors.Join(err1, err2)
+	}
+	var moved []byte
+	for p := range m.Partitions {
+		if rc.Owner(p) == rm.Owner(p) {
+			continue
+		}
+		if moved == nil {
+			moved = make([]byte, 8*m.Partitions)
+			copy(moved, b.Get(keyMapMoved))
+		}
+		binary.BigEndian.PutUint64(moved[8*p:], m.Epoch)
+	}
+	if moved == nil {
+		return nil
+	}
+	if err := b.Put(keyMapMoved, moved); err != nil {
+		return err
+	}
+	return b.Put(keyMapLastMove, binary.AppendUvarint(nil, m.Epoch))
+}
+
 // checkEpoch refuses, with ErrStaleMap, a write a router routed by the map
-// at epoch when names are placed differently since (shardmap.Place's
-// FenceWrite). It reads two numbers, not the map: every write pays it.
-func checkEpoch(g *bolt.Bucket, epoch uint64) error {
+// at epoch when the shards changed since (shardmap.Place's FenceWrite), or
+// when the partition of one of names (canonical) moved since: it would
+// land on a shard that no longer owns it. Without names (an import or a
+// deletion of a whole zone, key mode "zone") any move since refuses it. It
+// reads a few numbers, not the map: every write pays it.
+func checkEpoch(g *bolt.Bucket, epoch uint64, names []string, all bool) error {
 	b := g.Bucket(bucketShardMap)
 	if b == nil {
 		return nil
 	}
 	cur, _ := binary.Uvarint(b.Get(keyMapEpoch))
-	placed, _ := binary.Uvarint(b.Get(keyMapPlaced))
-	if epoch >= cur || epoch >= placed {
+	if epoch >= cur {
 		return nil
 	}
-	return Errorf(ErrStaleMap, "stale shard map: routed by epoch %d, names are placed as at epoch %d since (this shard is at epoch %d); read the map at %s on any member", epoch, placed, cur, shardmap.MapPath)
+	placed, _ := binary.Uvarint(b.Get(keyMapPlaced))
+	stale := epoch < placed
+	if !stale && all {
+		last, _ := binary.Uvarint(b.Get(keyMapLastMove))
+		stale = epoch < last
+	}
+	if moved := b.Get(keyMapMoved); !stale && !all && moved != nil {
+		parts := len(moved) / 8
+		for _, n := range names {
+			if p := shardmap.PartitionOf(n, parts); binary.BigEndian.Uint64(moved[8*p:]) > epoch {
+				stale = true
+				break
+			}
+		}
+	}
+	if !stale {
+		return nil
+	}
+	return Errorf(ErrStaleMap, "stale shard map: routed by epoch %d, names are placed otherwise since (this shard is at epoch %d); read the map at %s on any member", epoch, cur, shardmap.MapPath)
+}
+
+// fenceNames returns the canonical names write c touches, for checkEpoch:
+// all is set when its names do not say where it lands (an import or a
+// deletion of a whole zone, a zone's write in key mode "zone", or a part
+// that cannot be read).
+func fenceNames(g *bolt.Bucket, c *Command) (names []string, all bool) {
+	if b := g.Bucket(bucketShardMap); b == nil || b.Get(keyMapMoved) == nil || IndexedParts(g) == 0 {
+		return nil, true // no partition moved yet, or key mode "zone"
+	}
+	part := c
+	if c.Op == OpTxPrepare {
+		p, err := Unmarshal(c.Part)
+		if err != nil {
+			return nil, true
+		}
+		part = p
+	}
+	switch part.Op {
+	case OpChange, OpUpdate:
+		names, err := Touched(part)
+		return names, err != nil
+	}
+	return nil, true
 }
 
 // checkMigrating refuses, with ErrConflict, a routed import or deletion of

@@ -640,3 +640,83 @@ func TestMapJoin(t *testing.T) {
 		t.Errorf("epoch 8: %v", err)
 	}
 }
+
+// TestMapMovedFence: partitions that move between the same shards fence
+// only the writes of their names: a write routed by an older epoch lands
+// when its names' partitions stayed, and is refused when one moved since
+// (or, for an import, when any did); a change of the shards refuses every
+// write routed before it.
+func TestMapMovedFence(t *testing.T) {
+	db := openGeneration(t)
+	const origin = "example.org."
+	for _, c := range []*Command{
+		{Op: OpImportBegin, Zone: origin, Import: 1},
+		{Op: OpImportChunk, Zone: origin, Import: 1, Add: []dns.RR{
+			mustTestRR(t, origin+" 300 IN SOA ns1.example.org. h.example.org. 1 7200 3600 1209600 300"),
+			mustTestRR(t, origin+" 300 IN NS ns1.example.org.")}},
+		{Op: OpImportCommit, Zone: origin, Import: 1},
+	} {
+		if _, _, err := applyIn(t, db, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := &shardmap.Map{Epoch: 1, Key: shardmap.KeyName, Partitions: shardmap.MinPartitions, Load: shardmap.DefaultLoad,
+		Shards: []shardmap.Shard{
+			{Name: "a", Members: []string{"127.0.0.1:53"}, API: []string{"http://127.0.0.1:8001"}},
+			{Name: "b", Members: []string{"127.0.0.2:53"}, API: []string{"http://127.0.0.2:8001"}},
+		}}
+	ring, _ := base.Ring()
+	base.Owners = ring.Owners()
+	id := byte(0)
+	set := func(m *shardmap.Map) {
+		t.Helper()
+		id++
+		b, _ := json.Marshal(m)
+		part, _ := (&Command{Op: OpMapSet, Map: b, Shard: "a"}).Marshal()
+		if _, _, err := applyIn(t, db, &Command{Op: OpTxPrepare, Tx: [16]byte{id}, Part: part, Meta: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := applyIn(t, db, &Command{Op: OpTxCommit, Tx: [16]byte{id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(base)
+	// Two names in different partitions; move the first one's to b.
+	var moved, stayed string
+	for i := 0; moved == "" || stayed == ""; i++ {
+		n := fmt.Sprintf("n%d.%s", i, origin)
+		switch p := shardmap.PartitionOf(n, base.Partitions); {
+		case moved == "" && base.Owners[p] == "a":
+			moved = n
+		case stayed == "" && base.Owners[p] == "a" && p != shardmap.PartitionOf(moved, base.Partitions):
+			stayed = n
+		}
+	}
+	m2 := base.Clone()
+	m2.Epoch = 2
+	m2.Owners[shardmap.PartitionOf(moved, base.Partitions)] = "b"
+	set(m2)
+	write := func(name string, epoch uint64) error {
+		_, _, err := applyIn(t, db, &Command{Op: OpChange, Zone: origin, Epoch: epoch, Add: []dns.RR{mustTestRR(t, name+" 60 IN A 192.0.2.1")}})
+		return err
+	}
+	if err := write(stayed, 1); err != nil {
+		t.Errorf("a write of %s (its partition stayed) routed by epoch 1: %v", stayed, err)
+	}
+	if err := write(moved, 1); !errors.Is(err, ErrStaleMap) {
+		t.Errorf("a write of %s (its partition moved at 2) routed by epoch 1: expected a stale map, got %v", moved, err)
+	}
+	if err := write(moved, 2); err != nil {
+		t.Errorf("a write of %s routed by epoch 2: %v", moved, err)
+	}
+	if _, _, err := applyIn(t, db, &Command{Op: OpImportBegin, Zone: "example.net.", Import: 9, Epoch: 1}); !errors.Is(err, ErrStaleMap) {
+		t.Errorf("an import routed by epoch 1 after a move: expected a stale map, got %v", err)
+	}
+	m3 := m2.Clone()
+	m3.Epoch = 3
+	m3.Shards = append(m3.Shards, shardmap.Shard{Name: "c", Members: []string{"127.0.0.3:53"}, API: []string{"http://127.0.0.3:8001"}})
+	set(m3)
+	if err := write(stayed, 2); !errors.Is(err, ErrStaleMap) {
+		t.Errorf("a write routed by epoch 2 after a shard joined at 3: expected a stale map, got %v", err)
+	}
+}

@@ -402,7 +402,10 @@ func applyPart(g *bolt.Bucket, part *Command, o applyOpts) (Result, *Effect, err
 	moves := part.Moves
 	if part.Drop && !o.dry {
 		// The held partitions' names, as the hold kept them since the
-		// prepare.
+		// prepare. They are not locked meanwhile: a reader of this shard
+		// sees them until the commit applies here (and a router routing
+		// by the map after it is fenced: the shard no longer owns them);
+		// their new owner's part locks them.
 		if moves, err = dropHeld(g, part.Hold); err != nil {
 			return Result{}, nil, err
 		}

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# migrate.sh: adding and removing a shard online under load (issue 52). Two
+# shards of three members hold a RECORDS-record zone (1,000,000) through a
+# craftroute router in key mode name; a third shard of three members is
+# added (POST /v1/shards) and then removed (DELETE /v1/shards/c), while
+# bench/qload asks QPS queries a second through the router and
+# bench/writeload adds WPS records a second through it. Figures, for each
+# migration: its time (202 to the map without a migration), the query p99
+# during it against the p99 of a window of as long before it (a ratio),
+# queries lost or failed and writes failed (none expected), the router's
+# and the members' RSS growth, and after adding, each shard's share of the
+# records (balance).
+#
+# Knobs (environment): RECORDS (1000000), QPS (2000), WPS (20),
+# BASE_SECS (20: the window before), COREDNS_BINARY, KEEP=1.
+
+. "$(dirname "$0")/lib.sh"
+
+RECORDS=${RECORDS:-1000000}
+QPS=${QPS:-2000}
+WPS=${WPS:-20}
+BASE_SECS=${BASE_SECS:-20}
+need curl dig jq
+"$GO" build -o "$WORK/qload" "$BENCH/qload"
+"$GO" build -o "$WORK/writeload" "$BENCH/writeload"
+"$GO" run "$BENCH/zonegen" -n "$RECORDS" -mix hosts -zone "$WORK/zone" -queries "$WORK/queries" -missing 0.1
+echo "zone: $(grep -vc '^\$' "$WORK/zone") records ($(du -h "$WORK/zone" | cut -f1))"
+
+EXTRA_STORE="        max_zone_records $((RECORDS + 100000))"$'\n'
+shard_members sharded "$COREDNS"
+member_pids=("${SET_PIDS[@]}")
+# Shard c, started but in no router's Corefile.
+peers=""
+for i in 1 2 3; do
+	mdns[c$i]=$(free_port) mapi[c$i]=$(free_port) mraft[c$i]=$(free_port)
+done
+for i in 1 2 3; do peers="$peers        peer $i 127.0.0.1:${mraft[c$i]}"$'\n'; done
+for i in 1 2 3; do
+	cat >"$WORK/sharded-c$i.Corefile" <<EOC
+.:${mdns[c$i]} {
+    bind 127.0.0.1
+    craftstore {
+        id $i
+        cluster sharded-c
+        data $WORK/sharded-data/c$i
+        raft 127.0.0.1:${mraft[c$i]}
+$peers        api 127.0.0.1:${mapi[c$i]}
+$(router_key "$COREDNS")
+$EXTRA_STORE    }
+}
+EOC
+	start "sharded-c$i" ""
+	member_pids+=("$LAST_PID")
+done
+r_dns=$(free_port) r_api=$(free_port)
+cat >"$WORK/router.Corefile" <<EOC
+.:$r_dns {
+    bind 127.0.0.1
+    craftroute {
+$(shard_lines)
+$(router_key "$COREDNS")
+        key name
+        max_zone_records $((RECORDS + 100000))
+        api 127.0.0.1:$r_api
+    }
+}
+EOC
+start router ""
+router_pid=$LAST_PID
+put_zone router "$r_api"
+wait_dns "$router_pid" router "$r_dns" example.org SOA
+echo "zone imported through the router"
+
+rss_mib() { echo $(($(status_kb "$1" VmRSS) / 1024)); }
+members_rss() {
+	local p t=0
+	for p in "${member_pids[@]}"; do t=$((t + $(status_kb "$p" VmRSS))); done
+	echo $((t / 1024))
+}
+
+# load SECS OUT: the query and write load for SECS (or until stop_load),
+# qload's line in OUT.q, writeload's in OUT.w (clients batch requests ok
+# records/s p50_ms p99_ms max_ms errors).
+load() {
+	local secs=$1 out=$2
+	taskset -c "$LOAD_CPU" "$WORK/qload" -server "127.0.0.1:$r_dns" -queries "$WORK/queries" -rate "$QPS" -d "${secs}s" >"$out.q" &
+	QLOAD=$!
+	taskset -c "$LOAD_CPU" "$WORK/writeload" -api "http://127.0.0.1:$r_api" -zone example.org -c 2 -batch 1 -rate "$WPS" \
+		-d "${secs}s" -max 10000000 -header=false -prefix "m$RANDOM" >"$out.w" &
+	WLOAD=$!
+}
+stop_load() {
+	kill -TERM "$QLOAD" "$WLOAD" 2>/dev/null || true # each reports what it did so far
+	wait "$QLOAD" || true
+	wait "$WLOAD" || true
+}
+field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" "$2"; }
+
+# migrate LABEL METHOD PATH BODY: run one migration under load and print
+# its figures.
+migrate() {
+	local label=$1 method=$2 path=$3 body=$4 began secs r0 m0 code
+	load "$BASE_SECS" "$WORK/$label-base"
+	wait "$QLOAD" || true
+	wait "$WLOAD" || true
+	r0=$(rss_mib "$router_pid") m0=$(members_rss)
+	load 3600 "$WORK/$label-during"
+	began=$(date +%s.%N)
+	code=$(curl -s -o "$WORK/$label.out" -w '%{http_code}' -X "$method" -H 'Content-Type: application/json' \
+		${body:+-d "$body"} "http://127.0.0.1:$r_api$path")
+	[ "$code" = 202 ] || die "$label: $method $path: $code $(cat "$WORK/$label.out")"
+	while :; do
+		alive "$router_pid" router
+		[ "$(curl -s "http://127.0.0.1:$r_api/v1/shards" | jq -c .migrating)" = null ] && break
+		sleep 0.1
+	done
+	secs=$(calc %.1f "$(date +%s.%N) - $began")
+	stop_load
+	local bq=$WORK/$label-base.q dq=$WORK/$label-during.q
+	printf '%-9s %ss: query p99 %sms during vs %sms before (x%s), p50 %s vs %s; lost %s, servfail %s, refused %s of %s; writes: %s; RSS growth: router %d MiB, members %d MiB\n' \
+		"$label" "$secs" "$(field p99_ms "$dq")" "$(field p99_ms "$bq")" \
+		"$(calc %.2f "$(field p99_ms "$dq") / $(field p99_ms "$bq")")" "$(field p50_ms "$dq")" "$(field p50_ms "$bq")" \
+		"$(field lost "$dq")" "$(field servfail "$dq")" "$(field refused "$dq")" "$(field queries "$dq")" \
+		"$(cat "$WORK/$label-during.w")" $(($(rss_mib "$router_pid") - r0)) $(($(members_rss) - m0))
+}
+
+c_members=$(printf '"127.0.0.1:%s",' "${mdns[c1]}" "${mdns[c2]}" "${mdns[c3]}")
+c_api=$(printf '"http://127.0.0.1:%s",' "${mapi[c1]}" "${mapi[c2]}" "${mapi[c3]}")
+migrate add POST /v1/shards "{\"name\":\"c\",\"members\":[${c_members%,}],\"api\":[${c_api%,}]}"
+curl -s "http://127.0.0.1:$r_api/v1/shards" | jq -r '.shards[] | "\(.name) \(.partitions) \(.records)"' | {
+	total=0 names=() parts=() recs=()
+	while read -r n p r; do names+=("$n") parts+=("$p") recs+=("$r") total=$((total + r)); done
+	line="balance:"
+	for i in "${!names[@]}"; do line="$line ${names[$i]} ${parts[$i]} partitions, ${recs[$i]} records ($(calc %.3f "${recs[$i]} * ${#names[@]} / $total") of an even share);"; done
+	echo "$line"
+}
+migrate remove DELETE /v1/shards/c ""
+echo "c's zones after removal: $(curl -s "http://127.0.0.1:${mapi[c1]}/v1/zones")"
