@@ -3,7 +3,6 @@ package craftroute
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -76,21 +75,7 @@ func (a *apiServer) startMigration(w http.ResponseWriter, r *http.Request, cur *
 		httpapi.WriteError(w, http.StatusBadRequest, fmt.Sprintf("shard %q: %v; nothing changed", g.Shard.Name, err))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
-	defer cancel()
-	if err := c.changeMap(ctx, m); err != nil {
-		status := http.StatusServiceUnavailable
-		if f, ok := fencedBy(err); ok || errors.Is(err, errMapRefused) {
-			status = http.StatusConflict
-			if ok {
-				c.mapsf.refresh(ctx, c, f.epoch)
-			}
-		}
-		httpapi.WriteError(w, status, fmt.Sprintf("the map at epoch %d was not committed: %v; nothing changed", m.Epoch, err))
-		return
-	}
-	if err := c.adopt(m); err != nil {
-		httpapi.WriteError(w, http.StatusInternalServerError, err.Error())
+	if !a.commitMap(w, r, m) {
 		return
 	}
 	verb := map[string]string{shardmap.MigrateAdd: "adding", shardmap.MigrateRemove: "removing"}[g.Kind]

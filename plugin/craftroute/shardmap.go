@@ -453,6 +453,33 @@ func (c *Craftroute) pollMap(ctx context.Context) {
 	}
 }
 
+// commitMap commits m, the map at the epoch after the router's, through
+// every shard (changeMap) and adopts it; when it cannot, it answers the
+// request (409: another router changed the map first, which this one then
+// reads; 503: a shard could not answer or commit in time; nothing changed)
+// and returns false.
+func (a *apiServer) commitMap(w http.ResponseWriter, r *http.Request, m *shardmap.Map) bool {
+	c := a.c
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
+	defer cancel()
+	if err := c.changeMap(ctx, m); err != nil {
+		status := http.StatusServiceUnavailable
+		if f, ok := fencedBy(err); ok || errors.Is(err, errMapRefused) {
+			status = http.StatusConflict
+			if ok {
+				c.mapsf.refresh(ctx, c, f.epoch)
+			}
+		}
+		httpapi.WriteError(w, status, fmt.Sprintf("the map at epoch %d was not committed: %v; nothing changed", m.Epoch, err))
+		return false
+	}
+	if err := c.adopt(m); err != nil {
+		httpapi.WriteError(w, http.StatusInternalServerError, err.Error())
+		return false
+	}
+	return true
+}
+
 // shardMembers is the body of PUT /v1/shards/{name}: the shard's members,
 // their DNS addresses and their API URLs in the same order.
 type shardMembers struct {
@@ -500,22 +527,7 @@ func (a *apiServer) putShard(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteJSON(w, http.StatusOK, shardmap.Answer{Map: cur, Confirmed: true})
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), shardCallTimeout)
-	defer cancel()
-	if err := c.changeMap(ctx, m); err != nil {
-		status := http.StatusServiceUnavailable // a shard could not answer or commit in time
-		if f, ok := fencedBy(err); ok || errors.Is(err, errMapRefused) {
-			// Another router changed the map first: this one reads it.
-			status = http.StatusConflict
-			if ok {
-				c.mapsf.refresh(ctx, c, f.epoch)
-			}
-		}
-		httpapi.WriteError(w, status, fmt.Sprintf("the map at epoch %d was not committed: %v", m.Epoch, err))
-		return
-	}
-	if err := c.adopt(m); err != nil {
-		httpapi.WriteError(w, http.StatusInternalServerError, err.Error())
+	if !a.commitMap(w, r, m) {
 		return
 	}
 	log.Infof("shard %s: members %v at map epoch %d", name, body.Members, m.Epoch)

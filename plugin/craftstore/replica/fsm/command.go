@@ -152,7 +152,9 @@ func (c *Command) Marshal() ([]byte, error) {
 		for _, p := range c.Hold {
 			b = binary.AppendUvarint(b, uint64(p))
 		}
-		if len(c.Moves) > 0 || c.Drop { // parts without either are written as before
+		if len(c.Moves) > 0 || c.Drop || c.Epoch != 0 {
+			// Parts without moves or a drop are written as before; with
+			// the optional epoch after them, the block says where it ends.
 			b = binary.AppendUvarint(b, uint64(len(c.Moves)))
 			for _, mv := range c.Moves {
 				if mv.Op != OpChange || mv.Zone == "" {
@@ -167,6 +169,8 @@ func (c *Command) Marshal() ([]byte, error) {
 			}
 			if c.Drop {
 				b = append(b, 1)
+			} else {
+				b = append(b, 0)
 			}
 		}
 	}

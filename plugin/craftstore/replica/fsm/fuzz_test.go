@@ -21,6 +21,8 @@ func FuzzCommand(f *testing.F) {
 		{Op: OpMemberInfo, Member: Member{ID: 2, Raft: "127.0.0.1:7001", DNS: "127.0.0.1:53", API: "127.0.0.1:8080"}},
 		{Op: OpImportBegin, Zone: "example.org.", Import: 3, Absent: true},
 		{Op: OpMapSet, Map: []byte(`{"epoch":2}`), Shard: "a", Hold: []uint32{1, 1020}},
+		{Op: OpMapSet, Map: []byte(`{"epoch":3}`), Shard: "c", Moves: []*Command{{Op: OpChange, Zone: "example.org.", Add: []dns.RR{a}}}},
+		{Op: OpMapSet, Map: []byte(`{"epoch":4}`), Shard: "a", Hold: []uint32{7}, Drop: true, Epoch: 3},
 		{Op: OpChange, Zone: "example.org.", Add: []dns.RR{a}, Epoch: 9},
 	} {
 		b, err := c.Marshal()
