@@ -18,10 +18,7 @@ import (
 // shardFor returns the shard owning name (any case) under the key mode: in
 // key mode "name" the shard of the canonical name itself, in key mode
 // "zone" the shard of the longest known zone containing name.
-func (c *Craftroute) shardFor(name string) *Shard {
-	rt := c.routes()
-	return rt.shard(rt.ring.Locate(c.keyOf(rt.key, dnsname.Lower(name))))
-}
+func (c *Craftroute) shardFor(name string) *Shard { return c.ownerIn(c.routes(), name) }
 
 // keyOf returns the ring key of canonical name in key mode key.
 func (c *Craftroute) keyOf(key, name string) string {

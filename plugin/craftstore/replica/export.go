@@ -1,8 +1,6 @@
 package replica
 
 import (
-	"slices"
-
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
@@ -111,7 +109,6 @@ func (r *Replica) ExportPartitions(partitions []uint32, of int, fn func(origin s
 func (r *Replica) ExportShared(fn func(origin string, rr dns.RR) error) error {
 	return r.db.View(func(tx *bolt.Tx) error {
 		return eachZone(fsm.Generation(tx).Bucket(fsm.BucketZones), func(origin string, zb *bolt.Bucket) error {
-			cut := "" // the last zone cut seen: names below it follow it in canonical order
 			return zb.ForEach(func(_, v []byte) error {
 				if v == nil {
 					return nil
@@ -120,21 +117,13 @@ func (r *Replica) ExportShared(fn func(origin string, rr dns.RR) error) error {
 				if err != nil || len(rrs) == 0 {
 					return err
 				}
-				name := dnsname.Lower(rrs[0].Header().Name)
-				everyShard := name == origin
-				if !everyShard && cut != "" && dns.IsSubDomain(cut, name) {
-					everyShard = true
-				} else if !everyShard && slices.ContainsFunc(rrs, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeNS }) {
-					cut, everyShard = name, true
-				}
-				for _, rr := range rrs {
-					if everyShard || rr.Header().Rrtype == dns.TypeDNAME {
-						if err := fn(origin, rr); err != nil {
-							return err
-						}
+				shared, _, err := fsm.SharedRRs(zb, origin, dnsname.Lower(rrs[0].Header().Name), rrs)
+				for _, rr := range shared {
+					if err == nil {
+						err = fn(origin, rr)
 					}
 				}
-				return nil
+				return err
 			})
 		})
 	})

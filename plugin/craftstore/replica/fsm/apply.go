@@ -70,8 +70,7 @@ func Apply(g *bolt.Bucket, c *Command, journal int) (Result, *Effect, error) {
 // applyOp applies c's operation to g.
 func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if c.Epoch != 0 && fencedOp(c.Op) {
-		names, all := fenceNames(g, c)
-		if err := checkEpoch(g, c.Epoch, names, all); err != nil {
+		if err := checkEpoch(g, c.Epoch, c); err != nil {
 			return Result{}, nil, err
 		}
 		if err := checkMigrating(g, c.Op); err != nil {

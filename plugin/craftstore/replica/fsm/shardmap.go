@@ -229,13 +229,14 @@ func noteMoves(g *bolt.Bucket, cur, m *shardmap.Map) error {
 	return b.Put(keyMapLastMove, binary.AppendUvarint(nil, m.Epoch))
 }
 
-// checkEpoch refuses, with ErrStaleMap, a write a router routed by the map
-// at epoch when the shards changed since (shardmap.Place's FenceWrite), or
-// when the partition of one of names (canonical) moved since: it would
-// land on a shard that no longer owns it. Without names (an import or a
-// deletion of a whole zone, key mode "zone") any move since refuses it. It
-// reads a few numbers, not the map: every write pays it.
-func checkEpoch(g *bolt.Bucket, epoch uint64, names []string, all bool) error {
+// checkEpoch refuses, with ErrStaleMap, write c that a router routed by
+// the map at epoch when the shards changed since (shardmap.Place's
+// FenceWrite), or when the partition of one of its names moved since: it
+// would land on a shard that no longer owns it. When its names do not say
+// (fenceNames: an import or a deletion of a whole zone, key mode "zone")
+// any move since refuses it. It reads a few numbers, not the map, and the
+// names only of a write routed by an older epoch: every write pays it.
+func checkEpoch(g *bolt.Bucket, epoch uint64, c *Command) error {
 	b := g.Bucket(bucketShardMap)
 	if b == nil {
 		return nil
@@ -246,6 +247,13 @@ func checkEpoch(g *bolt.Bucket, epoch uint64, names []string, all bool) error {
 	}
 	placed, _ := binary.Uvarint(b.Get(keyMapPlaced))
 	stale := epoch < placed
+	var (
+		names []string
+		all   bool
+	)
+	if !stale {
+		names, all = fenceNames(g, c)
+	}
 	if !stale && all {
 		last, _ := binary.Uvarint(b.Get(keyMapLastMove))
 		stale = epoch < last
@@ -265,7 +273,7 @@ func checkEpoch(g *bolt.Bucket, epoch uint64, names []string, all bool) error {
 	return Errorf(ErrStaleMap, "stale shard map: routed by epoch %d, names are placed otherwise since (this shard is at epoch %d); read the map at %s on any member", epoch, cur, shardmap.MapPath)
 }
 
-// fenceNames returns the canonical names write c touches, for checkEpoch:
+// fenceNames returns the names write c touches, for checkEpoch:
 // all is set when its names do not say where it lands (an import or a
 // deletion of a whole zone, a zone's write in key mode "zone", or a part
 // that cannot be read).
