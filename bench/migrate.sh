@@ -12,7 +12,11 @@
 # records (balance).
 #
 # Knobs (environment): RECORDS (1000000), QPS (2000), WPS (20),
-# BASE_SECS (20: the window before), COREDNS_BINARY, KEEP=1.
+# BASE_SECS (20: the window before), COREDNS_BINARY, KEEP=1; SLOW=100ms
+# lists the queries slower than that in WORK/LABEL-during.slow; PPROF=1
+# also takes a CPU profile of PROFILE_SECS (20) of members a1, b1 and c1
+# and of the router while each migration runs (WORK/LABEL-MEMBER.cpu,
+# with KEEP=1: go tool pprof -top coredns WORK/add-a1.cpu).
 
 . "$(dirname "$0")/lib.sh"
 
@@ -32,13 +36,14 @@ member_pids=("${SET_PIDS[@]}")
 # Shard c, started but in no router's Corefile.
 peers=""
 for i in 1 2 3; do
-	mdns[c$i]=$(free_port) mapi[c$i]=$(free_port) mraft[c$i]=$(free_port)
+	mdns[c$i]=$(free_port) mapi[c$i]=$(free_port) mraft[c$i]=$(free_port) mpprof[c$i]=$(free_port)
 done
 for i in 1 2 3; do peers="$peers        peer $i 127.0.0.1:${mraft[c$i]}"$'\n'; done
 for i in 1 2 3; do
 	cat >"$WORK/sharded-c$i.Corefile" <<EOC
 .:${mdns[c$i]} {
     bind 127.0.0.1
+$(pprof_at "${mpprof[c$i]}")
     craftstore {
         id $i
         cluster sharded-c
@@ -52,10 +57,11 @@ EOC
 	start "sharded-c$i" ""
 	member_pids+=("$LAST_PID")
 done
-r_dns=$(free_port) r_api=$(free_port)
+r_dns=$(free_port) r_api=$(free_port) r_pprof=$(free_port)
 cat >"$WORK/router.Corefile" <<EOC
 .:$r_dns {
     bind 127.0.0.1
+$(pprof_at "$r_pprof")
     craftroute {
 $(shard_lines)
 $(router_key "$COREDNS")
@@ -83,7 +89,7 @@ members_rss() {
 # records/s p50_ms p99_ms max_ms errors).
 load() {
 	local secs=$1 out=$2
-	taskset -c "$LOAD_CPU" "$WORK/qload" -server "127.0.0.1:$r_dns" -queries "$WORK/queries" -rate "$QPS" -d "${secs}s" >"$out.q" &
+	taskset -c "$LOAD_CPU" "$WORK/qload" -server "127.0.0.1:$r_dns" -queries "$WORK/queries" -rate "$QPS" -d "${secs}s" -slow "${SLOW:-0}" >"$out.q" 2>"$out.slow" &
 	QLOAD=$!
 	taskset -c "$LOAD_CPU" "$WORK/writeload" -api "http://127.0.0.1:$r_api" -zone example.org -c 2 -batch 1 -rate "$WPS" \
 		-d "${secs}s" -max 10000000 -header=false -prefix "m$RANDOM" >"$out.w" &
@@ -109,6 +115,16 @@ migrate() {
 	code=$(curl -s -o "$WORK/$label.out" -w '%{http_code}' -X "$method" -H 'Content-Type: application/json' \
 		${body:+-d "$body"} "http://127.0.0.1:$r_api$path")
 	[ "$code" = 202 ] || die "$label: $method $path: $code $(cat "$WORK/$label.out")"
+	local profs=()
+	if [ "${PPROF:-0}" = 1 ]; then
+		local m port
+		for m in a1 b1 c1 router; do
+			port=${mpprof[$m]:-$r_pprof}
+			curl -s --max-time $((${PROFILE_SECS:-20} + 30)) -o "$WORK/$label-$m.cpu" \
+				"http://127.0.0.1:$port/debug/pprof/profile?seconds=${PROFILE_SECS:-20}" &
+			profs+=($!)
+		done
+	fi
 	while :; do
 		alive "$router_pid" router
 		[ "$(curl -s "http://127.0.0.1:$r_api/v1/shards" | jq -c .migrating)" = null ] && break
@@ -116,6 +132,8 @@ migrate() {
 	done
 	secs=$(calc %.1f "$(date +%s.%N) - $began")
 	stop_load
+	local p
+	for p in "${profs[@]}"; do wait "$p" || true; done
 	local bq=$WORK/$label-base.q dq=$WORK/$label-during.q
 	printf '%-9s %ss: query p99 %sms during vs %sms before (x%s), p50 %s vs %s; lost %s, servfail %s, refused %s of %s; writes: %s; RSS growth: router %d MiB, members %d MiB\n' \
 		"$label" "$secs" "$(field p99_ms "$dq")" "$(field p99_ms "$bq")" \

@@ -100,6 +100,68 @@ type migrationLoad struct {
 	glueReport  []string
 	roundTime   atomic.Int64 // ns in all
 	failed      atomic.Int64 // writes that did not succeed (they must not)
+	transfers   atomic.Int64 // AXFRs through the routers (transfer)
+	torn        atomic.Int64 // of them, not one snapshot of the zone
+}
+
+// transfer transfers origin through the routers in turn while the load
+// runs: each AXFR must be one snapshot of the zone, framed by one SOA,
+// with every record once: base's records (a transfer before the load, the
+// SOA aside) and names the load wrote (w<i>, i >= from), nothing else.
+// (Writes of one name are not transactions: which of those a transfer
+// holds is not checked.)
+func (l *migrationLoad) transfer(addrs []string, origin string, base []dns.RR, from int) {
+	want := map[string]bool{}
+	for _, rr := range base {
+		if rr.Header().Rrtype != dns.TypeSOA {
+			want[rrKey(rr)] = true
+		}
+	}
+	l.wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-l.stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			rrs, err := axfrIn(addrs[i%2], origin)
+			if err != nil || len(rrs) < 2 {
+				continue // a refused or cut transfer is retried by a secondary, and is no torn one
+			}
+			l.transfers.Add(1)
+			var bad []string
+			if soaOf(rrs[0]) == 0 || soaOf(rrs[0]) != soaOf(rrs[len(rrs)-1]) {
+				bad = append(bad, fmt.Sprintf("framed by %v ... %v", rrs[0], rrs[len(rrs)-1]))
+			}
+			got := map[string]int{}
+			for _, rr := range rrs[1 : len(rrs)-1] {
+				k := rrKey(rr)
+				got[k]++
+				if got[k] == 2 {
+					bad = append(bad, "twice: "+k)
+				}
+				var n int
+				if !want[k] && rr.Header().Rrtype != dns.TypeSOA {
+					if _, err := fmt.Sscanf(rr.Header().Name, "w%d.", &n); err != nil || n < from {
+						bad = append(bad, "not in the zone: "+k)
+					}
+				}
+			}
+			for k := range want {
+				if got[k] == 0 {
+					bad = append(bad, "missing: "+k)
+				}
+			}
+			if len(bad) > 0 {
+				l.torn.Add(1)
+				l.mu.Lock()
+				if len(l.report) < 10 {
+					l.report = append(l.report, fmt.Sprintf("AXFR through %s: %d records, not one snapshot: %d faults, first %v", addrs[i%2], len(rrs), len(bad), bad[:min(5, len(bad))]))
+				}
+				l.mu.Unlock()
+			}
+		}
+	})
 }
 
 func startMigrationLoad(t *testing.T, routers []*router, single harness.API, singleAddr, origin string, sample []dnsdiff.Query, from int, lenient bool) *migrationLoad {
@@ -196,14 +258,14 @@ func (l *migrationLoad) end(t *testing.T, what string) []string {
 	t.Helper()
 	close(l.stop)
 	l.wg.Wait()
-	t.Logf("%s: %d names written, %d comparison rounds (%v in all), %d answers differed, %d writes failed; unavailable: %d (writes refused 5xx, queries SERVFAIL); referrals without a glue address (known bug): %d", what, len(l.written), l.rounds.Load(), time.Duration(l.roundTime.Load()).Round(time.Millisecond), l.differ.Load(), l.failed.Load(), l.unavailable.Load(), l.glue.Load())
+	t.Logf("%s: %d names written, %d comparison rounds (%v in all), %d answers differed, %d writes failed; unavailable: %d (writes refused 5xx, queries SERVFAIL); referrals without a glue address (known bug): %d; %d transfers through the routers, %d not one snapshot", what, len(l.written), l.rounds.Load(), time.Duration(l.roundTime.Load()).Round(time.Millisecond), l.differ.Load(), l.failed.Load(), l.unavailable.Load(), l.glue.Load(), l.transfers.Load(), l.torn.Load())
 	if l.glue.Load() > 0 {
 		l.mu.Lock()
 		t.Logf("%s: the glue differences: %v", what, l.glueReport)
 		l.mu.Unlock()
 	}
-	if l.differ.Load() > 0 || l.failed.Load() > 0 || l.rounds.Load() == 0 {
-		t.Errorf("%s: %d answers differed from the reference's, %d writes failed, %d rounds:\n%s", what, l.differ.Load(), l.failed.Load(), l.rounds.Load(), l.report)
+	if l.differ.Load() > 0 || l.failed.Load() > 0 || l.rounds.Load() == 0 || l.torn.Load() > 0 {
+		t.Errorf("%s: %d answers differed from the reference's, %d writes failed, %d rounds, %d of %d transfers torn:\n%s", what, l.differ.Load(), l.failed.Load(), l.rounds.Load(), l.torn.Load(), l.transfers.Load(), l.report)
 	}
 	return l.written
 }
@@ -236,7 +298,7 @@ func waitMigration(t *testing.T, a harness.API, within time.Duration) {
 func TestShardAddRemove(t *testing.T) {
 	wd := harness.Workdir(t)
 	const origin = "elastic.example."
-	spec := routerSpec{zones: []string{origin}, key: "name", mapSeed: true}
+	spec := routerSpec{zones: []string{origin}, key: "name", mapSeed: true, transfer: true}
 	s := startSharded(t, wd, 2, 3, []string{origin}, spec, spec)
 	singleAddr, single := startSingle(t, wd, []string{origin})
 	text, queries := dnsdiff.GenerateZone(origin, 52, 2000)
@@ -285,8 +347,20 @@ func TestShardAddRemove(t *testing.T) {
 		t.Fatalf("after bad input: migration %v at epoch %d, expected none at 1", g, e)
 	}
 
+	routerAddrs := []string{s.routers[0].addr(), s.routers[1].addr()}
+	snapshot := func() []dns.RR {
+		t.Helper()
+		rrs, err := axfrIn(routerAddrs[0], origin)
+		if err != nil || len(rrs) < 2 {
+			t.Fatalf("AXFR of %s through router 1: %v (%d records)", origin, err, len(rrs))
+		}
+		return rrs
+	}
+
 	// Add c under load.
+	base := snapshot()
 	load := startMigrationLoad(t, s.routers, single, singleAddr, origin, during, 0, false)
+	load.transfer(routerAddrs, origin, base, 0)
 	time.Sleep(300 * time.Millisecond)
 	var out map[string]any
 	if code, err := a1.Do("POST", "/v1/shards", shardBody("c", c...), &out); err != nil || code != http.StatusAccepted {
@@ -329,7 +403,9 @@ func TestShardAddRemove(t *testing.T) {
 	check("after adding c", written)
 
 	// Remove it under load.
+	base = snapshot()
 	load = startMigrationLoad(t, s.routers, single, singleAddr, origin, during, 100000, false)
+	load.transfer(routerAddrs, origin, base, 100000)
 	time.Sleep(300 * time.Millisecond)
 	if code, err := a2.Do("DELETE", "/v1/shards/c", nil, &out); err != nil || code != http.StatusAccepted {
 		t.Fatalf("DELETE /v1/shards/c: %d %v %v", code, err, out)

@@ -6,7 +6,9 @@
 // asks its queries in order, round robin, over UDP at -rate queries per
 // second from -c sockets, for -d or until SIGINT or SIGTERM, whichever
 // comes first. A query without an answer within -timeout counts as lost;
-// SERVFAIL and REFUSED count as failed. Output, one line:
+// SERVFAIL and REFUSED count as failed; with -slow, each query slower than
+// that is printed to stderr (time, name, type, rcode, latency). Output, one
+// line:
 //
 //	queries=N answered=N lost=N servfail=N refused=N p50_ms=F p99_ms=F max_ms=F
 package main
@@ -36,6 +38,7 @@ func main() {
 		dur     = flag.Duration("d", time.Minute, "how long to run at most")
 		timeout = flag.Duration("timeout", 2*time.Second, "how long a query waits for its answer")
 		maxQ    = flag.Int("max", 10_000_000, "queries at most")
+		slow    = flag.Duration("slow", 0, "print each query answered slower than this to stderr (0: none)")
 	)
 	flag.Parse()
 	qs, err := readQueries(*file)
@@ -98,6 +101,13 @@ func main() {
 					refused.Add(1)
 				default:
 					mine = append(mine, time.Since(began))
+				}
+				if took := time.Since(began); *slow > 0 && took > *slow {
+					rcode := "lost"
+					if r != nil {
+						rcode = dns.RcodeToString[r.Rcode]
+					}
+					fmt.Fprintf(os.Stderr, "slow %s %s %s %s %v\n", began.Format("15:04:05.000"), q.name, dns.TypeToString[q.qtype], rcode, took.Round(time.Millisecond))
 				}
 			}
 		})

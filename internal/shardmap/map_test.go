@@ -139,3 +139,49 @@ func TestOwners(t *testing.T) {
 		t.Error("the clone shares its owners with the map")
 	}
 }
+
+// TestNextOwns: a member one epoch behind its router answers, as it is,
+// the owner's queries of the names its shard owns by its own map; not a
+// fan-out's, not a name of another shard's, not a router further ahead.
+func TestNextOwns(t *testing.T) {
+	m := testMap()
+	m.Epoch = 5
+	ring, err := m.Ring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "www.example.org."
+	mine := ring.Locate(name)
+	other := "a"
+	if mine == "a" {
+		other = "b"
+	}
+	p, err := NewPlace(m, mine, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := NewPlace(m, other, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var none *Place
+	for _, tc := range []struct {
+		what   string
+		p      *Place
+		epoch  uint64
+		owner  bool
+		expect bool
+	}{
+		{"the next epoch, as the owner, a name of the shard", p, 6, true, true},
+		{"the next epoch, a fan-out", p, 6, false, false},
+		{"the next epoch, a name of another shard", q, 6, true, false},
+		{"two epochs ahead", p, 7, true, false},
+		{"the member's epoch", p, 5, true, false},
+		{"no epoch", p, 0, true, false},
+		{"no map", none, 1, true, false},
+	} {
+		if got := tc.p.NextOwns(tc.epoch, tc.owner, name); got != tc.expect {
+			t.Errorf("%s: %v, expected %v", tc.what, got, tc.expect)
+		}
+	}
+}

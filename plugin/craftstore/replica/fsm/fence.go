@@ -16,10 +16,11 @@ import (
 //
 // While a fence holds (until its time, by the proposer's clock of the entry
 // being applied) a prepare in the zone is refused with ErrBusy, and another
-// fence of the zone too. A transfer under a fence is read from a state that
-// holds the fence and in which no prepared part holds a name of the zone
-// (TransferFenced waits for the parts prepared before the fence to
-// finish). A router that holds fences on every shard at once, and reads
+// fence of the zone too, and a map part that drops names when it commits
+// (a migration's old owner: any fence refuses it). A transfer under a fence
+// is read from a state that holds the fence and in which no prepared part
+// holds a name of the zone or drops names (TransferFenced waits for the
+// parts prepared before the fence to finish). A router that holds fences on every shard at once, and reads
 // each shard so, reads states cut at one point of every transaction's
 // history: a transaction committed in one shard's state was prepared on
 // every participant before its fence (a prepare after it would have been
@@ -63,11 +64,15 @@ func fenced(g *bolt.Bucket, zone string, now int64, except ...[16]byte) (bool, e
 	return held, nil
 }
 
-// ZoneLocked reports whether a prepared part holds a name of zone.
+// ZoneLocked reports whether a prepared part holds a name of zone, or
+// drops names when it commits (a migration's old owner: dropLock).
 func ZoneLocked(g *bolt.Bucket, zone string) bool {
 	b := g.Bucket(BucketTxLocks)
 	if b == nil {
 		return false
+	}
+	if b.Get(lockKey("", dropLock)) != nil {
+		return true
 	}
 	prefix := append([]byte(zone), 0)
 	k, _ := b.Cursor().Seek(prefix)
@@ -131,6 +136,23 @@ func checkFence(g *bolt.Bucket, c *Command) error {
 		return Errorf(ErrBusy, "zone %q is being transferred", c.Zone)
 	}
 	return nil
+}
+
+// checkFences refuses with ErrBusy while a fence of any zone holds at now
+// (a prepare that drops names of whichever zones the held partitions
+// have: dropLock).
+func checkFences(g *bolt.Bucket, now int64) error {
+	b := g.Bucket(bucketTxFences)
+	if b == nil {
+		return nil
+	}
+	return b.ForEach(func(k, v []byte) error {
+		if len(v) == 8 && int64(binary.BigEndian.Uint64(v)) > now {
+			zone, _, _ := bytes.Cut(k, []byte{0})
+			return Errorf(ErrBusy, "zone %q is being transferred", zone)
+		}
+		return nil
+	})
 }
 
 // HasFence reports whether fence id of zone is set in g and has not run

@@ -585,8 +585,43 @@ func TestPartIndex(t *testing.T) {
 	if err := mapPart(&Command{Op: OpMapSet, Map: testShardMap(2, "127.0.0.1:53"), Shard: "a", Drop: true}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a drop without a hold: expected invalid, got %v", err)
 	}
-	if err := mapPart(&Command{Op: OpMapSet, Map: testShardMap(2, "127.0.0.1:53"), Shard: "a", Hold: all, Drop: true}); err != nil {
+	// A drop is not prepared while a transfer's fence holds (of any
+	// zone), and a transfer of any zone waits for a prepared drop
+	// (ZoneLocked), which no write meets.
+	fence := &Command{Op: OpTxFence, Zone: origin, Tx: [16]byte{0xfe}}
+	if _, _, err := applyIn(t, db, fence); err != nil {
 		t.Fatal(err)
+	}
+	drop := &Command{Op: OpMapSet, Map: testShardMap(2, "127.0.0.1:53"), Shard: "a", Hold: all, Drop: true}
+	if err := mapPart(drop); !errors.Is(err, ErrBusy) {
+		t.Errorf("a drop while a transfer's fence holds: expected busy, got %v", err)
+	}
+	if _, _, err := applyIn(t, db, &Command{Op: OpTxUnfence, Zone: origin, Tx: fence.Tx}); err != nil {
+		t.Fatal(err)
+	}
+	id++
+	part, err := drop.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := applyIn(t, db, &Command{Op: OpTxPrepare, Tx: [16]byte{id}, Part: part, Meta: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	zoneLocked := func() (locked bool) {
+		db.View(func(tx *bolt.Tx) error {
+			locked = ZoneLocked(Generation(tx), "example.net.")
+			return nil
+		})
+		return locked
+	}
+	if !zoneLocked() {
+		t.Errorf("a prepared drop: a transfer would not wait for it")
+	}
+	if _, _, err := applyIn(t, db, &Command{Op: OpTxCommit, Tx: [16]byte{id}}); err != nil {
+		t.Fatal(err)
+	}
+	if zoneLocked() {
+		t.Errorf("a committed drop: a transfer still waits")
 	}
 	var left []string
 	db.View(func(tx *bolt.Tx) error {

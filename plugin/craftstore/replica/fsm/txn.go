@@ -100,6 +100,14 @@ func Touched(c *Command) ([]string, error) {
 // meets.
 type LockRef struct{ Zone, Name string }
 
+// dropLock is the name, among a map part's own (zone ""), that a part
+// with Drop holds: its commit deletes names of every zone with names in
+// the held partitions, so a transfer of any zone waits for it to finish
+// (ZoneLocked), as for a part that holds a name of the zone, and it is
+// not prepared while a transfer's fence holds (checkFences). No query and
+// no write meets it.
+const dropLock = "drop"
+
 // maxMoves bounds the zones of a map part's moves.
 const maxMoves = 4096
 
@@ -117,6 +125,9 @@ func partLocks(zone string, part *Command) ([]LockRef, error) {
 	refs := make([]LockRef, 0, len(names))
 	for _, n := range names {
 		refs = append(refs, LockRef{zone, n})
+	}
+	if part.Op == OpMapSet && part.Drop {
+		refs = append(refs, LockRef{"", dropLock})
 	}
 	for _, mv := range part.Moves {
 		if part.Op != OpMapSet || mv.Op != OpChange || mv.Zone == "" {
@@ -335,6 +346,11 @@ func applyTxPrepare(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	}
 	if c.Zone != "" {
 		if err := checkHolds(g, namesIn(refs, c.Zone)); err != nil {
+			return Result{}, nil, err
+		}
+	}
+	if part.Op == OpMapSet && part.Drop {
+		if err := checkFences(g, c.Time); err != nil {
 			return Result{}, nil, err
 		}
 	}
