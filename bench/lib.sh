@@ -176,16 +176,18 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 
 # craftstore block after its api line (EXTRA_STORE). Sets the associative
 # arrays mdns, mapi, mraft (member → port) and starts SET_PIDS with the
 # members' pids.
-pprof_at() { [ "${PPROF:-0}" = 1 ] && echo "    pprof 127.0.0.1:$1" || true; }
+# debug_at PPROF PROM prints, with PPROF=1, a server block's pprof and
+# prometheus lines on those ports (bench/migrate.sh's profiles and metrics).
+debug_at() { [ "${PPROF:-0}" = 1 ] && printf '    pprof 127.0.0.1:%s\n    prometheus 127.0.0.1:%s\n' "$1" "$2" || true; }
 
 shard_members() {
 	local label=$1 bin=$2 extra=${3:-} sh i m peers
 	SET_PIDS=()
-	declare -gA mdns mapi mraft mpprof
+	declare -gA mdns mapi mraft mpprof mprom
 	for sh in a b; do
 		for i in 1 2 3; do
 			m=$sh$i
-			mdns[$m]=$(free_port) mapi[$m]=$(free_port) mraft[$m]=$(free_port) mpprof[$m]=$(free_port)
+			mdns[$m]=$(free_port) mapi[$m]=$(free_port) mraft[$m]=$(free_port) mpprof[$m]=$(free_port) mprom[$m]=$(free_port)
 		done
 	done
 	for sh in a b; do
@@ -196,7 +198,7 @@ shard_members() {
 			cat >"$WORK/$label-$m.Corefile" <<EOC
 .:${mdns[$m]} {
     bind 127.0.0.1
-$(pprof_at "${mpprof[$m]}")
+$(debug_at "${mpprof[$m]}" "${mprom[$m]}")
 $extra    craftstore {
         id $i
         cluster $label-$sh

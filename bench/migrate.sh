@@ -11,12 +11,15 @@
 # and the members' RSS growth, and after adding, each shard's share of the
 # records (balance).
 #
-# Knobs (environment): RECORDS (1000000), QPS (2000), WPS (20),
+# Knobs (environment): RECORDS (1000000), QPS (2000), WPS (20), BATCH
+# (the router's migrate_batch; its default when unset),
 # BASE_SECS (20: the window before), COREDNS_BINARY, KEEP=1; SLOW=100ms
 # lists the queries slower than that in WORK/LABEL-during.slow; PPROF=1
 # also takes a CPU profile of PROFILE_SECS (20) of members a1, b1 and c1
 # and of the router while each migration runs (WORK/LABEL-MEMBER.cpu,
-# with KEEP=1: go tool pprof -top coredns WORK/add-a1.cpu).
+# with KEEP=1: go tool pprof -top coredns WORK/add-a1.cpu), and every
+# server's craftdns metrics after it (WORK/LABEL-MEMBER.metrics; counters
+# since the start).
 
 . "$(dirname "$0")/lib.sh"
 
@@ -36,14 +39,14 @@ member_pids=("${SET_PIDS[@]}")
 # Shard c, started but in no router's Corefile.
 peers=""
 for i in 1 2 3; do
-	mdns[c$i]=$(free_port) mapi[c$i]=$(free_port) mraft[c$i]=$(free_port) mpprof[c$i]=$(free_port)
+	mdns[c$i]=$(free_port) mapi[c$i]=$(free_port) mraft[c$i]=$(free_port) mpprof[c$i]=$(free_port) mprom[c$i]=$(free_port)
 done
 for i in 1 2 3; do peers="$peers        peer $i 127.0.0.1:${mraft[c$i]}"$'\n'; done
 for i in 1 2 3; do
 	cat >"$WORK/sharded-c$i.Corefile" <<EOC
 .:${mdns[c$i]} {
     bind 127.0.0.1
-$(pprof_at "${mpprof[c$i]}")
+$(debug_at "${mpprof[c$i]}" "${mprom[c$i]}")
     craftstore {
         id $i
         cluster sharded-c
@@ -57,16 +60,17 @@ EOC
 	start "sharded-c$i" ""
 	member_pids+=("$LAST_PID")
 done
-r_dns=$(free_port) r_api=$(free_port) r_pprof=$(free_port)
+r_dns=$(free_port) r_api=$(free_port) r_pprof=$(free_port) r_prom=$(free_port)
 cat >"$WORK/router.Corefile" <<EOC
 .:$r_dns {
     bind 127.0.0.1
-$(pprof_at "$r_pprof")
+$(debug_at "$r_pprof" "$r_prom")
     craftroute {
 $(shard_lines)
 $(router_key "$COREDNS")
         key name
         max_zone_records $((RECORDS + 100000))
+${BATCH:+        migrate_batch $BATCH}
         api 127.0.0.1:$r_api
     }
 }
@@ -134,6 +138,12 @@ migrate() {
 	stop_load
 	local p
 	for p in "${profs[@]}"; do wait "$p" || true; done
+	if [ "${PPROF:-0}" = 1 ]; then
+		for m in "${!mprom[@]}"; do
+			curl -s --max-time 10 "http://127.0.0.1:${mprom[$m]}/metrics" | grep '^coredns_craft' >"$WORK/$label-$m.metrics" || true
+		done
+		curl -s --max-time 10 "http://127.0.0.1:$r_prom/metrics" | grep '^coredns_craft' >"$WORK/$label-router.metrics" || true
+	fi
 	local bq=$WORK/$label-base.q dq=$WORK/$label-during.q
 	printf '%-9s %ss: query p99 %sms during vs %sms before (x%s), p50 %s vs %s; lost %s, servfail %s, refused %s of %s; writes: %s; RSS growth: router %d MiB, members %d MiB\n' \
 		"$label" "$secs" "$(field p99_ms "$dq")" "$(field p99_ms "$bq")" \

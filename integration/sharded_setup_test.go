@@ -384,7 +384,6 @@ func exchangeFull(addr string, q dnsdiff.Query) (*dns.Msg, error) {
 type shardedDiff struct {
 	differ  int            // queries whose answers differ beyond SOA serials
 	failed  int            // of them, those the router answered SERVFAIL or not at all
-	glue    int            // of them, those that differ in the additional section alone
 	serials int            // queries whose answers differ only in SOA serials
 	kinds   map[string]int // what differs ("rcode, answer") → queries
 	report  []string       // the first few of each kind in full
@@ -433,9 +432,6 @@ func compareWithRef(ref string, addrs []string, queries []dnsdiff.Query, ignoreS
 						r.differ++
 						if errG != nil || got.Rcode == dns.RcodeServerFailure {
 							r.failed++
-						}
-						if why == "additional" {
-							r.glue++
 						}
 						r.kinds[why]++
 						if r.kinds[why] <= 3 && len(r.report) < 20 {

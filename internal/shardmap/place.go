@@ -118,17 +118,6 @@ func (p *Place) Fence(epoch uint64, owner bool, key string) Verdict {
 	return Notice
 }
 
-// NextOwns reports whether a router one epoch ahead of this member (at
-// epoch) may be answered from the member's state as it is: it asks as the
-// owner of key, which this member's shard owns by its own map too. The
-// epoch between moved no partition of key here (the shard would not own
-// it by its map) nor away (the router would not ask it as the owner). A
-// router further ahead may have seen key's partition leave and come back:
-// the member catches up first.
-func (p *Place) NextOwns(epoch uint64, owner bool, key string) bool {
-	return p != nil && owner && epoch == p.Map.Epoch+1 && p.Owns(key)
-}
-
 // FenceWrite judges a write a router routed by its map at epoch before it
 // is proposed: refused when the shards changed since that epoch (the
 // router sent the names every shard holds to the shards it knew).

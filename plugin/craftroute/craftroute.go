@@ -57,6 +57,7 @@ type config struct {
 	negCache   int               // entries of the merged-negative cache; 0: off
 	maxZone    int               // records of a zone an import through the API makes; 0: no limit
 	maxChange  int               // records one API change adds and deletes; 0: no limit
+	batch      int               // records a migration's batch moves at most (migrate_batch)
 	keys       map[string]string // TSIG key name (canonical) → base64 secret, to sign forwarded UPDATEs
 	keyAlgs    map[string]string // TSIG key name → algorithm (dns.HmacSHA256 ...)
 	api        string            // listen address of the HTTP API, "" for none

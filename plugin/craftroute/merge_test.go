@@ -125,3 +125,55 @@ sub2 IN NS ns.sub
 		})
 	}
 }
+
+// TestGlueFromNewerMember: a referral whose name server is a name of the
+// zone outside the cut, which the resolution's map places on the shard
+// that answered, is trusted to carry its address, unless the member's map
+// was newer than the resolution's (ahead): the name may have left that
+// shard since (a migration's batch), so it is asked for, and the address
+// added.
+func TestGlueFromNewerMember(t *testing.T) {
+	const origin = "example.org."
+	probe, _ := testRouter(t, origin, "@ 3600 IN SOA ns1 h 1 2 3 4 300\n@ IN NS ns1\nns1 IN A 192.0.2.1\n", 2)
+	owner := func(name string) string { return probe.shardFor(name + "." + origin).Name }
+	var sib string
+	for i := range 10000 {
+		if n := fmt.Sprintf("ns%d.sib", i); owner(n) == owner("x.sub") {
+			sib = n
+			break
+		}
+	}
+	if sib == "" {
+		t.Fatal("no name found")
+	}
+	c, _ := testRouter(t, origin, fmt.Sprintf(`$ORIGIN %s
+@ 3600 IN SOA ns1 h 1 7200 3600 1209600 300
+@ 3600 IN NS ns1
+ns1 IN A 192.0.2.1
+sub IN NS %s
+%s IN A 192.0.2.7
+`, origin, sib, sib), 2)
+	answered := c.shardFor("x.sub." + origin)
+	for _, ahead := range []bool{false, true} {
+		r := new(dns.Msg)
+		r.SetQuestion("x.sub."+origin, dns.TypeA)
+		// The referral as a member without the name server's address
+		// sends it.
+		resp := new(dns.Msg)
+		resp.SetReply(r)
+		ns, err := dns.NewRR("sub." + origin + " 3600 IN NS " + sib + "." + origin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Ns = []dns.RR{ns}
+		if err := c.addGlue(context.Background(), r, answered, resp, origin, ahead); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case !ahead && len(resp.Extra) != 0:
+			t.Errorf("a member at the resolution's map: its referral was completed: %v", resp.Extra)
+		case ahead && (len(resp.Extra) != 1 || resp.Extra[0].Header().Name != sib+"."+origin):
+			t.Errorf("a member with a newer map: expected %s's address asked for and added, got %v", sib, resp.Extra)
+		}
+	}
+}

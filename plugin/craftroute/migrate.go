@@ -53,10 +53,18 @@ import (
 const (
 	// maxBatchPartitions bounds the partitions of one batch.
 	maxBatchPartitions = 16
-	// maxBatchRecords: a batch whose names hold more records moves fewer
-	// partitions (the members' max_change_records is 10,000 by default,
-	// per zone).
-	maxBatchRecords = 5000
+	// defaultMigrateBatch is migrate_batch's default: the records a
+	// batch moves at most. A batch whose names hold more moves fewer
+	// partitions. Every member of the two shards applies a batch in one
+	// Raft entry, during which routed queries to the shard wait for it
+	// (they must see what the shard acknowledged) and writes to its
+	// partitions are held: smaller batches hold both for less, and make
+	// the migration longer (bench/README.md, "migrate.sh").
+	defaultMigrateBatch = 2000
+	// minMigrateBatch and maxMigrateBatch bound migrate_batch (the
+	// members' max_change_records, per zone, is 10,000 by default: a
+	// batch's move to one zone must fit it).
+	minMigrateBatch, maxMigrateBatch = 100, 10000
 	// migrateStall is how long a router waits for a migration's map to
 	// move before it drives the migration itself.
 	migrateStall = 10 * time.Second
@@ -66,7 +74,7 @@ const (
 	maxExportLine = 64 << 10
 )
 
-// errBatchTooBig: the batch's names hold more than maxBatchRecords.
+// errBatchTooBig: the batch's names hold more records than migrate_batch.
 var errBatchTooBig = errors.New("the batch holds too many records")
 
 // migrator is a router's side of migrations.
@@ -77,7 +85,7 @@ type migrator struct {
 	running bool
 	seen    uint64    // the last epoch seen with a migration
 	since   time.Time // when it was first seen
-	batch   int       // partitions per batch now: halved when too big, else as many as hold maxBatchRecords
+	batch   int       // partitions per batch now: halved when too big, else as many as hold migrate_batch records
 	moving  []int     // the batch this router moves now
 	lastErr string    // the last step's error, "" after a step that worked
 }
@@ -378,11 +386,11 @@ func (c *Craftroute) moveBatch(ctx context.Context, m *shardmap.Map, rem []int) 
 	if err != nil {
 		return fmt.Errorf("partitions %s from shard %s to %s: %w", partitionText(batch), from, to, err)
 	}
-	// The next batch: as many partitions as hold maxBatchRecords at this
-	// one's records per partition.
+	// The next batch: as many partitions as hold migrate_batch records at
+	// this one's records per partition.
 	mg.batch = maxBatchPartitions
 	if records > 0 {
-		mg.batch = max(1, min(maxBatchPartitions, maxBatchRecords*len(batch)/records))
+		mg.batch = max(1, min(maxBatchPartitions, c.cfg.batch*len(batch)/records))
 	}
 	hold2 := time.Since(start)
 	migrateHold.Observe(hold2.Seconds())
@@ -441,7 +449,7 @@ func (c *Craftroute) sharedNames(ctx context.Context, s *Shard) (zoneRecords, er
 
 // partitionNames reads the records of partitions (of a map of of) that
 // only their owner holds from shard s; with bounded set, more than
-// maxBatchRecords is errBatchTooBig.
+// migrate_batch records is errBatchTooBig.
 func (c *Craftroute) partitionNames(ctx context.Context, s *Shard, partitions []uint32, of int, bounded bool) (zoneRecords, int, error) {
 	list := make([]string, len(partitions))
 	for i, p := range partitions {
@@ -449,7 +457,7 @@ func (c *Craftroute) partitionNames(ctx context.Context, s *Shard, partitions []
 	}
 	limit := 0
 	if bounded {
-		limit = maxBatchRecords
+		limit = c.cfg.batch
 	}
 	return c.readExport(ctx, s, "partitions="+strings.Join(list, ",")+"&of="+strconv.Itoa(of), limit)
 }

@@ -70,6 +70,7 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 		negCache:   defaultNegCache,
 		maxZone:    zoneapi.DefaultMaxZoneRecords,
 		maxChange:  zoneapi.DefaultMaxChangeRecords,
+		batch:      defaultMigrateBatch,
 		keys:       map[string]string{},
 		keyAlgs:    map[string]string{},
 		seeds:      map[string]string{},
@@ -243,6 +244,10 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 		cfg.maxZone, err = a.Int(0)
 	case "max_change_records":
 		cfg.maxChange, err = a.Int(0)
+	case "migrate_batch":
+		if cfg.batch, err = a.Int(minMigrateBatch); err == nil && cfg.batch > maxMigrateBatch {
+			err = fmt.Errorf("migrate_batch %d: at most %d records", cfg.batch, maxMigrateBatch)
+		}
 	case "tsig":
 		var v string
 		if v, err = one(); err == nil {

@@ -246,14 +246,6 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg, qname string) (notice uint64, fenced *dns.Msg) {
 	epoch, owner := shardproto.RoutedEpoch(r)
 	p := rep.Placement()
-	if p != nil && p.NextOwns(epoch, owner, c.placeKey(rep, p, qname)) {
-		// One epoch behind the router, asked as the owner of a name its
-		// shard owns by its own map: its state answers, without waiting
-		// to catch up (the commit of a migration's batch may take a while
-		// to apply here).
-		fenceCount.WithLabelValues("dns", "behind_owner").Inc()
-		return 0, nil
-	}
 	if epoch != 0 && (p == nil || epoch > p.Map.Epoch) {
 		// The router routes by a map this member has not applied: names
 		// may have moved to its shard since (a migration's batch), which

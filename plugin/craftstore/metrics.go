@@ -55,7 +55,7 @@ var (
 	}, []string{"member"})
 	fenceCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "map_fence_total",
-		Help: "Router requests routed by an older shard map than the member's, by what carried them (dns, http) and result: fenced (refused: the router reads the map and asks again) or notice (served, with the newer epoch); behind: routed by a newer map than the member applied even after catching up (answered SERVFAIL Not Ready); behind_owner: routed by the next epoch to the owner of a name the member's shard owns by its map too (answered).",
+		Help: "Router requests routed by an older shard map than the member's, by what carried them (dns, http) and result: fenced (refused: the router reads the map and asks again) or notice (served, with the newer epoch); behind: routed by a newer map than the member applied even after catching up (answered SERVFAIL Not Ready).",
 	}, []string{"via", "result"})
 	freshCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "fresh_reads_total",
