@@ -8,7 +8,7 @@
 # migration: its time (202 to the map without a migration), the query p99
 # during it against the p99 of a window of as long before it (a ratio),
 # queries lost or failed and writes failed (none expected), the router's
-# and the members' RSS growth, and after adding, each shard's share of the
+# and the members' RSS growth (per shard), and after adding, each shard's share of the
 # records (balance).
 #
 # Knobs (environment): RECORDS (1000000), QPS (2000), WPS (20), BATCH
@@ -19,7 +19,8 @@
 # and of the router while each migration runs (WORK/LABEL-MEMBER.cpu,
 # with KEEP=1: go tool pprof -top coredns WORK/add-a1.cpu), and every
 # server's craftdns metrics after it (WORK/LABEL-MEMBER.metrics; counters
-# since the start).
+# since the start), and heap profiles of a1 and c1 before and after each
+# migration (WORK/LABEL-before-a1.heap, ...).
 
 . "$(dirname "$0")/lib.sh"
 
@@ -82,10 +83,30 @@ wait_dns "$router_pid" router "$r_dns" example.org SOA
 echo "zone imported through the router"
 
 rss_mib() { echo $(($(status_kb "$1" VmRSS) / 1024)); }
-members_rss() {
-	local p t=0
-	for p in "${member_pids[@]}"; do t=$((t + $(status_kb "$p" VmRSS))); done
-	echo $((t / 1024))
+# shards_rss prints the RSS in MiB of the three members of shards a, b and
+# c (member_pids holds a1-a3, b1-b3, c1-c3 in that order).
+shards_rss() {
+	local i t
+	for i in 0 3 6; do
+		t=0
+		for p in "${member_pids[@]:i:3}"; do t=$((t + $(status_kb "$p" VmRSS))); done
+		printf '%d ' $((t / 1024))
+	done
+}
+# rss_growth BEFORE AFTER prints "a +X, b +Y, c +Z MiB" from two shards_rss.
+rss_growth() {
+	local -a b=($1) a=($2)
+	printf 'a %+d, b %+d, c %+d MiB' $((a[0] - b[0])) $((a[1] - b[1])) $((a[2] - b[2]))
+}
+
+# heaps LABEL: with PPROF=1, the heap profiles of members a1 and c1 in
+# WORK/LABEL-MEMBER.heap (go tool pprof -sample_index=inuse_space ...).
+heaps() {
+	[ "${PPROF:-0}" = 1 ] || return 0
+	local m
+	for m in a1 c1; do
+		curl -s --max-time 30 -o "$WORK/$1-$m.heap" "http://127.0.0.1:${mpprof[$m]}/debug/pprof/heap?gc=1" || true
+	done
 }
 
 # load SECS OUT: the query and write load for SECS (or until stop_load),
@@ -113,7 +134,8 @@ migrate() {
 	load "$BASE_SECS" "$WORK/$label-base"
 	wait "$QLOAD" || true
 	wait "$WLOAD" || true
-	r0=$(rss_mib "$router_pid") m0=$(members_rss)
+	r0=$(rss_mib "$router_pid") m0=$(shards_rss)
+	heaps "$label-before"
 	load 3600 "$WORK/$label-during"
 	began=$(date +%s.%N)
 	code=$(curl -s -o "$WORK/$label.out" -w '%{http_code}' -X "$method" -H 'Content-Type: application/json' \
@@ -138,6 +160,7 @@ migrate() {
 	stop_load
 	local p
 	for p in "${profs[@]}"; do wait "$p" || true; done
+	heaps "$label-after"
 	if [ "${PPROF:-0}" = 1 ]; then
 		for m in "${!mprom[@]}"; do
 			curl -s --max-time 10 "http://127.0.0.1:${mprom[$m]}/metrics" | grep '^coredns_craft' >"$WORK/$label-$m.metrics" || true
@@ -145,11 +168,11 @@ migrate() {
 		curl -s --max-time 10 "http://127.0.0.1:$r_prom/metrics" | grep '^coredns_craft' >"$WORK/$label-router.metrics" || true
 	fi
 	local bq=$WORK/$label-base.q dq=$WORK/$label-during.q
-	printf '%-9s %ss: query p99 %sms during vs %sms before (x%s), p50 %s vs %s; lost %s, servfail %s, refused %s of %s; writes: %s; RSS growth: router %d MiB, members %d MiB\n' \
+	printf '%-9s %ss: query p99 %sms during vs %sms before (x%s), p50 %s vs %s; lost %s, servfail %s, refused %s of %s; writes: %s; RSS growth: router %d MiB, members (3 a shard) %s\n' \
 		"$label" "$secs" "$(field p99_ms "$dq")" "$(field p99_ms "$bq")" \
 		"$(calc %.2f "$(field p99_ms "$dq") / $(field p99_ms "$bq")")" "$(field p50_ms "$dq")" "$(field p50_ms "$bq")" \
 		"$(field lost "$dq")" "$(field servfail "$dq")" "$(field refused "$dq")" "$(field queries "$dq")" \
-		"$(cat "$WORK/$label-during.w")" $(($(rss_mib "$router_pid") - r0)) $(($(members_rss) - m0))
+		"$(cat "$WORK/$label-during.w")" $(($(rss_mib "$router_pid") - r0)) "$(rss_growth "$m0" "$(shards_rss)")"
 }
 
 c_members=$(printf '"127.0.0.1:%s",' "${mdns[c1]}" "${mdns[c2]}" "${mdns[c3]}")
