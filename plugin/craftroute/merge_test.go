@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
 )
@@ -175,5 +176,68 @@ sub IN NS %s
 		case ahead && (len(resp.Extra) != 1 || resp.Extra[0].Header().Name != sib+"."+origin):
 			t.Errorf("a member with a newer map: expected %s's address asked for and added, got %v", sib, resp.Extra)
 		}
+	}
+}
+
+// TestWildcardOnAnotherShard: the fan-out's merge takes a wildcard's
+// synthesis from the shard that holds its data even when the resolution's
+// map places "*.<encloser>" elsewhere (a member with a newer map: a
+// migration's batch moved it) and a third shard holds "*.<encloser>" only
+// as an empty non-terminal above a name below the wildcard, which alone
+// would synthesize NODATA.
+func TestWildcardOnAnotherShard(t *testing.T) {
+	const origin = "example.org."
+	probe, _ := testRouter(t, origin, "@ 3600 IN SOA ns1 h 1 2 3 4 300\n@ IN NS ns1\nns1 IN A 192.0.2.1\n", 3)
+	rt := probe.routes()
+	owner := func(name string) int { return indexOf(rt.shards, probe.shardFor(name+"."+origin)) }
+	x := owner("*.w") // where the map places the wildcard
+	var below string  // a name below the wildcard on the first other shard
+	for i := range 10000 {
+		n := fmt.Sprintf("b%d.*.w", i)
+		if o := owner(n); o != x && (o == 0 || (o == 1 && x == 0)) {
+			below = n
+			break
+		}
+	}
+	q := ""
+	for i := range 10000 {
+		if n := fmt.Sprintf("q%d.w", i); owner(n) != x && owner(n) != owner(below) {
+			q = n
+			break
+		}
+	}
+	if below == "" || q == "" {
+		t.Fatal("no names found")
+	}
+	c, whole := testRouter(t, origin, fmt.Sprintf(`$ORIGIN %s
+@ 3600 IN SOA ns1 h 1 7200 3600 1209600 300
+@ 3600 IN NS ns1
+ns1 IN A 192.0.2.1
+*.w IN A 192.0.2.3
+%s IN TXT "below the wildcard"
+`, origin, below), 3)
+	// The wildcard's data moves from x to the third shard, y.
+	y := 3 - x - owner(below)
+	ms := c.ex.(memShards)
+	wild := dnsname.Lower("*.w." + origin)
+	rrs := ms[c.routes().shards[x].Name].RRs(wild, dns.TypeA)
+	if len(rrs) != 1 {
+		t.Fatalf("the wildcard is not on shard %d: %v", x, rrs)
+	}
+	ms[c.routes().shards[x].Name].Set([]zone.NameRecords{{Name: wild}})
+	ms[c.routes().shards[y].Name].Set([]zone.NameRecords{{Name: wild, RRs: rrs}})
+
+	r := new(dns.Msg)
+	r.SetQuestion(q+"."+origin, dns.TypeA)
+	r.SetEdns0(1232, false)
+	want := new(dns.Msg)
+	want.SetReply(r)
+	whole.Lookup(want, dnsname.Lower(q+"."+origin), dns.TypeA)
+	got, _, err := c.resolveName(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffMsg(want, got); d != "" || len(got.Answer) != 1 {
+		t.Fatalf("differs from one unsharded server: %s (%v)", d, got)
 	}
 }

@@ -500,6 +500,18 @@ func (c *Craftroute) merge(rt *routing, name string, owner *Shard, results []sha
 		if w := results[wild]; w.err == nil && w.facts.Labels == labels && w.facts.Wildcard {
 			best = wild
 		}
+		if len(results[best].resp.Answer) == 0 {
+			// The map the resolution routes by may place the wildcard
+			// where it no longer is (a member with a newer map answered:
+			// a migration's batch moved it): a shard whose wildcard
+			// synthesizes records holds its data.
+			for i, res := range results {
+				if res.err == nil && res.facts.Labels == labels && res.facts.Wildcard && len(res.resp.Answer) > 0 {
+					best = i
+					break
+				}
+			}
+		}
 	}
 	// The deepest encloser's wildcard answer, or NXDOMAIN with the SOA.
 	out := results[best]
