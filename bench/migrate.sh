@@ -86,7 +86,7 @@ rss_mib() { echo $(($(status_kb "$1" VmRSS) / 1024)); }
 # shards_rss prints the RSS in MiB of the three members of shards a, b and
 # c (member_pids holds a1-a3, b1-b3, c1-c3 in that order).
 shards_rss() {
-	local i t
+	local i t p
 	for i in 0 3 6; do
 		t=0
 		for p in "${member_pids[@]:i:3}"; do t=$((t + $(status_kb "$p" VmRSS))); done

@@ -34,16 +34,11 @@ func NewPlace(m *Map, shard string, placed uint64) (*Place, error) {
 // owner for every partition (explicit, or the ring's: the ring is made
 // from the shards' names, the partitions and the load alone).
 func (m *Map) SamePlacement(o *Map) bool {
-	if m.Key != o.Key || m.Partitions != o.Partitions || len(m.Shards) != len(o.Shards) {
+	if !m.SameShards(o) {
 		return false
 	}
-	for _, s := range m.Shards {
-		if !slices.ContainsFunc(o.Shards, func(t Shard) bool { return t.Name == s.Name }) {
-			return false
-		}
-	}
 	if m.Owners == nil && o.Owners == nil {
-		if m.Load != o.Load || len(m.Shards) != len(o.Shards) {
+		if m.Load != o.Load {
 			return false
 		}
 		for i := range m.Shards {

@@ -410,14 +410,13 @@ func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype ui
 	if err != nil || facts.Kind == shardproto.Final {
 		// No facts: the member does not hold the zone, or does not speak
 		// partition mode; its answer is all there is.
-		e, _, ok := shardproto.AnswerEpoch(resp)
-		ahead := ok && e > rt.epoch() // the member's map is newer (addGlue)
-		shardproto.Strip(resp)
+		// (addGlue reads the member's epoch: before Strip.)
 		if err == nil {
-			if err := c.addGlue(ctx, r, owner, resp, facts.Origin, ahead); err != nil {
+			if err := c.addGlue(ctx, r, owner, resp, facts.Origin); err != nil {
 				return nil, err
 			}
 		}
+		shardproto.Strip(resp)
 		return &step{resp: resp, facts: facts}, nil
 	}
 	broadcasts.Inc()
@@ -584,17 +583,19 @@ func build(r *dns.Msg, name string, qtype uint16) *dns.Msg {
 // cut: they live on their own shard only, while one unsharded server adds
 // them (RFC 1034 §4.3.2 step 3b). Names below a cut live on every shard and
 // are in resp already. The additional section is rebuilt in the order of
-// the NS RRset, A before AAAA, as craftstore builds it. ahead says the
-// member's map was newer than the resolution's: a name server's name the
-// resolution's map places on the answering shard may have left it since
-// (a migration's batch), and the referral then lacks its address; it is
-// asked of that shard too, which fences the query when the name left (the
-// resolution runs again, with the newer map).
-func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, resp *dns.Msg, origin string, ahead bool) error {
+// the NS RRset, A before AAAA, as craftstore builds it. When the member's
+// map was newer than the resolution's (resp says its epoch), a name
+// server's name the resolution's map places on the answering shard may
+// have left it since (a migration's batch), and the referral then lacks
+// its address: it is asked of that shard too, which fences the query when
+// the name left (the resolution runs again, with the newer map).
+func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, resp *dns.Msg, origin string) error {
 	if origin == "" || resp.Rcode != dns.RcodeSuccess || len(resp.Answer) != 0 || len(resp.Ns) == 0 {
 		return nil
 	}
 	rt := c.resolving(ctx)
+	e, _, ok := shardproto.AnswerEpoch(resp)
+	ahead := ok && e > rt.epoch()
 	var missing []string
 	for _, rr := range resp.Ns {
 		ns, ok := rr.(*dns.NS)
