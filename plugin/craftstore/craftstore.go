@@ -21,6 +21,7 @@ import (
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/xfrnotify"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
 )
@@ -104,6 +105,9 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	routed := shardproto.Routed(r)
 	staleOK := routed && shardproto.StaleAllowed(r) && c.cfg.stale != "refuse"
 	unconfirmed := false
+	// pend: committed entries the member had not applied when it answered,
+	// which change nothing of this answer (replica.ReadFor).
+	var pend *replica.Pending
 	if !rep.Ready() {
 		// A member that is not ready (health.go: no leader, behind its
 		// group, or failing storage) must not answer for the group when
@@ -120,17 +124,15 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	} else if routed {
 		// craftroute's query must see every write the group acknowledged
 		// before it arrived, through whichever member or router: the
-		// member confirms its state is current first (replica.Fresh).
+		// member confirms its state is current first (replica.ReadFor).
 		// With the index of the last write the router was told of
 		// (partition/index.go), having applied it is enough; without,
-		// the member asks its leader.
+		// the member asks its leader. Committed entries it has not
+		// applied yet that change nothing of the answer do not hold it.
 		var err error
-		switch idx, ok := shardproto.MinIndex(r); {
-		case staleOK:
-		case ok:
-			err = rep.CaughtUp(ctx, idx)
-		default:
-			err = rep.Fresh(ctx)
+		if !staleOK {
+			idx, ok := shardproto.MinIndex(r)
+			pend, err = rep.ReadFor(ctx, idx, !ok, qname)
 		}
 		switch {
 		case staleOK:
@@ -138,6 +140,8 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		case err != nil:
 			freshCount.WithLabelValues(c.member(), "failed").Inc()
 			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member could not confirm it is current: "+err.Error())
+		case pend.Past():
+			freshCount.WithLabelValues(c.member(), "past").Inc()
 		default:
 			freshCount.WithLabelValues(c.member(), "ok").Inc()
 		}
@@ -149,9 +153,14 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	var (
 		notice uint64
 		fenced *dns.Msg
+		// check: the answer must not depend on what pend changes (the
+		// query read past it, or was judged by the epoch it sets).
+		check = pend.Past()
 	)
 	if routed { // only routers send an epoch
-		notice, fenced = c.fence(ctx, rep, r, qname)
+		var byPending bool
+		notice, fenced, byPending = c.fence(ctx, rep, r, qname, pend)
+		check = check || byPending
 	}
 	if fenced != nil {
 		// Written: success, or the server would answer again (as ede.Write).
@@ -193,17 +202,23 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		return dns.RcodeSuccess, nil
 	}
 
-	m := new(dns.Msg)
-	m.SetReply(r)
-	if opt := r.IsEdns0(); opt != nil {
-		// RFC 6891 §7: an EDNS query gets an OPT record back.
-		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
-	}
-	if facts {
-		// craftroute asks what this member holds about the name.
-		shardproto.Attach(m, z.Partition(m, qname, q.Qtype))
-	} else {
-		z.Lookup(m, qname, q.Qtype)
+	m := c.answer(r, z, qname, facts)
+	if check && pend.Changes(m) {
+		// A name the answer carries (a CNAME's target, a name server, its
+		// glue) is among what the entries read past change: the answer
+		// waits for them after all, and is looked up again.
+		if err := rep.CaughtUp(ctx, pend.Through()); err != nil {
+			freshCount.WithLabelValues(c.member(), "failed").Inc()
+			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, "member could not confirm it is current: "+err.Error())
+		}
+		if z = rep.Match(qname); z == nil {
+			return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeNotAuthoritative, "no such zone here")
+		}
+		if readPast {
+			// Its preview may be older than the state now applied.
+			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText)
+		}
+		m = c.answer(r, z, qname, facts)
 	}
 	if routed {
 		// Read after the lookup: at least the state answered from.
@@ -239,13 +254,46 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	return dns.RcodeSuccess, nil
 }
 
+// answer looks qname up in z for query r, into a new reply: the member's
+// facts too when a router asks for them.
+func (c *Craftstore) answer(r *dns.Msg, z *zone.Zone, qname string, facts bool) *dns.Msg {
+	q := r.Question[0]
+	m := new(dns.Msg)
+	m.SetReply(r)
+	if opt := r.IsEdns0(); opt != nil {
+		// RFC 6891 §7: an EDNS query gets an OPT record back.
+		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
+	}
+	if facts {
+		// craftroute asks what this member holds about the name.
+		shardproto.Attach(m, z.Partition(m, qname, q.Qtype))
+	} else {
+		z.Lookup(m, qname, q.Qtype)
+	}
+	return m
+}
+
 // fence judges routed query r for qname by the router's map epoch it
 // carries: fenced is the refusal to send when the router's map is too old
 // for it, or when this member is behind it; notice is the member's newer
 // epoch for the answer, 0 when the router's is current (or it sent none).
-func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg, qname string) (notice uint64, fenced *dns.Msg) {
+// pend is what committed entries the member has not applied change (none
+// of it qname's answer): when they set the router's epoch, or a newer one,
+// the member judges as it will once it applied them, and byPending says so
+// (the answer must then not depend on what they change).
+func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg, qname string, pend *replica.Pending) (notice uint64, fenced *dns.Msg, byPending bool) {
 	epoch, owner := shardproto.RoutedEpoch(r)
 	p := rep.Placement()
+	if pe := pend.Epoch(); epoch != 0 && (p == nil || epoch > p.Map.Epoch) && epoch <= pe {
+		// The entries move no partition of qname's and change no shard
+		// (else they would change its answer): after them the member
+		// passes the router's epoch, or notices its newer one.
+		if epoch < pe {
+			fenceCount.WithLabelValues("dns", "notice").Inc()
+			return pe, nil, true
+		}
+		return 0, nil, true
+	}
 	if epoch != 0 && (p == nil || epoch > p.Map.Epoch) {
 		// The router routes by a map this member has not applied: names
 		// may have moved to its shard since (a migration's batch), which
@@ -263,20 +311,20 @@ func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg
 			// Asked as the owner of a name its shard owns by its own map
 			// too: the router's map places it here as well, so no
 			// partition of it moved here since; its state answers.
-			return 0, nil
+			return 0, nil, false
 		default:
 			fenceCount.WithLabelValues("dns", "behind").Inc()
-			return 0, ede.Reply(r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText)
+			return 0, ede.Reply(r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText), false
 		}
 	}
 	if epoch == 0 || p == nil || epoch >= p.Map.Epoch {
-		return 0, nil
+		return 0, nil, false
 	}
 	if p.Fence(epoch, owner, c.placeKey(rep, p, qname)) != shardmap.Fenced {
 		fenceCount.WithLabelValues("dns", "notice").Inc()
-		return p.Map.Epoch, nil
+		return p.Map.Epoch, nil, false
 	}
-	return 0, fencedReply(r, p, p.FencedText(epoch))
+	return 0, fencedReply(r, p, p.FencedText(epoch)), false
 }
 
 // placeKey is what p's map places for qname: the name, or in key mode

@@ -59,7 +59,7 @@ var (
 	}, []string{"via", "result"})
 	freshCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "fresh_reads_total",
-		Help: "craftroute's queries by whether the member confirmed with its leader that its state was current (ok) or could not (failed: answered SERVFAIL Not Ready).",
+		Help: "craftroute's queries by whether the member confirmed with its leader that its state was current (ok), answered past committed entries it had not applied, none of which changes the answer (past), or could not (failed: answered SERVFAIL Not Ready).",
 	}, []string{"member", "result"})
 	heldReadCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "held_reads_total",

@@ -67,10 +67,25 @@ func (r *Replica) Fresh(ctx context.Context) error {
 	if !r.ready.Load() {
 		return Errorf(ErrUnavailable, "member is not ready")
 	}
-	if r.leader.Load() == raft.None {
-		return Errorf(ErrUnavailable, "member knows no leader")
+	index, err := r.readIndex(ctx)
+	if err != nil {
+		return err
+	}
+	if r.applied.Load() >= index {
+		return nil
 	}
 	limit := time.Duration(freshTicks) * r.cfg.Tick
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	return r.waitApplied(ctx, index, limit)
+}
+
+// readIndex returns the leader's commit index, confirmed by a Fresh round
+// that started after the call, or fails with an ErrUnavailable error.
+func (r *Replica) readIndex(ctx context.Context) (uint64, error) {
+	if r.leader.Load() == raft.None {
+		return 0, Errorf(ErrUnavailable, "member knows no leader")
+	}
 	// No timer per call: the round's own timer ends a round that gets no
 	// answer, so a call waits at most for the round in flight and its own.
 	fr := &r.freshReads
@@ -86,7 +101,7 @@ func (r *Replica) Fresh(ctx context.Context) error {
 			r.sendFresh()
 		}
 		fr.mu.Unlock()
-		return err
+		return 0, err
 	}
 	round := fr.next
 	if round == nil {
@@ -102,19 +117,11 @@ func (r *Replica) Fresh(ctx context.Context) error {
 	select {
 	case <-round.done:
 	case <-ctx.Done():
-		return Errorf(ErrUnavailable, "the query ended before the leader confirmed its commit index")
+		return 0, Errorf(ErrUnavailable, "the query ended before the leader confirmed its commit index")
 	case <-r.donec:
-		return Errorf(ErrUnavailable, "member is shutting down")
+		return 0, Errorf(ErrUnavailable, "member is shutting down")
 	}
-	if round.err != nil {
-		return round.err
-	}
-	if r.applied.Load() >= round.index {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, limit)
-	defer cancel()
-	return r.waitApplied(ctx, round.index, limit)
+	return round.index, round.err
 }
 
 // sendFresh sends the next round's ReadIndex request. fr.mu is held.

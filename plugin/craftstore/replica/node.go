@@ -92,6 +92,10 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 		return true
 	}
 	start := time.Now()
+	r.notePending(rd)
+	if f := r.beforePersist.Load(); f != nil {
+		(*f)(rd)
+	}
 	msgs := rd.Messages
 	if r.sendsEarly(rd) {
 		// A leader replicates while it persists (Raft thesis §10.2.1, as
@@ -131,6 +135,7 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 		r.applied.Store(p.lastIndex)
 		r.signalApplied()
 	}
+	r.appliedPending()
 	r.announce(&p)
 	r.notify(p.results)
 	if o := r.cfg.Observer; o != nil && len(rd.CommittedEntries) > 0 {

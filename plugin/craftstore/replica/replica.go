@@ -136,6 +136,14 @@ type Replica struct {
 	// appliedSignal is closed, and replaced, each time applied rises.
 	appliedSignal atomic.Pointer[chan struct{}]
 	freshReads    freshReads
+	// pending is what the Ready being persisted and applied changes, nil
+	// between Readys (pending.go); pendingParts, owned by the Ready loop,
+	// what prepared transaction parts change when they commit.
+	pending      atomic.Pointer[pendingReady]
+	pendingParts map[[16]byte]*partTouch
+	// beforePersist, when set (tests), is called by the Ready loop with
+	// each Ready it persists, once its pending changes are published.
+	beforePersist atomic.Pointer[func(raft.Ready)]
 	appliedAt     atomic.Uint64 // term of the applied entry
 	commit        atomic.Uint64
 	term          atomic.Uint64
@@ -197,7 +205,7 @@ func Open(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", filepath.Join(cfg.Dir, FileName), err)
 	}
-	r := &Replica{cfg: cfg, log: cfg.Logger, db: db, waiters: map[uint64]chan applied{}, late: map[uint64]late{},
+	r := &Replica{cfg: cfg, log: cfg.Logger, db: db, waiters: map[uint64]chan applied{}, pendingParts: map[[16]byte]*partTouch{}, late: map[uint64]late{},
 		stopc: make(chan struct{}), donec: make(chan struct{}), removedc: make(chan struct{})}
 	r.nextID.Store(rand.Uint64() &^ (1 << 63))
 	sig := make(chan struct{})

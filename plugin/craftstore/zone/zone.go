@@ -106,6 +106,13 @@ func (z *Zone) write(fn func(v *view)) {
 	z.v.Store(&next)
 }
 
+// HasBelow reports whether name (canonical) has descendants in the zone:
+// names with data, or empty non-terminals above them.
+func (z *Zone) HasBelow(name string) bool {
+	n := z.load().names.get(name)
+	return n != nil && n.kids > 0
+}
+
 // Origin returns the canonical origin of the zone.
 func (z *Zone) Origin() string { return z.origin }
 

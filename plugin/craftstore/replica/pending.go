@@ -1,0 +1,504 @@
+package replica
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/shardmap"
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
+	"github.com/miekg/dns"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// Reads past pending entries. A routed query must see every write its
+// group acknowledged before it arrived (fresh.go): the member waits until
+// it applied the index the router asks for (CaughtUp) or its leader's
+// commit index (Fresh). Applying is synchronous in the Ready loop, so that
+// wait is as long as the slowest Ready in the way: a migration's batch
+// (thousands of names moved in one entry) holds every query of the shard's
+// members for as long as a member takes to apply it, although the batch
+// changes none of the names most of them ask about.
+//
+// The Ready loop therefore says, before it persists and applies a Ready,
+// what its committed entries change (pendingReady): the owner names whose
+// records they change, the partitions whose names they drop or whose owner
+// they change, the shard map epoch they leave, or "everything" (a zone
+// created, replaced or deleted, a snapshot, an entry it cannot read). A
+// query whose index falls within that Ready is answered from the member's
+// views without waiting when none of those changes can change its answer:
+// its name, an ancestor (a delegation, a DNAME, its closest encloser), a
+// wildcard at an ancestor, a descendant (its existence as an empty
+// non-terminal), and, once looked up, the names the answer carries (CNAME
+// and DNAME targets, name servers and their glue). For such a query the
+// views already hold the state the Ready leaves: the answer is the one it
+// would get after waiting. Only committed entries are read (the Ready's
+// CommittedEntries, final by Raft's Log Matching), so nothing a new leader
+// may overwrite counts.
+//
+// The entries' data are read cheaply: an operation that changes no answer
+// (a transaction's decision, a fence, an import's staging, a member's
+// addresses) by its first bytes; a change or an update by its names; a
+// transaction part when it is prepared (the names it will hold, which a
+// reader must not miss: pendingParts keeps what its commit changes, as the
+// prepare is in an earlier Ready than its commit).
+
+// pendingReady is what the Ready being persisted and applied changes.
+type pendingReady struct {
+	last uint64 // the index of its last committed entry
+	t    touch
+}
+
+// touch is what some committed entries change that a query's answer can
+// depend on.
+type touch struct {
+	all   bool                // anything: the query waits
+	names map[string]struct{} // owner names whose records change
+	// above holds the proper ancestors of names, below their zone's apex:
+	// a name's existence as an empty non-terminal can change with them.
+	above map[string]struct{}
+	// parts are partitions whose names change (a migration's drop) or
+	// whose owner changes (a new map), of partitions in all.
+	parts      map[int]struct{}
+	partitions int
+	keyZone    bool   // the partitions place zones (key mode "zone"), not names
+	epoch      uint64 // the shard map epoch the entries leave; 0: no new map
+}
+
+// addName notes that the records of name, in zone, change.
+func (t *touch) addName(zone, name string) {
+	if t.names == nil {
+		t.names, t.above = map[string]struct{}{}, map[string]struct{}{}
+	}
+	t.names[name] = struct{}{}
+	for n := name; ; {
+		i := strings.IndexByte(n, '.')
+		if i < 0 || i == len(n)-1 {
+			return
+		}
+		n = n[i+1:]
+		if n == zone || !dns.IsSubDomain(zone, n) {
+			return
+		}
+		if _, ok := t.above[n]; ok {
+			return // and every ancestor above it
+		}
+		t.above[n] = struct{}{}
+	}
+}
+
+// addParts notes that the names of partitions ps (of partitions) change.
+func (t *touch) addParts(ps []int, partitions int, keyZone bool) {
+	if len(ps) == 0 {
+		return
+	}
+	if t.parts != nil && (t.partitions != partitions || t.keyZone != keyZone) {
+		t.all = true
+		return
+	}
+	if t.parts == nil {
+		t.parts = map[int]struct{}{}
+	}
+	t.partitions, t.keyZone = partitions, keyZone
+	for _, p := range ps {
+		t.parts[p] = struct{}{}
+	}
+}
+
+// changes reports whether the records at name (canonical), in the zone at
+// origin, change.
+func (t *touch) changes(origin, name string) bool {
+	if t.all {
+		return true
+	}
+	if _, ok := t.names[name]; ok {
+		return true
+	}
+	return t.inParts(origin, name)
+}
+
+// inParts reports whether the partitions t changes place name.
+func (t *touch) inParts(origin, name string) bool {
+	if len(t.parts) == 0 {
+		return false
+	}
+	key := name
+	if t.keyZone {
+		key = origin
+	}
+	_, ok := t.parts[shardmap.PartitionOf(key, t.partitions)]
+	return ok
+}
+
+// affects reports whether the changes can change the answer for qname in
+// the zone at origin (both canonical; origin "" when no zone here holds
+// qname): qname, an ancestor or a wildcard at one, or a descendant
+// (hasBelow reports whether qname has descendants in the member's view:
+// partitions name no names, so their descendants are looked up there).
+func (t *touch) affects(origin, qname string, hasBelow func(string) bool) bool {
+	if t.all {
+		return true
+	}
+	if origin == "" {
+		return false // no zone here: only a new zone (all) changes that
+	}
+	if _, ok := t.above[qname]; ok && qname != origin {
+		return true
+	}
+	for n := qname; ; {
+		if t.changes(origin, n) {
+			return true
+		}
+		if n != qname && t.changes(origin, "*."+n) {
+			return true
+		}
+		if n == origin {
+			break
+		}
+		i := strings.IndexByte(n, '.')
+		if i < 0 || i == len(n)-1 {
+			break
+		}
+		n = n[i+1:]
+	}
+	return len(t.parts) > 0 && qname != origin && hasBelow(qname)
+}
+
+// Pending is what a routed query read past: the changes of committed
+// entries the member had not applied when it answered, none of which
+// changes the answer's name. nil: none.
+type Pending struct {
+	p      *pendingReady
+	origin string
+	z      *zone.Zone // the zone at origin when the read began; nil for none
+	past   bool       // the query's index is among them: it read past them
+}
+
+// Past reports whether the query read past pending entries: it asked for
+// an index the member had not applied, and the answer must not depend on
+// what they change (Changes).
+func (p *Pending) Past() bool { return p != nil && p.past }
+
+// hasBelow reports whether name has descendants in the zone's view.
+func (p *Pending) hasBelow(name string) bool { return p.z == nil || p.z.HasBelow(name) }
+
+// Epoch is the shard map epoch the pending entries leave, 0 when they set
+// no map.
+func (p *Pending) Epoch() uint64 {
+	if p == nil {
+		return 0
+	}
+	return p.p.t.epoch
+}
+
+// Through is the index of the last pending entry.
+func (p *Pending) Through() uint64 {
+	if p == nil {
+		return 0
+	}
+	return p.p.last
+}
+
+// Changes reports whether the pending entries change what answer m says
+// (looked up in the views for a query read past them): the names of its
+// records, the targets its CNAMEs and DNAMEs lead to, the name servers of a
+// referral (their glue).
+func (p *Pending) Changes(m *dns.Msg) bool {
+	if p == nil {
+		return false
+	}
+	t, o := &p.p.t, p.origin
+	if t.all {
+		return true
+	}
+	below := p.hasBelow
+	for _, rr := range m.Answer {
+		if t.affects(o, canonical(rr.Header().Name), below) {
+			return true
+		}
+		switch rr := rr.(type) {
+		case *dns.CNAME:
+			if target := canonical(rr.Target); dns.IsSubDomain(o, target) && t.affects(o, target, below) {
+				return true
+			}
+		case *dns.DNAME:
+			if target := canonical(rr.Target); dns.IsSubDomain(o, target) && t.affects(o, target, below) {
+				return true
+			}
+		}
+	}
+	for _, sec := range [][]dns.RR{m.Ns, m.Extra} {
+		for _, rr := range sec {
+			h := rr.Header()
+			if h.Rrtype == dns.TypeOPT {
+				continue
+			}
+			if t.changes(o, canonical(h.Name)) {
+				return true
+			}
+			if ns, ok := rr.(*dns.NS); ok && t.changes(o, canonical(ns.Ns)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// canonical is name lower-case and fully qualified.
+func canonical(name string) string { return dnsname.Lower(dns.Fqdn(name)) }
+
+// ReadFor waits, for a routed query about qname, until the member's views
+// answer it as of index (every write the router was told of: CaughtUp) or,
+// with fresh, as of its leader's commit index (Fresh): until the member
+// applied the index, or until the entries up to it are committed here and
+// change nothing the answer depends on (the member then answers past them:
+// Pending, whose Changes the caller checks once it looked the answer up).
+// The Pending returned also describes the pending entries when the member
+// applied index already, for the caller's fence (a router may know the map
+// epoch they set); nil when none are pending or they change the answer.
+func (r *Replica) ReadFor(ctx context.Context, index uint64, fresh bool, qname string) (*Pending, error) {
+	if !r.ready.Load() {
+		return nil, Errorf(ErrUnavailable, "member is not ready")
+	}
+	if fresh {
+		var err error
+		if index, err = r.readIndex(ctx); err != nil {
+			return nil, err
+		}
+	}
+	limit := time.Duration(freshTicks) * r.cfg.Tick
+	var deadline time.Time
+	for {
+		ch := *r.appliedSignal.Load()
+		caught := r.applied.Load() >= index
+		if p := r.pending.Load(); p != nil && (caught || index <= p.last) {
+			pend := &Pending{p: p, past: !caught}
+			if pend.z = r.Match(qname); pend.z != nil {
+				pend.origin = pend.z.Origin()
+			}
+			if !p.t.affects(pend.origin, qname, pend.hasBelow) {
+				return pend, nil
+			}
+		}
+		if caught {
+			return nil, nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(limit)
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return nil, Errorf(ErrUnavailable, "member has not applied index %d within %v (applied %d)", index, limit, r.applied.Load())
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ch:
+			t.Stop()
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, Errorf(ErrUnavailable, "member has not applied index %d (applied %d): %v", index, r.applied.Load(), ctx.Err())
+		case <-r.donec:
+			t.Stop()
+			return nil, Errorf(ErrUnavailable, "member is shutting down")
+		}
+	}
+}
+
+// partTouch is what a prepared transaction part changes when it commits,
+// kept from its prepare (pendingParts).
+type partTouch struct {
+	names []zoneName // the records it changes, moves included
+	hold  []uint32   // a map part's held partitions
+	drop  bool       // it drops the held partitions' names
+	m     *shardmap.Map
+}
+
+type zoneName struct{ zone, name string }
+
+// maxPendingParts bounds Replica.pendingParts: a commit whose prepare it
+// does not hold counts as changing everything.
+const maxPendingParts = 4096
+
+// notePending publishes what rd's committed entries change (pendingReady)
+// before they are persisted and applied, and wakes the reads waiting for
+// them. The Ready loop calls it.
+func (r *Replica) notePending(rd raft.Ready) {
+	if len(rd.CommittedEntries) == 0 && raft.IsEmptySnap(rd.Snapshot) {
+		return
+	}
+	p := &pendingReady{}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		// Everything may change; the prepared parts come from the snapshot.
+		p.t.all = true
+		p.last = rd.Snapshot.GetMetadata().GetIndex()
+		clear(r.pendingParts)
+	}
+	prev := r.shardMap.Load()
+	var cur *shardmap.Map
+	if prev != nil {
+		cur = prev.Map
+	}
+	applied := r.applied.Load()
+	for _, e := range rd.CommittedEntries {
+		p.last = max(p.last, e.GetIndex())
+		if p.t.all || e.GetIndex() <= applied || e.GetType() != pb.EntryNormal {
+			// A change of members changes no answer.
+			continue
+		}
+		cur = r.touchEntry(&p.t, e.GetData(), cur)
+	}
+	r.pending.Store(p)
+	r.signalApplied()
+}
+
+// touchEntry adds what entry data changes to t; cur is the shard map
+// before it, and it returns the map after it.
+func (r *Replica) touchEntry(t *touch, data []byte, cur *shardmap.Map) *shardmap.Map {
+	if len(data) == 0 {
+		return cur
+	}
+	if len(data) < 2 {
+		t.all = true
+		return cur
+	}
+	switch fsm.Op(data[1]) {
+	case fsm.OpTxDecide, fsm.OpTxFence, fsm.OpTxUnfence, fsm.OpMemberInfo, fsm.OpImportBegin, fsm.OpImportChunk:
+		return cur // no record, no placement
+	case fsm.OpChange, fsm.OpUpdate, fsm.OpTxPrepare, fsm.OpTxCommit, fsm.OpTxAbort:
+	default:
+		t.all = true // zones created, replaced, deleted; anything else
+		return cur
+	}
+	c, err := fsm.Unmarshal(data)
+	if err != nil {
+		t.all = true
+		return cur
+	}
+	switch c.Op {
+	case fsm.OpChange, fsm.OpUpdate:
+		names, err := fsm.Touched(c)
+		if err != nil {
+			t.all = true
+		}
+		for _, n := range names {
+			t.addName(c.Zone, n)
+		}
+	case fsm.OpTxPrepare:
+		// The names it holds: a reader must meet the lock (heldread)
+		// rather than read the state before a part whose commit another
+		// shard may show already.
+		pt, err := partTouchOf(c)
+		if err != nil {
+			t.all = true
+			return cur
+		}
+		for _, zn := range pt.names {
+			t.addName(zn.zone, zn.name)
+		}
+		if len(r.pendingParts) < maxPendingParts {
+			r.pendingParts[c.Tx] = pt
+		}
+	case fsm.OpTxAbort:
+		delete(r.pendingParts, c.Tx) // the state stays as it was
+	case fsm.OpTxCommit:
+		pt, ok := r.pendingParts[c.Tx]
+		delete(r.pendingParts, c.Tx)
+		if !ok {
+			// Prepared before this member started, or more parts than it
+			// keeps, or not prepared here (the commit changes nothing).
+			t.all = true
+			return cur
+		}
+		for _, zn := range pt.names {
+			t.addName(zn.zone, zn.name)
+		}
+		if pt.m == nil {
+			return cur
+		}
+		if cur == nil || !cur.SameShards(pt.m) {
+			t.all = true // shards join or leave: every fan-out may change
+			return pt.m
+		}
+		moved, err := movedParts(cur, pt.m)
+		if err != nil {
+			t.all = true
+			return pt.m
+		}
+		keyZone := pt.m.Key == shardmap.KeyZone
+		t.addParts(moved, pt.m.Partitions, keyZone)
+		if pt.drop {
+			held := make([]int, len(pt.hold))
+			for i, h := range pt.hold {
+				held[i] = int(h)
+			}
+			t.addParts(held, pt.m.Partitions, keyZone)
+		}
+		t.epoch = pt.m.Epoch
+		return pt.m
+	}
+	return cur
+}
+
+// partTouchOf returns what the part prepared by c changes when it commits.
+func partTouchOf(c *fsm.Command) (*partTouch, error) {
+	part, err := fsm.Unmarshal(c.Part)
+	if err != nil {
+		return nil, err
+	}
+	pt := &partTouch{}
+	add := func(zone string, cmd *fsm.Command) error {
+		if cmd.Op == fsm.OpMapSet {
+			return nil
+		}
+		names, err := fsm.Touched(cmd)
+		for _, n := range names {
+			pt.names = append(pt.names, zoneName{zone, n})
+		}
+		return err
+	}
+	if err := add(c.Zone, part); err != nil {
+		return nil, err
+	}
+	for _, mv := range part.Moves {
+		if err := add(mv.Zone, mv); err != nil {
+			return nil, err
+		}
+	}
+	if part.Op == fsm.OpMapSet {
+		m := new(shardmap.Map)
+		if err := json.Unmarshal(part.Map, m); err != nil {
+			return nil, err
+		}
+		pt.m, pt.hold, pt.drop = m, part.Hold, part.Drop
+	}
+	return pt, nil
+}
+
+// movedParts returns the partitions whose owner differs between maps a and
+// b (the same shards and partitions).
+func movedParts(a, b *shardmap.Map) ([]int, error) {
+	ra, err := a.Ring()
+	if err != nil {
+		return nil, err
+	}
+	rb, err := b.Ring()
+	if err != nil {
+		return nil, err
+	}
+	var moved []int
+	for p := range a.Partitions {
+		if ra.Owner(p) != rb.Owner(p) {
+			moved = append(moved, p)
+		}
+	}
+	return moved, nil
+}
+
+// appliedPending ends the Ready's pendingReady once the member applied it.
+func (r *Replica) appliedPending() { r.pending.Store(nil) }
