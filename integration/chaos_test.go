@@ -76,10 +76,14 @@ type chaos struct {
 	all     []*shardMember
 	routers []*router
 	owner   map[string]string // key → the shard that holds it
-	fn      *faultnet.Net
-	disks   map[string]string // member → its tmpfs data directory
-	loss    bool              // loss faults: in a network namespace of its own
-	h       *history
+	// ring places names by the shard map (nil for one shard): a name
+	// written to a member directly is one its shard holds, as members
+	// refuse a client's write of another shard's name.
+	ring  atomic.Pointer[shardmap.Ring]
+	fn    *faultnet.Net
+	disks map[string]string // member → its tmpfs data directory
+	loss  bool              // loss faults: in a network namespace of its own
+	h     *history
 
 	faults     map[string]int
 	healLeader []time.Duration // heal → every member of every shard agrees on its leader
@@ -228,6 +232,46 @@ func (c *chaos) setup() {
 		})
 	}
 	t.Logf("keys by shard: %v", c.owner)
+	if len(c.shards) > 1 {
+		if err := c.readRing(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readRing reads the shard map's placement from a member.
+func (c *chaos) readRing() error {
+	var a shardmap.Answer
+	m := c.all[0]
+	if code, err := m.client().Do("GET", shardmap.MapPath, nil, &a); err != nil || code != http.StatusOK || a.Map == nil {
+		return fmt.Errorf("%s: GET %s: %d %v", m.name, shardmap.MapPath, code, err)
+	}
+	ring, err := a.Map.Ring()
+	if err != nil {
+		return err
+	}
+	c.ring.Store(ring)
+	return nil
+}
+
+// nameOn returns a new name for client's write at call through ep: one
+// the map places on ep's shard when ep is a member.
+func (c *chaos) nameOn(ep endpoint, client int, call int64) string {
+	name := fmt.Sprintf("n%d-%d.%s", client, call, chaosZone)
+	ring := c.ring.Load()
+	if !ep.member || ring == nil {
+		return name
+	}
+	shard := ""
+	for _, m := range c.all {
+		if m.name == ep.name {
+			shard = m.shard
+		}
+	}
+	for i := 1; ring.Locate(strings.ToLower(name)) != shard; i++ {
+		name = fmt.Sprintf("n%d-%d-%d.%s", client, call, i, chaosZone)
+	}
+	return name
 }
 
 // endpoint is where a client sends a request: a member or a router.
@@ -433,7 +477,7 @@ func (c *chaos) write(client int, ep endpoint, key, old, val string) regResult {
 		}
 		return res
 	}
-	name := fmt.Sprintf("n%d-%d.%s", client, call, chaosZone)
+	name := c.nameOn(ep, client, call)
 	c.h.putName(val, name)
 	body, _ := json.Marshal(map[string]any{
 		"delete": []any{map[string]string{"name": key, "type": "TXT"}},
@@ -885,6 +929,9 @@ func (c *chaos) fault(kind string, m *shardMember, target string, dur time.Durat
 		c.migrating.Store(true)
 		c.direct.Lock()
 		c.migrateSpare(target)
+		if err := c.readRing(); err != nil {
+			c.t.Error(err)
+		}
 		c.direct.Unlock()
 		c.migrating.Store(false)
 	case "disk-full":

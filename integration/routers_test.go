@@ -10,6 +10,7 @@ import (
 
 	"github.com/craftdns/craftdns/integration/harness"
 	"github.com/craftdns/craftdns/internal/dnsdiff"
+	"github.com/craftdns/craftdns/internal/ede"
 
 	"github.com/miekg/dns"
 )
@@ -202,6 +203,39 @@ func TestRoutersWriteRead(t *testing.T) {
 					report = append(report, fmt.Sprintf("%s deleted (%s), then still answered through %s", name, how, reader.name))
 				}
 				rounds++
+			}
+			if key == "name" {
+				// A client's write to a member of a name its shard does
+				// not hold alone: refused, nothing written.
+				name := "wrong." + origin
+				own := owner(name).shard
+				var other *shardMember
+				for sh, ms := range s.members {
+					if sh != own {
+						other = ms[0]
+					}
+				}
+				for _, w := range []struct{ rr, want string }{
+					{name + " 60 IN A 192.0.2.66", `placed on shard "` + own + `"`},
+					{origin + " 60 IN TXT apex", "held by every shard"},
+				} {
+					var out struct{ Error string }
+					code, err := other.client().Do("POST", "/v1/zones/"+origin+"/records", map[string]any{"add": []string{w.rr}}, &out)
+					if err != nil || code != http.StatusConflict || !strings.Contains(out.Error, w.want) {
+						t.Errorf("%s written to %s, of shard %s: %d %v %q; want 409 saying %q", w.rr, other.name, other.shard, code, err, out.Error, w.want)
+					}
+				}
+				u := new(dns.Msg)
+				u.SetUpdate(origin)
+				u.Insert([]dns.RR{mustRR(t, name+" 60 IN A 192.0.2.66")})
+				u.SetEdns0(1232, false)
+				resp, err := exchangeUpdate(u, "udp", other.addr())
+				if err != nil || resp.Rcode != dns.RcodeRefused || ede.Of(resp) == nil || ede.Of(resp).InfoCode != dns.ExtendedErrorCodeNotAuthoritative {
+					t.Errorf("UPDATE of %s sent to %s, of shard %s: %v %v; want REFUSED, Extended DNS Error Not Authoritative", name, other.name, other.shard, resp, err)
+				}
+				if ok, rc := has(name); ok {
+					t.Errorf("%s answered through %s after refused writes (%s)", name, reader.name, rc)
+				}
 			}
 			t.Logf("key mode %s: %d names written and deleted, %d stale answers", key, rounds, stale)
 			if stale > 0 {

@@ -8,6 +8,7 @@ package shardmap
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -362,6 +363,14 @@ func (m *Map) Clone() *Map {
 // request to a member's API the epoch of the map the router routed it by,
 // in a member's answer the epoch of the member's map.
 const EpochHeader = "Craftdns-Map-Epoch"
+
+// Unmapped is the epoch a router that routes by its Corefile, not by the
+// agreed map (craftroute's shard_map off: a router of another key mode over
+// the same shards), says for its writes: routed, by no map's placement, so
+// a member judges them by none (newer than any epoch, never stale) and
+// does not refuse them as a client's direct writes of names its shard does
+// not hold alone. Never sent with a query.
+const Unmapped uint64 = math.MaxUint64
 
 // Stale is a member's 409 answer to an API request routed by a map older
 // than the placement of names on its shard (a router reads the map at

@@ -207,7 +207,27 @@ type Prepare struct {
 	// held partitions' names that only their owner holds: the shard
 	// hands them over (the names another shard's Moves add).
 	Drop bool `json:"drop,omitempty"`
+	// Imports are zones staged on the shard (craftstore's PUT
+	// /v1/stage/{zone}) that the part makes its own when it commits,
+	// before its moves: in key mode "zone" a migration's batch clones the
+	// zones it moves before the critical section, and the moves carry
+	// what changed on the old owner since.
+	Imports []Staged `json:"imports,omitempty"`
 }
+
+// Staged is a zone staged on a shard: its import's ID there, and the
+// serial and size of what was staged.
+type Staged struct {
+	Zone    string `json:"zone"`
+	Import  uint64 `json:"import"`
+	Serial  uint32 `json:"serial,omitempty"`
+	Records int    `json:"records,omitempty"`
+}
+
+// StagePath is the member API path that stages zone (canonical) for a
+// shard map part to commit: PUT with the zone's text, answered with
+// Staged.
+func StagePath(zone string) string { return "/v1/stage/" + zone }
 
 // Move is one zone's record change in a map part (Prepare.Moves).
 type Move struct {

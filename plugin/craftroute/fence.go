@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
@@ -72,6 +73,18 @@ func (c *Craftroute) routedBy(ctx context.Context) *routing {
 
 // routeEpoch returns the epoch a request under ctx is routed by.
 func (c *Craftroute) routeEpoch(ctx context.Context) uint64 { return c.routedBy(ctx).epoch() }
+
+// writeEpoch returns the epoch a write under ctx says it is routed by: its
+// map's, or shardmap.Unmapped for a router that routes by its Corefile
+// (shard_map off), so that members take it as routed; 0 while a router of
+// the agreed map has none yet (members holding one refuse its writes of
+// names their shard does not hold alone).
+func (c *Craftroute) writeEpoch(ctx context.Context) uint64 {
+	if c.cfg.mapMode == mapOff {
+		return shardmap.Unmapped
+	}
+	return c.routeEpoch(ctx)
+}
 
 // markEpoch sets, in query req, the epoch it is routed by and whether it
 // goes to the owner of its name, unless it says an epoch already. mk is

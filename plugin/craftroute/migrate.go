@@ -48,7 +48,7 @@ import (
 //
 // The fencing of the map does the rest: a router with an older map is
 // refused by the shards where the batch's names left, reads the map and
-// asks again.
+// asks again. In key mode "zone" whole zones move (migratezone.go).
 
 const (
 	// maxBatchPartitions bounds the partitions of one batch.
@@ -290,6 +290,18 @@ func (c *Craftroute) joinShard(ctx context.Context, m *shardmap.Map) error {
 	next.Shards = append(next.Shards, g.Shard)
 	parts := c.mapParts(m, next)
 	joining := partShard(parts, g.Shard.Name)
+	if m.Key == shardmap.KeyZone {
+		// Whole zones: no shard holds what every shard does. The shard
+		// joins holding no zone (those it held before are deleted).
+		if err := c.mirrorZones(ctx, joining, zoneRecords{}); err != nil {
+			return err
+		}
+		if err := c.commitStep(ctx, next, parts, nil, nil); err != nil {
+			return fmt.Errorf("joining shard %s: %w", g.Shard.Name, err)
+		}
+		log.Infof("shard %s joined the map at epoch %d; %d partitions move to it", g.Shard.Name, next.Epoch, len(next.Remaining()))
+		return nil
+	}
 	barrier := byName(c.shards())[0]
 	// Its zones first, made from the names every shard holds (they are
 	// brought up to date in the join's transaction).
@@ -366,17 +378,23 @@ func (c *Craftroute) moveBatch(ctx context.Context, m *shardmap.Map, rem []int) 
 	mg.mu.Unlock()
 	records := 0
 	start := time.Now()
-	err := c.commitStep(ctx, next, parts, []*Shard{src}, func(ctx context.Context, parts map[*Shard]txn.Prepare) error {
-		names, n, err := c.partitionNames(ctx, src, hold, m.Partitions, len(batch) > 1)
-		if err != nil {
-			return err
-		}
-		records = n
-		dp := parts[dst]
-		dp.Moves = diffMoves(names, nil)
-		parts[dst] = dp
-		return nil
-	})
+	var err error
+	if m.Key == shardmap.KeyZone {
+		// Whole zones, cloned before the critical section (migratezone.go).
+		records, err = c.moveZones(ctx, m, next, batch, parts, src, dst)
+	} else {
+		err = c.commitStep(ctx, next, parts, []*Shard{src}, func(ctx context.Context, parts map[*Shard]txn.Prepare) error {
+			names, n, err := c.partitionNames(ctx, src, hold, m.Partitions, len(batch) > 1)
+			if err != nil {
+				return err
+			}
+			records = n
+			dp := parts[dst]
+			dp.Moves = diffMoves(names, nil)
+			parts[dst] = dp
+			return nil
+		})
+	}
 	mg.mu.Lock()
 	defer mg.mu.Unlock()
 	if errors.Is(err, errBatchTooBig) {
@@ -389,7 +407,7 @@ func (c *Craftroute) moveBatch(ctx context.Context, m *shardmap.Map, rem []int) 
 	// The next batch: as many partitions as hold migrate_batch records at
 	// this one's records per partition.
 	mg.batch = maxBatchPartitions
-	if records > 0 {
+	if records > 0 && m.Key == shardmap.KeyName {
 		mg.batch = max(1, min(maxBatchPartitions, c.cfg.batch*len(batch)/records))
 	}
 	hold2 := time.Since(start)

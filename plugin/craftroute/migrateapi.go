@@ -92,8 +92,6 @@ func checkMigrationStart(w http.ResponseWriter, cur *shardmap.Map) bool {
 		httpapi.WriteError(w, http.StatusConflict, "the router has no agreed shard map to change (it routes by its Corefile: give it shard_seed)")
 	case cur.Migration != nil:
 		httpapi.WriteError(w, http.StatusConflict, fmt.Sprintf("shard %q is being %s: one migration at a time (GET /v1/shards shows its progress)", cur.Migration.Shard.Name, map[string]string{shardmap.MigrateAdd: "added", shardmap.MigrateRemove: "removed"}[cur.Migration.Kind]))
-	case cur.Key != shardmap.KeyName:
-		httpapi.WriteError(w, http.StatusNotImplemented, fmt.Sprintf("adding and removing shards moves names of key mode %q; key mode %q (whole zones) does not move yet", shardmap.KeyName, cur.Key))
 	default:
 		return true
 	}

@@ -71,7 +71,7 @@ func (sc *shardClient) open(ctx context.Context, s *Shard, method, path, query s
 		if sc.c.cfg.shardToken != "" {
 			req.Header.Set("Authorization", "Bearer "+sc.c.cfg.shardToken)
 		}
-		if e := sc.c.routeEpoch(ctx); e != 0 {
+		if e := sc.c.writeEpoch(ctx); e != 0 {
 			req.Header.Set(shardmap.EpochHeader, strconv.FormatUint(e, 10))
 		}
 		r, err := sc.client.Do(req)

@@ -309,7 +309,7 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 		m.SetEdns0(dns.DefaultMsgSize, false)
 	}
 	shardproto.Strip(m) // the router's options are the router's to set
-	if e := c.routeEpoch(ctx); e != 0 {
+	if e := c.writeEpoch(ctx); e != 0 {
 		shardproto.SetEpoch(m, e, true) // the shard owns what it is sent
 	}
 	cl := &dns.Client{

@@ -16,6 +16,7 @@ import (
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
+	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -78,6 +79,7 @@ func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, erro
 	mux.HandleFunc("POST /v1/txn/{id}/prepare", httpapi.Body(httpapi.JSON, a.txPrepare))
 	mux.HandleFunc("POST /v1/txn/{id}/decide", httpapi.Body(httpapi.JSON, a.txDecide))
 	mux.HandleFunc("GET /v1/txn/{id}", a.txStatus)
+	mux.HandleFunc("PUT "+txn.StagePath("{zone}"), a.stageZone)
 	mux.HandleFunc("GET "+shardmap.MapPath, a.shardMap)
 	mux.HandleFunc("GET "+shardmap.PartitionsPath, a.exportPartitions)
 	mux.HandleFunc("POST /v1/txn/{id}/commit", httpapi.Body(httpapi.JSON, a.txFinish))
@@ -221,6 +223,44 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.importZone(w, r, origin, rrs)
+}
+
+// stageZone answers PUT /v1/stage/{zone}: the zone's text, checked as
+// for PUT /v1/zones/{zone}, staged for a shard map part to commit
+// (craftroute's migration in key mode "zone" clones a zone it moves so):
+// queries do not see it, another import of the zone supersedes it. The
+// answer is txn.Staged.
+func (a *apiServer) stageZone(w http.ResponseWriter, r *http.Request) {
+	origin, body, err := zoneapi.ReadZone(w, r)
+	if err == nil {
+		err = a.admit(origin)
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	rrs, err := zoneapi.ParseZoneMax(origin, string(body), a.maxZone)
+	if _, _, ok := zoneapi.Status(err); err != nil && !ok {
+		err = badRequest("%v", err)
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))
+	defer cancel()
+	id, err := a.rep.StageZone(ctx, origin, rrs)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	st := txn.Staged{Zone: origin, Import: id, Records: len(rrs)}
+	for _, rr := range rrs {
+		if soa, ok := rr.(*dns.SOA); ok {
+			st.Serial = soa.Serial
+		}
+	}
+	httpapi.WriteJSON(w, http.StatusOK, st)
 }
 
 // importZone replaces (or creates) zone origin with rrs, which passed the

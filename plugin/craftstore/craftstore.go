@@ -307,7 +307,7 @@ func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg
 		p = rep.Placement()
 		switch {
 		case err == nil && p != nil && epoch <= p.Map.Epoch:
-		case p != nil && owner && p.Owns(c.placeKey(rep, p, qname)):
+		case p != nil && owner && c.placeKey(rep, p, qname) != "" && p.Owns(c.placeKey(rep, p, qname)):
 			// Asked as the owner of a name its shard owns by its own map
 			// too: the router's map places it here as well, so no
 			// partition of it moved here since; its state answers.
@@ -320,7 +320,13 @@ func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg
 	if epoch == 0 || p == nil || epoch >= p.Map.Epoch {
 		return 0, nil, false
 	}
-	if p.Fence(epoch, owner, c.placeKey(rep, p, qname)) != shardmap.Fenced {
+	key := c.placeKey(rep, p, qname)
+	if key == "" {
+		// Key mode "zone" and no zone here holds the name: routed by an
+		// older map, it may have moved away since (a migration's batch).
+		return 0, fencedReply(r, p, p.FencedText(epoch)), false
+	}
+	if p.Fence(epoch, owner, key) != shardmap.Fenced {
 		fenceCount.WithLabelValues("dns", "notice").Inc()
 		return p.Map.Epoch, nil, false
 	}
@@ -328,12 +334,13 @@ func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg
 }
 
 // placeKey is what p's map places for qname: the name, or in key mode
-// "zone" the origin of its zone here.
+// "zone" the origin of its zone here ("" when no zone here holds it).
 func (c *Craftstore) placeKey(rep *replica.Replica, p *shardmap.Place, qname string) string {
 	if p.Map.Key == shardmap.KeyZone {
 		if z := rep.Match(qname); z != nil {
 			return z.Origin()
 		}
+		return ""
 	}
 	return qname
 }

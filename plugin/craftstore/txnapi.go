@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
@@ -60,7 +61,11 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 		}
 		m, err := json.Marshal(p.Map)
 		if err == nil {
-			err = a.rep.TxPrepareMap(ctx, id, replica.MapPart{Map: m, Shard: p.Shard, Hold: p.Hold, Moves: moves, Drop: p.Drop}, meta)
+			mp := replica.MapPart{Map: m, Shard: p.Shard, Hold: p.Hold, Moves: moves, Drop: p.Drop}
+			for _, im := range p.Imports {
+				mp.Imports = append(mp.Imports, replica.Staged{Zone: dnsname.Lower(dns.Fqdn(im.Zone)), Import: im.Import})
+			}
+			err = a.rep.TxPrepareMap(ctx, id, mp, meta)
 		}
 		v := vote(dns.RcodeSuccess, err)
 		a.staleVote(&v, err)

@@ -199,6 +199,10 @@ func updateFailure(err error) (int, uint16) {
 		return dns.RcodeNotAuth, dns.ExtendedErrorCodeNotAuthoritative
 	case errors.Is(err, replica.ErrInvalid), errors.Is(err, replica.ErrTooLarge):
 		return dns.RcodeFormatError, dns.ExtendedErrorCodeOther
+	case errors.Is(err, replica.ErrWrongShard):
+		// A name of another shard, or of every shard (sent to a member,
+		// not through a router): not this server's to change alone.
+		return dns.RcodeRefused, dns.ExtendedErrorCodeNotAuthoritative
 	case errors.Is(err, replica.ErrConflict):
 		return dns.RcodeRefused, dns.ExtendedErrorCodeOther
 	case errors.Is(err, replica.ErrNotReady):

@@ -17,7 +17,7 @@ import (
 
 // The routers' zone transfers (package internal/xfrstream):
 //
-//	GET    /v1/zones/{zone}/xfr?serial=N[&net=1]   the transfer from this member's state
+//	GET    /v1/zones/{zone}/xfr?serial=N[&net=1][&fresh=1]   the transfer from this member's state (fresh: confirmed current)
 //	POST   /v1/zones/{zone}/xfr?fence=ID&serial=N[&net=1]  set fence ID, then the transfer from a state that holds it
 //	DELETE /v1/zones/{zone}/xfr/{id}               remove fence ID ({"held"}: it still held); a body (xfrstream.Cut) records the cut
 //	GET    /v1/zones/{zone}/xfr/cuts/{serial}      the cut recorded for a zone serial
@@ -75,6 +75,15 @@ func (a *apiServer) xfr(w http.ResponseWriter, r *http.Request) {
 	net := r.URL.Query().Get("net") == "1"
 	wait, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
+	if r.Method == http.MethodGet && r.URL.Query().Get("fresh") == "1" {
+		// From a state that holds every write the group acknowledged
+		// (a migration's catch-up after its hold, craftroute's
+		// migratezone.go): the member confirms it with its leader.
+		if err := a.rep.Fresh(wait); err != nil {
+			fail(w, err)
+			return
+		}
+	}
 	err = a.rep.TransferFenced(wait, origin, serial, net, id, func(st replica.XfrStart) error {
 		h := w.Header()
 		h.Set("Content-Type", xfrstream.ContentType)

@@ -313,6 +313,7 @@ func (r *Replica) ReadFor(ctx context.Context, index uint64, fresh bool, qname s
 // partTouch is what a prepared transaction part changes when it commits,
 // kept from its prepare (pendingParts).
 type partTouch struct {
+	all   bool       // it creates or deletes zones (key mode "zone" moves)
 	names []zoneName // the records it changes, moves included
 	hold  []uint32   // a map part's held partitions
 	drop  bool       // it drops the held partitions' names
@@ -321,8 +322,8 @@ type partTouch struct {
 
 type zoneName struct{ zone, name string }
 
-// maxPendingParts bounds Replica.pendingParts: a commit whose prepare it
-// does not hold counts as changing everything.
+// maxPendingParts bounds Replica.pendingParts, which starts again when
+// full: a commit whose prepare it does not hold changes everything.
 const maxPendingParts = 4096
 
 // notePending publishes what rd's committed entries change (pendingReady)
@@ -401,9 +402,12 @@ func (r *Replica) touchEntry(t *touch, data []byte, cur *shardmap.Map) *shardmap
 		for _, zn := range pt.names {
 			t.addName(zn.zone, zn.name)
 		}
-		if len(r.pendingParts) < maxPendingParts {
-			r.pendingParts[c.Tx] = pt
+		if len(r.pendingParts) >= maxPendingParts {
+			// Parts whose finish this member never saw (expired): the
+			// commits of those still prepared change everything.
+			clear(r.pendingParts)
 		}
+		r.pendingParts[c.Tx] = pt
 	case fsm.OpTxAbort:
 		delete(r.pendingParts, c.Tx) // the state stays as it was
 	case fsm.OpTxCommit:
@@ -418,6 +422,7 @@ func (r *Replica) touchEntry(t *touch, data []byte, cur *shardmap.Map) *shardmap
 		for _, zn := range pt.names {
 			t.addName(zn.zone, zn.name)
 		}
+		t.all = t.all || pt.all
 		if pt.m == nil {
 			return cur
 		}
@@ -476,6 +481,7 @@ func partTouchOf(c *fsm.Command) (*partTouch, error) {
 			return nil, err
 		}
 		pt.m, pt.hold, pt.drop = m, part.Hold, part.Drop
+		pt.all = len(part.Imports) > 0 || part.Drop && m.Key == shardmap.KeyZone
 	}
 	return pt, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 
 	"github.com/miekg/dns"
+	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -24,6 +25,16 @@ func (r *Replica) propose(ctx context.Context, c *fsm.Command) (Result, error) {
 	c.ID = r.nextID.Add(1)
 	if e, ok := ctx.Value(epochKey{}).(uint64); ok && c.Epoch == 0 {
 		c.Epoch = e
+	}
+	if c.Epoch == 0 && (c.Op == fsm.OpChange || c.Op == fsm.OpUpdate) {
+		// A client's write to this member, no router's (fsm/unrouted.go).
+		if err := r.db.View(func(tx *bolt.Tx) error {
+			var err error
+			c.Epoch, err = fsm.CheckUnrouted(fsm.Generation(tx), c)
+			return err
+		}); err != nil {
+			return Result{}, err
+		}
 	}
 	data, err := c.Marshal()
 	if err != nil {
@@ -234,18 +245,36 @@ const importChunk = 4096
 // SOA and NS at the apex, every name inside the zone). With absent set, an
 // existing zone is left alone and Result.Skipped is set.
 func (r *Replica) PutZone(ctx context.Context, zone string, rrs []dns.RR, absent bool) (Result, error) {
+	id, err := r.stage(ctx, zone, rrs, absent)
+	if err != nil {
+		return Result{}, err
+	}
+	return r.propose(ctx, &fsm.Command{Op: fsm.OpImportCommit, Zone: zone, Import: id})
+}
+
+// StageZone stages rrs, a whole zone validated as for PutZone, as an
+// import that a shard map part commits (MapPart.Imports: a zone moved to
+// this shard); queries do not see it until then, and another import of
+// the zone supersedes it. It returns the import's ID.
+func (r *Replica) StageZone(ctx context.Context, zone string, rrs []dns.RR) (uint64, error) {
+	return r.stage(ctx, zone, rrs, false)
+}
+
+// stage proposes an import of zone holding rrs, all but its commit, and
+// returns its ID.
+func (r *Replica) stage(ctx context.Context, zone string, rrs []dns.RR, absent bool) (uint64, error) {
 	id := r.nextID.Add(1) // import id: unique per proposer like proposal ids
 	if _, err := r.propose(ctx, &fsm.Command{Op: fsm.OpImportBegin, Zone: zone, Import: id, Absent: absent}); err != nil {
-		return Result{}, err
+		return 0, err
 	}
 	for len(rrs) > 0 {
 		n := min(importChunk, len(rrs))
 		if _, err := r.propose(ctx, &fsm.Command{Op: fsm.OpImportChunk, Zone: zone, Import: id, Add: rrs[:n]}); err != nil {
-			return Result{}, err
+			return 0, err
 		}
 		rrs = rrs[n:]
 	}
-	return r.propose(ctx, &fsm.Command{Op: fsm.OpImportCommit, Zone: zone, Import: id})
+	return id, nil
 }
 
 // AdvertiseSelf records this member's DNS and API addresses in the members

@@ -20,6 +20,8 @@ type (
 	Error = fsm.Error
 	// XfrStart opens a transfer (fsm.XfrStart).
 	XfrStart = fsm.XfrStart
+	// Staged is a staged import of a zone a map part commits (fsm.Staged).
+	Staged = fsm.Staged
 )
 
 // The kinds of failure, for errors.Is (fsm/errors.go says what each means).
@@ -34,6 +36,7 @@ var (
 	ErrBusy        = fsm.ErrBusy
 	ErrNotReady    = fsm.ErrNotReady
 	ErrStaleMap    = fsm.ErrStaleMap
+	ErrWrongShard  = fsm.ErrWrongShard
 )
 
 // Errorf returns an Error of kind.

@@ -51,6 +51,9 @@ type MapPart struct {
 	Hold  []uint32 // partitions whose writes wait while the part is prepared
 	Moves []Move   // record changes that move names with the map, one per zone
 	Drop  bool     // delete, at commit, what only the held partitions' owner holds
+	// Imports are staged zones (StageZone) the part commits before its
+	// moves (key mode "zone": the zones a batch moves here).
+	Imports []Staged
 }
 
 // TxPrepareMap proposes part p of transaction id: the deployment's shard
@@ -62,7 +65,7 @@ type MapPart struct {
 // the shard is not at the epoch before m's, ErrInvalid when m is not a
 // valid map, ErrBusy while another map change is prepared.
 func (r *Replica) TxPrepareMap(ctx context.Context, id txn.ID, p MapPart, meta []byte) error {
-	c := &fsm.Command{Op: fsm.OpMapSet, Map: p.Map, Shard: p.Shard, Hold: p.Hold, Drop: p.Drop}
+	c := &fsm.Command{Op: fsm.OpMapSet, Map: p.Map, Shard: p.Shard, Hold: p.Hold, Drop: p.Drop, Imports: p.Imports}
 	for _, mv := range p.Moves {
 		c.Moves = append(c.Moves, &fsm.Command{Op: fsm.OpChange, Zone: mv.Zone, Add: mv.Add, Del: mv.Del})
 	}

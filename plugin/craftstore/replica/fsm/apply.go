@@ -104,23 +104,11 @@ func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	case OpImportCommit:
 		return applyImportCommit(g, c)
 	case OpDeleteZone:
-		zb := g.Bucket(BucketZones)
-		if zb.Bucket([]byte(c.Zone)) == nil {
+		if g.Bucket(BucketZones).Bucket([]byte(c.Zone)) == nil {
 			return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
 		}
-		if err := indexZone(g, IndexedParts(g), c.Zone, zb.Bucket([]byte(c.Zone)), false); err != nil {
-			return Result{}, nil, err
-		}
-		if err := zb.DeleteBucket([]byte(c.Zone)); err != nil {
-			return Result{}, nil, err
-		}
-		if err := journalReset(g, c.Zone); err != nil {
-			return Result{}, nil, err
-		}
-		if err := deleteBase(g, c.Zone); err != nil {
-			return Result{}, nil, err
-		}
-		return Result{}, &Effect{Zone: c.Zone, Deleted: true}, nil
+		eff, err := deleteZone(g, c.Zone)
+		return Result{}, eff, err
 	case OpMemberInfo:
 		// A member advertises its DNS and API addresses. Its Raft address
 		// is the group's (the peer lines, or the membership change that
@@ -138,6 +126,25 @@ func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 		return Result{}, nil, PutMember(g, m)
 	}
 	return Result{}, nil, Errorf(ErrInvalid, "unknown command %d", c.Op)
+}
+
+// deleteZone removes zone, which exists, with its index entries, journal
+// and serial base.
+func deleteZone(g *bolt.Bucket, zone string) (*Effect, error) {
+	zb := g.Bucket(BucketZones)
+	if err := indexZone(g, IndexedParts(g), zone, zb.Bucket([]byte(zone)), false); err != nil {
+		return nil, err
+	}
+	if err := zb.DeleteBucket([]byte(zone)); err != nil {
+		return nil, err
+	}
+	if err := journalReset(g, zone); err != nil {
+		return nil, err
+	}
+	if err := deleteBase(g, zone); err != nil {
+		return nil, err
+	}
+	return &Effect{Zone: zone, Deleted: true}, nil
 }
 
 // RRsAt reads and decodes the RRs stored under name in bucket b.

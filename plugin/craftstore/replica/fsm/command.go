@@ -83,11 +83,22 @@ type Command struct {
 	// records of the held partitions' names that only their owner holds:
 	// the shard hands them over (partindex.go).
 	Drop bool
+	// Imports (OpMapSet) are staged imports (OpImportBegin, OpImportChunk)
+	// of whole zones that the part commits, before its moves: in key
+	// mode "zone" the zones a batch moves to this shard, cloned before
+	// the critical section; the moves then carry what changed since.
+	Imports []Staged
 
 	// Epoch is the shard map epoch the router that sent this write routed
 	// it by, 0 when none did: a write routed by a placement older than
 	// the shard's is refused when it is applied (shardmap.go, fenced).
 	Epoch uint64
+}
+
+// Staged is a staged import of a zone (OpImportBegin's Import id).
+type Staged struct {
+	Zone   string
+	Import uint64
 }
 
 const (
@@ -152,7 +163,7 @@ func (c *Command) Marshal() ([]byte, error) {
 		for _, p := range c.Hold {
 			b = binary.AppendUvarint(b, uint64(p))
 		}
-		if len(c.Moves) > 0 || c.Drop || c.Epoch != 0 {
+		if len(c.Moves) > 0 || c.Drop || len(c.Imports) > 0 || c.Epoch != 0 {
 			// Parts without moves or a drop are written as before; with
 			// the optional epoch after them, the block says where it ends.
 			b = binary.AppendUvarint(b, uint64(len(c.Moves)))
@@ -167,10 +178,22 @@ func (c *Command) Marshal() ([]byte, error) {
 				b = binary.AppendUvarint(b, uint64(len(mb)))
 				b = append(b, mb...)
 			}
+			// Flags: 1 drop, 2 imports follow (a part without imports
+			// is written as before them).
+			var flags byte
 			if c.Drop {
-				b = append(b, 1)
-			} else {
-				b = append(b, 0)
+				flags |= 1
+			}
+			if len(c.Imports) > 0 {
+				flags |= 2
+			}
+			b = append(b, flags)
+			if len(c.Imports) > 0 {
+				b = binary.AppendUvarint(b, uint64(len(c.Imports)))
+				for _, im := range c.Imports {
+					b = appendString(b, im.Zone)
+					b = binary.AppendUvarint(b, im.Import)
+				}
 			}
 		}
 	}
@@ -261,7 +284,14 @@ func Unmarshal(data []byte) (*Command, error) {
 				}
 			}
 			if d.err == nil && len(d.b) > 0 {
-				c.Drop = d.byte() == 1
+				flags := d.byte()
+				c.Drop = flags&1 != 0
+				if flags&2 != 0 {
+					n := d.count()
+					for i := 0; i < n && d.err == nil; i++ {
+						c.Imports = append(c.Imports, Staged{Zone: d.string(), Import: d.uvarint()})
+					}
+				}
 			}
 		}
 	}

@@ -40,6 +40,10 @@ var (
 	// the router reads the map and sends it again. It is an ErrConflict
 	// too.
 	ErrStaleMap = fmt.Errorf("stale shard map: %w", ErrConflict)
+	// ErrWrongShard: a client wrote to a member, not through a router, a
+	// name its shard does not hold alone (unrouted.go): nothing was
+	// written. It is an ErrConflict too.
+	ErrWrongShard = fmt.Errorf("wrong shard: %w", ErrConflict)
 )
 
 // Error is a failure of one kind with a message for the client. A refusal

@@ -71,7 +71,11 @@ func ZoneLocked(g *bolt.Bucket, zone string) bool {
 	if b == nil {
 		return false
 	}
-	if b.Get(lockKey("", dropLock)) != nil {
+	if b.Get(lockKey("", dropLock)) != nil && IndexedParts(g) > 0 {
+		// Key mode "name": the drop deletes names of every zone, which a
+		// transfer across the shards must not see on both or neither.
+		// In key mode "zone" a zone is on one shard, whole until the
+		// drop deletes it: its transfers need not wait.
 		return true
 	}
 	prefix := append([]byte(zone), 0)

@@ -18,6 +18,11 @@ import (
 // name needs, the commit checks the apex.
 
 func applyImportBegin(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
+	if by, ok := lockedBy(g, c.Zone, c.Zone); ok && committingImport(g, by, c.Zone) {
+		// A shard map part commits the staged import of the zone (a
+		// migration moves it here): no other import supersedes it.
+		return Result{}, nil, Errorf(ErrBusy, "zone %q is being moved to this shard (transaction %x): import it once that finished", c.Zone, by)
+	}
 	ib := g.Bucket(bucketImports)
 	if ib.Bucket([]byte(c.Zone)) != nil {
 		// A newer import supersedes an unfinished one.
@@ -209,4 +214,15 @@ func countRRs(v []byte) int {
 		n++
 	}
 	return n
+}
+
+// committingImport reports whether the part prepared by transaction id is
+// a shard map part that commits a staged import of zone.
+func committingImport(g *bolt.Bucket, id []byte, zone string) bool {
+	prep, err := PreparedPart(g, id)
+	if err != nil || prep == nil {
+		return false
+	}
+	part, err := Unmarshal(prep.Part)
+	return err == nil && part.Op == OpMapSet && part.imports(zone)
 }

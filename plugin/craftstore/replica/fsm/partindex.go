@@ -177,21 +177,8 @@ func SharedRRs(zb *bolt.Bucket, origin, name string, rrs []dns.RR) (shared, owne
 	if name == origin {
 		return rrs, nil, nil
 	}
-	// A cut at name or above it (below the apex)?
-	for off, end := 0, false; !end; off, end = dns.NextLabel(name, off) {
-		n := name[off:]
-		if len(n) <= len(origin) {
-			break
-		}
-		at := rrs
-		if off > 0 {
-			if at, err = RRsAt(zb, n); err != nil {
-				return nil, nil, err
-			}
-		}
-		if slices.ContainsFunc(at, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeNS }) {
-			return rrs, nil, nil
-		}
+	if cut, err := underCut(zb, origin, name, rrs); err != nil || cut {
+		return rrs, nil, err
 	}
 	for _, rr := range rrs {
 		if rr.Header().Rrtype == dns.TypeDNAME {
@@ -201,6 +188,28 @@ func SharedRRs(zb *bolt.Bucket, origin, name string, rrs []dns.RR) (shared, owne
 		}
 	}
 	return shared, owned, nil
+}
+
+// underCut reports whether a zone cut is at canonical name of zone origin
+// (bucket zb), whose RRs are rrs, or above it, below the apex.
+func underCut(zb *bolt.Bucket, origin, name string, rrs []dns.RR) (bool, error) {
+	for off, end := 0, false; !end; off, end = dns.NextLabel(name, off) {
+		n := name[off:]
+		if len(n) <= len(origin) {
+			break
+		}
+		at := rrs
+		if off > 0 {
+			var err error
+			if at, err = RRsAt(zb, n); err != nil {
+				return false, err
+			}
+		}
+		if slices.ContainsFunc(at, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeNS }) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // dropHeld returns the changes, one per zone, that delete the records of

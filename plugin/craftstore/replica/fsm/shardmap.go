@@ -109,8 +109,11 @@ func applyMapSet(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, erro
 			return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d holds partition %d: a hold names a partition of the shard's map, whose partition count stays", m.Epoch, p)
 		}
 	}
-	if c.Drop && (len(c.Hold) == 0 || IndexedParts(g) == 0) {
-		return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d drops the names of held partitions: it needs a hold, no moves, and key mode %q (the partition index)", m.Epoch, shardmap.KeyName)
+	if c.Drop && (len(c.Hold) == 0 || m.Key == shardmap.KeyName && IndexedParts(g) == 0) {
+		return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d drops the names of held partitions: it needs a hold, no moves, and in key mode %q the partition index", m.Epoch, shardmap.KeyName)
+	}
+	if len(c.Imports) > 0 && m.Key != shardmap.KeyZone {
+		return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d commits staged zones: whole zones move in key mode %q only", m.Epoch, shardmap.KeyZone)
 	}
 	if c.Shard != "" && !slices.Contains(m.Names(), c.Shard) {
 		return Result{}, nil, Errorf(ErrInvalid, "shard map epoch %d has no shard %q: a part is sent to a shard of the map", m.Epoch, c.Shard)
@@ -322,7 +325,7 @@ func holdName(p uint32) string { return "partition " + strconv.FormatUint(uint64
 // proposeUnlocked, the routers' retries of a busy part), so that the write
 // is held, not refused, and lands on the partition's owner after the map
 // change.
-func checkHolds(g *bolt.Bucket, names []string) error {
+func checkHolds(g *bolt.Bucket, zone string, names []string) error {
 	b := g.Bucket(bucketShardMap)
 	locks := g.Bucket(BucketTxLocks)
 	if b == nil || locks == nil {
@@ -336,6 +339,9 @@ func checkHolds(g *bolt.Bucket, names []string) error {
 			return err
 		}
 		parts = uint64(m.Partitions)
+	}
+	if IndexedParts(g) == 0 {
+		names = []string{zone} // key mode "zone": the zone's partition holds it
 	}
 	for _, n := range names {
 		p := uint32(shardmap.PartitionOf(n, int(parts)))

@@ -129,6 +129,14 @@ func partLocks(zone string, part *Command) ([]LockRef, error) {
 	if part.Op == OpMapSet && part.Drop {
 		refs = append(refs, LockRef{"", dropLock})
 	}
+	if len(part.Imports) > maxMoves || len(part.Imports) > 0 && part.Op != OpMapSet {
+		return nil, Errorf(ErrInvalid, "a shard map part commits at most %d staged zones", maxMoves)
+	}
+	for _, im := range part.Imports {
+		// The apex of a zone the part brings: no other import of it
+		// supersedes the staged one meanwhile (applyImportBegin).
+		refs = append(refs, LockRef{im.Zone, im.Zone})
+	}
 	for _, mv := range part.Moves {
 		if part.Op != OpMapSet || mv.Op != OpChange || mv.Zone == "" {
 			return nil, Errorf(ErrInvalid, "moves are record changes of zones in a shard map part")
@@ -192,7 +200,7 @@ func checkUnlocked(g *bolt.Bucket, c *Command) error {
 	if err := checkNames(g, c.Zone, names); err != nil {
 		return err
 	}
-	return checkHolds(g, names)
+	return checkHolds(g, c.Zone, names)
 }
 
 // checkNames refuses with ErrBusy when a transaction holds one of names of
@@ -229,12 +237,17 @@ func checkHeldLocks(g *bolt.Bucket, hold []uint32, partitions int) error {
 	for _, p := range hold {
 		held[p] = true
 	}
+	byZone := IndexedParts(g) == 0
 	return locks.ForEach(func(k, v []byte) error {
 		zone, name, ok := strings.Cut(string(k), "\x00")
 		if !ok || zone == "" {
 			return nil
 		}
-		if p := uint32(shardmap.PartitionOf(name, partitions)); held[p] {
+		key := name
+		if byZone {
+			key = zone // key mode "zone": the zone's partition places it
+		}
+		if p := uint32(shardmap.PartitionOf(key, partitions)); held[p] {
 			return Errorf(ErrBusy, "%s (partition %d) is locked by transaction %x in progress", name, p, v)
 		}
 		return nil
@@ -345,7 +358,7 @@ func applyTxPrepare(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 		return Result{}, nil, err
 	}
 	if c.Zone != "" {
-		if err := checkHolds(g, namesIn(refs, c.Zone)); err != nil {
+		if err := checkHolds(g, c.Zone, namesIn(refs, c.Zone)); err != nil {
 			return Result{}, nil, err
 		}
 	}
@@ -369,6 +382,25 @@ func applyTxPrepare(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	for _, mv := range part.Moves {
 		zones = append(zones, mv.Zone)
 	}
+	for _, im := range part.Imports {
+		// The staged zone is the current import, and its commit cannot
+		// be refused (applyImportCommit checks the apex): the part's
+		// commit must not fail.
+		b, absent, err := importOf(g, &Command{Zone: im.Zone, Import: im.Import})
+		if err != nil {
+			return Result{}, nil, err
+		}
+		apex, err := RRsAt(b, im.Zone)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		if err := checkApex(im.Zone, apex); err != nil {
+			return Result{}, nil, err
+		}
+		if absent {
+			return Result{}, nil, Errorf(ErrInvalid, "zone %q is staged as a seed: a shard map part commits a zone staged to move", im.Zone)
+		}
+	}
 	for _, z := range zones {
 		if z == "" {
 			continue
@@ -376,7 +408,7 @@ func applyTxPrepare(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 		if err := checkFence(g, &Command{Zone: z, Time: c.Time}); err != nil {
 			return Result{}, nil, err
 		}
-		if g.Bucket(bucketImportMeta).Get([]byte(z)) != nil {
+		if g.Bucket(bucketImportMeta).Get([]byte(z)) != nil && !part.imports(z) {
 			return Result{}, nil, Errorf(ErrBusy, "zone %q is being imported", z)
 		}
 	}
@@ -416,7 +448,17 @@ func applyPart(g *bolt.Bucket, part *Command, o applyOpts) (Result, *Effect, err
 		return res, eff, err
 	}
 	moves := part.Moves
-	if part.Drop && !o.dry {
+	if part.Drop && !o.dry && IndexedParts(g) == 0 {
+		// Key mode "zone": the zones of the held partitions go whole.
+		dropped, err := dropHeldZones(g, part.Hold)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		if eff == nil {
+			eff = &Effect{}
+		}
+		eff.More = append(eff.More, dropped...)
+	} else if part.Drop && !o.dry {
 		// The held partitions' names, as the hold kept them since the
 		// prepare. They are not locked meanwhile: a reader of this shard
 		// sees them until the commit applies here (and a router routing
@@ -426,9 +468,30 @@ func applyPart(g *bolt.Bucket, part *Command, o applyOpts) (Result, *Effect, err
 			return Result{}, nil, err
 		}
 	}
+	for _, im := range part.Imports {
+		if o.dry {
+			break // checked by the prepare: the staged import is current
+		}
+		ires, ieff, err := applyImportCommit(g, &Command{Op: OpImportCommit, Zone: im.Zone, Import: im.Import})
+		if err != nil {
+			// The staged zone passed each chunk's checks and its apex
+			// was there at prepare, locked since: a broken store.
+			return ires, nil, err
+		}
+		if eff == nil {
+			eff = &Effect{}
+		}
+		eff.More = append(eff.More, ieff)
+	}
 	mo := o
 	mo.verbatim = true
 	for _, mv := range moves {
+		if o.dry && part.imports(mv.Zone) {
+			// A change to a zone the part brings, which exists once
+			// its staged import commits: what changed on the shard it
+			// comes from since it was cloned, exactly.
+			continue
+		}
 		mres, meff, err := applyWrite(g, mv, mo)
 		if err != nil || mres.Rcode != dns.RcodeSuccess {
 			return mres, nil, err
@@ -441,6 +504,42 @@ func applyPart(g *bolt.Bucket, part *Command, o applyOpts) (Result, *Effect, err
 		}
 	}
 	return res, eff, nil
+}
+
+// imports reports whether map part c commits a staged import of zone.
+func (c *Command) imports(zone string) bool {
+	return slices.ContainsFunc(c.Imports, func(im Staged) bool { return im.Zone == zone })
+}
+
+// dropHeldZones deletes, in key mode "zone", the zones whose origins are
+// in partitions (a map part's Drop: the shard hands them over whole).
+func dropHeldZones(g *bolt.Bucket, partitions []uint32) ([]*Effect, error) {
+	m, err := ShardMap(g)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	held := map[int]bool{}
+	for _, p := range partitions {
+		held[int(p)] = true
+	}
+	var zones []string
+	if err := g.Bucket(BucketZones).ForEachBucket(func(k []byte) error {
+		if held[shardmap.PartitionOf(string(k), m.Partitions)] {
+			zones = append(zones, string(k))
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	var out []*Effect
+	for _, z := range zones {
+		eff, err := deleteZone(g, z)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, eff)
+	}
+	return out, nil
 }
 
 // PreparedPart returns the prepare command of transaction id on this shard,
