@@ -364,6 +364,13 @@ func (m *Map) Clone() *Map {
 // in a member's answer the epoch of the member's map.
 const EpochHeader = "Craftdns-Map-Epoch"
 
+// FSMVersion is the version of the members' state machine this build
+// runs (craftstore's fsm.Version says what each version applies): its
+// routers add or remove shards only while every member says it (GET
+// /v1/cluster, "fsm_version"), so that no member applies a migration's
+// entries otherwise than the others of its group (a rolling upgrade).
+const FSMVersion = 2
+
 // Unmapped is the epoch a router that routes by its Corefile, not by the
 // agreed map (craftroute's shard_map off: a router of another key mode over
 // the same shards), says for its writes: routed, by no map's placement, so

@@ -146,13 +146,24 @@ func (mg *migrator) state() (moving []int, lastErr string, running bool) {
 func (c *Craftroute) migrate(ctx context.Context) {
 	mg := &c.migr
 	failures := 0
+	checked := false // the members' versions, once per drive
 	for ctx.Err() == nil {
 		m := c.routes().m
 		if m == nil || m.Migration == nil {
 			return
 		}
 		sctx, cancel := context.WithTimeout(ctx, migrateStepTimeout)
-		err := c.migrateStep(sctx, m)
+		var err error
+		if !checked {
+			// A router taking over may find members upgraded meanwhile
+			// (or not): the migration waits until they agree.
+			if err = c.checkVersions(sctx, m, nil, false); err == nil {
+				checked = true
+			}
+		}
+		if err == nil {
+			err = c.migrateStep(sctx, m)
+		}
 		cancel()
 		mg.mu.Lock()
 		mg.moving = nil

@@ -142,6 +142,10 @@ func (a *apiServer) addShard(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, status, fmt.Sprintf("shard %q: %v; nothing changed", body.Name, err))
 		return
 	}
+	if err := c.checkVersions(ctx, cur, &s, true); err != nil {
+		httpapi.WriteError(w, http.StatusConflict, fmt.Sprintf("adding shard %q: %v; nothing changed", body.Name, err))
+		return
+	}
 	a.startMigration(w, r, cur, g)
 }
 
@@ -166,6 +170,12 @@ func (a *apiServer) removeShard(w http.ResponseWriter, r *http.Request) {
 	target, moves, err := shardmap.RemovePlan(cur, name)
 	if err != nil {
 		httpapi.WriteError(w, http.StatusConflict, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), shardCallTimeout)
+	defer cancel()
+	if err := c.checkVersions(ctx, cur, nil, true); err != nil {
+		httpapi.WriteError(w, http.StatusConflict, fmt.Sprintf("removing shard %q: %v; nothing changed", name, err))
 		return
 	}
 	a.startMigration(w, r, cur, &shardmap.Migration{Kind: shardmap.MigrateRemove, Shard: cur.Shards[i].Clone(), Target: target, Moves: len(moves)})
@@ -230,6 +240,53 @@ func (c *Craftroute) checkNewShard(ctx context.Context, s shardmap.Shard) (int, 
 		return http.StatusConflict, fmt.Errorf("its members hold %d zones: a shard joins empty (it receives every zone's names)", len(zones))
 	}
 	return 0, nil
+}
+
+// checkVersions checks that every member of m's shards and of extra (a
+// shard being added) that answers runs the state machine version of this
+// router's build (shardmap.FSMVersion): the members of a group must apply
+// a migration's entries alike. With all set, a member that does not answer
+// fails the check too (a migration starts only when every member can say).
+func (c *Craftroute) checkVersions(ctx context.Context, m *shardmap.Map, extra *shardmap.Shard, all bool) error {
+	shards := slices.Clone(m.Shards)
+	if extra != nil {
+		shards = append(shards, *extra)
+	}
+	if g := m.Migration; g != nil && !slices.ContainsFunc(shards, func(s shardmap.Shard) bool { return s.Name == g.Shard.Name }) {
+		shards = append(shards, g.Shard)
+	}
+	type member struct{ shard, api string }
+	var ms []member
+	for _, s := range shards {
+		for _, u := range s.API {
+			ms = append(ms, member{s.Name, u})
+		}
+	}
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, mb := range ms {
+		wg.Go(func() {
+			var v struct {
+				Version int `json:"fsm_version"`
+			}
+			if err := c.getJSON(ctx, mb.api+"/v1/cluster", &v); err != nil {
+				if all {
+					errs[i] = fmt.Errorf("member %s of shard %s cannot say which version it runs: %v", mb.api, mb.shard, err)
+				}
+				return
+			}
+			if v.Version != shardmap.FSMVersion {
+				errs[i] = fmt.Errorf("member %s of shard %s runs state machine version %d, this router %d: finish the upgrade of every member and router first", mb.api, mb.shard, v.Version, shardmap.FSMVersion)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // getJSON reads the JSON answer of a member's API at URL u into v.

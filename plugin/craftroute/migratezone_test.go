@@ -1,8 +1,15 @@
 package craftroute
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/craftdns/craftdns/internal/shardmap"
 
 	"github.com/miekg/dns"
 )
@@ -38,5 +45,61 @@ func TestNetDifference(t *testing.T) {
 		if _, _, ok := netDifference(rrs); ok {
 			t.Errorf("%s read as a difference", name)
 		}
+	}
+}
+
+// TestCheckVersions: a migration starts only while every member of every
+// shard says this build's state machine version; a running one goes on
+// past members that do not answer, not past one of another version.
+func TestCheckVersions(t *testing.T) {
+	member := func(version int) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/cluster" {
+				http.NotFound(w, r)
+				return
+			}
+			if version < 0 {
+				http.Error(w, "down", http.StatusServiceUnavailable)
+				return
+			}
+			if version == 0 {
+				fmt.Fprint(w, `{"id":1,"leader":1}`) // a build before the version
+				return
+			}
+			fmt.Fprintf(w, `{"id":1,"leader":1,"fsm_version":%d}`, version)
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	c := &Craftroute{}
+	c.txc = newShardClient(c)
+	shard := func(name string, versions ...int) shardmap.Shard {
+		s := shardmap.Shard{Name: name}
+		for i, v := range versions {
+			s.Members = append(s.Members, "127.0.0.1:"+strconv.Itoa(1000+i))
+			s.API = append(s.API, member(v))
+		}
+		return s
+	}
+	cur := shardmap.FSMVersion
+	ctx := context.Background()
+	m := &shardmap.Map{Shards: []shardmap.Shard{shard("a", cur, cur), shard("b", cur, cur)}}
+	if err := c.checkVersions(ctx, m, nil, true); err != nil {
+		t.Errorf("every member at this version: %v", err)
+	}
+	c2 := shard("c", cur, 0)
+	if err := c.checkVersions(ctx, m, &c2, true); err == nil || !strings.Contains(err.Error(), "version 0") {
+		t.Errorf("a new shard's member of an older build: %v", err)
+	}
+	m.Shards = append(m.Shards, shard("d", cur, -1))
+	if err := c.checkVersions(ctx, m, nil, true); err == nil {
+		t.Error("a member that cannot say its version passed the check of a start")
+	}
+	if err := c.checkVersions(ctx, m, nil, false); err != nil {
+		t.Errorf("a running migration and a member down: %v", err)
+	}
+	m.Shards = append(m.Shards, shard("e", cur+1))
+	if err := c.checkVersions(ctx, m, nil, false); err == nil {
+		t.Error("a member of a newer version passed")
 	}
 }

@@ -428,12 +428,15 @@ type Status struct {
 	// StorageError is the error that keeps the member's storage failing.
 	StorageError string   `json:"storage_error,omitempty"`
 	Members      []Member `json:"members"`
+	// FSMVersion is how this member applies a migration's entries
+	// (fsm.Version).
+	FSMVersion int `json:"fsm_version"`
 }
 
 // Status returns the member's view of the group.
 func (r *Replica) Status() (Status, error) {
 	s := Status{ID: r.cfg.ID, Leader: r.leader.Load(), Term: r.term.Load(),
-		Commit: r.commit.Load(), Applied: r.applied.Load(), Ready: r.Ready()}
+		Commit: r.commit.Load(), Applied: r.applied.Load(), Ready: r.Ready(), FSMVersion: fsm.Version}
 	if err := r.StorageError(); err != nil {
 		// Its view of the group is as old as its last persisted Ready.
 		s.Leader = raft.None

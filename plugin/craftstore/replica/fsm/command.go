@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/craftdns/craftdns/internal/shardmap"
+
 	"github.com/miekg/dns"
 )
 
@@ -94,6 +96,18 @@ type Command struct {
 	// the shard's is refused when it is applied (shardmap.go, fenced).
 	Epoch uint64
 }
+
+// Version is the state machine's version: how this binary applies the
+// entries a migration of shards writes (map parts and what they carry).
+// The members of one group must apply every entry alike, so routers add
+// or remove shards only while every member of every shard says the same
+// version (GET /v1/cluster, "fsm_version"; craftroute's migrateapi.go):
+//
+//	1  (implicit: members that do not say it) map parts with holds,
+//	   moves and drops of names (key mode "name")
+//	2  map parts that commit staged zones and drop whole zones (key mode
+//	   "zone"); holds of zones
+const Version = shardmap.FSMVersion
 
 // Staged is a staged import of a zone (OpImportBegin's Import id).
 type Staged struct {

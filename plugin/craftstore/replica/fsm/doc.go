@@ -32,15 +32,18 @@
 //  1. An Op at the end of command.go's list, with the next number: numbers
 //     are in every log entry and snapshot, so an op is never renumbered and
 //     a number never reused.
+//
 //  2. Its fields in Command, encoded by Marshal and Unmarshal behind a test
 //     of the op (as OpUpdate's Update and OpMemberInfo's Member are), so
 //     that the entries already in a log decode as before. An op that
 //     carries the transaction fields is listed in IsTx.
+//
 //  3. Its case in applyOp (apply.go), calling an applyX(g, c) (Result,
 //     *Effect, error) of its own. It checks everything before it writes
 //     anything: a refusal must leave g as it was, since the transaction is
 //     committed anyway. It iterates maps only where the order cannot reach
 //     the state, and reads time only from c.Time.
+//
 //  4. Its state in buckets below the generation bucket g, named in
 //     layout.go's list (or its file's, as txn.go does). A snapshot carries
 //     the whole generation bucket (replica/snapshot.go copies every bucket
@@ -48,10 +51,20 @@
 //     anywhere else is not replicated. A view the replica builds from the
 //     new state must be rebuilt after a snapshot is installed
 //     (Replica.afterSnapshot) and when the replica opens.
+//
 //  5. When it changes what members serve, an Effect field, and its
 //     handling in the replica (replica/node.go, applyView).
+//
 //  6. Its proposer: a method of the replica (replica/propose.go) that
 //     builds the Command and proposes it.
+//
+//  7. When members of one version would apply it otherwise than those of
+//     the version before (a new op, a new field, a new rule), raise
+//     Version (internal/shardmap.FSMVersion) and say what it adds; a
+//     proposer of the new form waits until every member says the new
+//     version (routers do so for a migration: craftroute's
+//     checkVersions). A check that only refuses a client's request is the
+//     proposer's, before it proposes (CheckUnrouted), not Apply's.
 //
 // Tests here run commands against a bare generation (journal_test.go,
 // openGeneration) and fuzz the decoder (FuzzCommand) and UPDATE
