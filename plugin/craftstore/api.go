@@ -206,13 +206,21 @@ func (a *apiServer) admit(origin string) error {
 }
 
 func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
+	if origin, rrs, ok := a.zoneBody(w, r); ok {
+		a.importZone(w, r, origin, rrs)
+	}
+}
+
+// zoneBody reads the zone a request's body holds, checked as every import
+// is; it answers the error itself when there is one.
+func (a *apiServer) zoneBody(w http.ResponseWriter, r *http.Request) (string, []dns.RR, bool) {
 	origin, body, err := zoneapi.ReadZone(w, r)
 	if err == nil {
 		err = a.admit(origin)
 	}
 	if err != nil {
 		fail(w, err)
-		return
+		return "", nil, false
 	}
 	rrs, err := zoneapi.ParseZoneMax(origin, string(body), a.maxZone)
 	if _, _, ok := zoneapi.Status(err); err != nil && !ok {
@@ -220,9 +228,9 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		fail(w, err)
-		return
+		return "", nil, false
 	}
-	a.importZone(w, r, origin, rrs)
+	return origin, rrs, true
 }
 
 // stageZone answers PUT /v1/stage/{zone}: the zone's text, checked as
@@ -231,20 +239,8 @@ func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
 // queries do not see it, another import of the zone supersedes it. The
 // answer is txn.Staged.
 func (a *apiServer) stageZone(w http.ResponseWriter, r *http.Request) {
-	origin, body, err := zoneapi.ReadZone(w, r)
-	if err == nil {
-		err = a.admit(origin)
-	}
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	rrs, err := zoneapi.ParseZoneMax(origin, string(body), a.maxZone)
-	if _, _, ok := zoneapi.Status(err); err != nil && !ok {
-		err = badRequest("%v", err)
-	}
-	if err != nil {
-		fail(w, err)
+	origin, rrs, ok := a.zoneBody(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))

@@ -1,9 +1,11 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
@@ -43,7 +45,8 @@ import (
 //
 // The entries' data are read cheaply: an operation that changes no answer
 // (a transaction's decision, a fence, an import's staging, a member's
-// addresses) by its first bytes; a change or an update by its names; a
+// addresses) by its first bytes; a change or an update only when a query
+// finds the Ready in its way (the write path pays a copy of its bytes); a
 // transaction part when it is prepared (the names it will hold, which a
 // reader must not miss: pendingParts keeps what its commit changes, as the
 // prepare is in an earlier Ready than its commit).
@@ -51,7 +54,37 @@ import (
 // pendingReady is what the Ready being persisted and applied changes.
 type pendingReady struct {
 	last uint64 // the index of its last committed entry
-	t    touch
+	// base is what the Ready loop read at once: everything (a snapshot,
+	// an entry it cannot read), transaction parts, map epochs and
+	// partitions. plain are the record changes and UPDATEs, copied: the
+	// common writes, whose names only a query that finds the Ready in its
+	// way reads (touch), so that the write path pays for none of it.
+	base  touch
+	plain [][]byte
+	once  sync.Once
+}
+
+// touch returns what the Ready changes, reading its plain writes' names
+// on the first call.
+func (p *pendingReady) touch() *touch {
+	p.once.Do(func() {
+		for _, data := range p.plain {
+			c, err := fsm.Unmarshal(data)
+			var names []string
+			if err == nil {
+				names, err = fsm.Touched(c)
+			}
+			if err != nil {
+				p.base.all = true
+				continue
+			}
+			for _, n := range names {
+				p.base.addName(c.Zone, n)
+			}
+		}
+		p.plain = nil
+	})
+	return &p.base
 }
 
 // touch is what some committed entries change that a query's answer can
@@ -193,7 +226,7 @@ func (p *Pending) Epoch() uint64 {
 	if p == nil {
 		return 0
 	}
-	return p.p.t.epoch
+	return p.p.base.epoch // set by the Ready loop before it published p
 }
 
 // Through is the index of the last pending entry.
@@ -212,7 +245,7 @@ func (p *Pending) Changes(m *dns.Msg) bool {
 	if p == nil {
 		return false
 	}
-	t, o := &p.p.t, p.origin
+	t, o := p.p.touch(), p.origin
 	if t.all {
 		return true
 	}
@@ -281,7 +314,7 @@ func (r *Replica) ReadFor(ctx context.Context, index uint64, fresh bool, qname s
 			if pend.z = r.Match(qname); pend.z != nil {
 				pend.origin = pend.z.Origin()
 			}
-			if !p.t.affects(pend.origin, qname, pend.hasBelow) {
+			if !p.touch().affects(pend.origin, qname, pend.hasBelow) {
 				return pend, nil
 			}
 		}
@@ -336,7 +369,7 @@ func (r *Replica) notePending(rd raft.Ready) {
 	p := &pendingReady{}
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		// Everything may change; the prepared parts come from the snapshot.
-		p.t.all = true
+		p.base.all = true
 		p.last = rd.Snapshot.GetMetadata().GetIndex()
 		clear(r.pendingParts)
 	}
@@ -348,19 +381,20 @@ func (r *Replica) notePending(rd raft.Ready) {
 	applied := r.applied.Load()
 	for _, e := range rd.CommittedEntries {
 		p.last = max(p.last, e.GetIndex())
-		if p.t.all || e.GetIndex() <= applied || e.GetType() != pb.EntryNormal {
+		if p.base.all || e.GetIndex() <= applied || e.GetType() != pb.EntryNormal {
 			// A change of members changes no answer.
 			continue
 		}
-		cur = r.touchEntry(&p.t, e.GetData(), cur)
+		cur = r.touchEntry(&p.base, &p.plain, e.GetData(), cur)
 	}
 	r.pending.Store(p)
 	r.signalApplied()
 }
 
-// touchEntry adds what entry data changes to t; cur is the shard map
-// before it, and it returns the map after it.
-func (r *Replica) touchEntry(t *touch, data []byte, cur *shardmap.Map) *shardmap.Map {
+// touchEntry adds what entry data changes to t, or, for a record change or
+// an UPDATE, a copy of data to plain (read later: pendingReady.touch); cur
+// is the shard map before it, and it returns the map after it.
+func (r *Replica) touchEntry(t *touch, plain *[][]byte, data []byte, cur *shardmap.Map) *shardmap.Map {
 	if len(data) == 0 {
 		return cur
 	}
@@ -371,7 +405,10 @@ func (r *Replica) touchEntry(t *touch, data []byte, cur *shardmap.Map) *shardmap
 	switch fsm.Op(data[1]) {
 	case fsm.OpTxDecide, fsm.OpTxFence, fsm.OpTxUnfence, fsm.OpMemberInfo, fsm.OpImportBegin, fsm.OpImportChunk:
 		return cur // no record, no placement
-	case fsm.OpChange, fsm.OpUpdate, fsm.OpTxPrepare, fsm.OpTxCommit, fsm.OpTxAbort:
+	case fsm.OpChange, fsm.OpUpdate:
+		*plain = append(*plain, bytes.Clone(data))
+		return cur
+	case fsm.OpTxPrepare, fsm.OpTxCommit, fsm.OpTxAbort:
 	default:
 		t.all = true // zones created, replaced, deleted; anything else
 		return cur
@@ -382,14 +419,6 @@ func (r *Replica) touchEntry(t *touch, data []byte, cur *shardmap.Map) *shardmap
 		return cur
 	}
 	switch c.Op {
-	case fsm.OpChange, fsm.OpUpdate:
-		names, err := fsm.Touched(c)
-		if err != nil {
-			t.all = true
-		}
-		for _, n := range names {
-			t.addName(c.Zone, n)
-		}
 	case fsm.OpTxPrepare:
 		// The names it holds: a reader must meet the lock (heldread)
 		// rather than read the state before a part whose commit another

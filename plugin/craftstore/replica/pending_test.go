@@ -212,14 +212,14 @@ func TestTouchMapPart(t *testing.T) {
 	none := func(string) bool { return false }
 
 	var tp touch
-	if m := r.touchEntry(&tp, prep, cur); m != cur || tp.all || tp.epoch != 0 {
+	if m := r.touchEntry(&tp, nil, prep, cur); m != cur || tp.all || tp.epoch != 0 {
 		t.Fatalf("prepare: map %v, touch %+v", m, tp)
 	}
 	if !tp.affects("example.org.", "moved.example.org.", none) || len(tp.parts) != 0 {
 		t.Errorf("prepare: want the moved name held, no partitions: %+v", tp)
 	}
 	var tcm touch
-	if m := r.touchEntry(&tcm, commit, cur); m.Epoch != 5 || tcm.all || tcm.epoch != 5 {
+	if m := r.touchEntry(&tcm, nil, commit, cur); m.Epoch != 5 || tcm.all || tcm.epoch != 5 {
 		t.Fatalf("commit: map %v, touch %+v", m, tcm)
 	}
 	if !tcm.affects("example.org.", "moved.example.org.", none) {
@@ -229,7 +229,7 @@ func TestTouchMapPart(t *testing.T) {
 		t.Errorf("commit: want partitions 7 and 9 changed, got %v of %d", tcm.parts, tcm.partitions)
 	}
 	var again touch
-	r.touchEntry(&again, commit, cur)
+	r.touchEntry(&again, nil, commit, cur)
 	if !again.all {
 		t.Error("a commit without its prepare does not change everything")
 	}
@@ -238,7 +238,7 @@ func TestTouchMapPart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.touchEntry(&dec, d, cur); dec.all || len(dec.names) != 0 {
+	if r.touchEntry(&dec, nil, d, cur); dec.all || len(dec.names) != 0 {
 		t.Errorf("a decision changes %+v", dec)
 	}
 	del, err := (&fsm.Command{Op: fsm.OpDeleteZone, Zone: "example.org."}).Marshal()
@@ -246,7 +246,7 @@ func TestTouchMapPart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dz touch
-	if r.touchEntry(&dz, del, cur); !dz.all {
+	if r.touchEntry(&dz, nil, del, cur); !dz.all {
 		t.Error("a deleted zone does not change everything")
 	}
 }
