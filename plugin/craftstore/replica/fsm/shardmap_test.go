@@ -246,15 +246,7 @@ func TestMapHold(t *testing.T) {
 		mustTestRR(t, origin+" 300 IN SOA ns1.example.org. h.example.org. 1 7200 3600 1209600 300"),
 		mustTestRR(t, origin+" 300 IN NS ns1.example.org."),
 	}
-	for _, c := range []*Command{
-		{Op: OpImportBegin, Zone: origin, Import: 1},
-		{Op: OpImportChunk, Zone: origin, Import: 1, Add: apex},
-		{Op: OpImportCommit, Zone: origin, Import: 1},
-	} {
-		if _, _, err := applyIn(t, db, c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	importTestZone(t, db, origin, 1, apex)
 	m1 := testShardMap(1, "127.0.0.1:53")
 	id := byte(0)
 	prepareMap := func(m []byte, hold ...uint32) error {

@@ -31,15 +31,7 @@ func TestUnroutedWrites(t *testing.T) {
 	} {
 		rrs = append(rrs, mustTestRR(t, s))
 	}
-	for _, c := range []*Command{
-		{Op: OpImportBegin, Zone: origin, Import: 1},
-		{Op: OpImportChunk, Zone: origin, Import: 1, Add: rrs},
-		{Op: OpImportCommit, Zone: origin, Import: 1},
-	} {
-		if _, _, err := applyIn(t, db, c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	importTestZone(t, db, origin, 1, rrs)
 	// direct proposes c as a member does a client's write: checked, then
 	// applied with the epoch the check gives.
 	direct := func(c *Command) error {
@@ -189,4 +181,18 @@ func rrsIn(t *testing.T, db *bolt.DB, origin, name string) []dns.RR {
 		t.Fatal(err)
 	}
 	return rrs
+}
+
+// importTestZone imports zone origin holding rrs into db, as import id.
+func importTestZone(t *testing.T, db *bolt.DB, origin string, id uint64, rrs []dns.RR) {
+	t.Helper()
+	for _, c := range []*Command{
+		{Op: OpImportBegin, Zone: origin, Import: id},
+		{Op: OpImportChunk, Zone: origin, Import: id, Add: rrs},
+		{Op: OpImportCommit, Zone: origin, Import: id},
+	} {
+		if _, _, err := applyIn(t, db, c); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
