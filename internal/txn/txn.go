@@ -95,6 +95,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"slices"
 	"time"
 
@@ -224,10 +225,12 @@ type Staged struct {
 	Records int    `json:"records,omitempty"`
 }
 
-// StagePath is the member API path that stages zone (canonical) for a
-// shard map part to commit: PUT with the zone's text, answered with
-// Staged.
-func StagePath(zone string) string { return "/v1/stage/" + zone }
+// StagePattern is the member API route that stages a zone for a shard
+// map part to commit: PUT with the zone's text, answered with Staged.
+const StagePattern = "/v1/stage/{zone}"
+
+// StagePath is StagePattern's path for zone (canonical).
+func StagePath(zone string) string { return "/v1/stage/" + url.PathEscape(zone) }
 
 // Move is one zone's record change in a map part (Prepare.Moves).
 type Move struct {

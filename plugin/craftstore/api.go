@@ -79,7 +79,7 @@ func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, erro
 	mux.HandleFunc("POST /v1/txn/{id}/prepare", httpapi.Body(httpapi.JSON, a.txPrepare))
 	mux.HandleFunc("POST /v1/txn/{id}/decide", httpapi.Body(httpapi.JSON, a.txDecide))
 	mux.HandleFunc("GET /v1/txn/{id}", a.txStatus)
-	mux.HandleFunc("PUT "+txn.StagePath("{zone}"), a.stageZone)
+	mux.HandleFunc("PUT "+txn.StagePattern, a.stageZone)
 	mux.HandleFunc("GET "+shardmap.MapPath, a.shardMap)
 	mux.HandleFunc("GET "+shardmap.PartitionsPath, a.exportPartitions)
 	mux.HandleFunc("POST /v1/txn/{id}/commit", httpapi.Body(httpapi.JSON, a.txFinish))

@@ -158,9 +158,11 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		check = pend.Past()
 	)
 	if routed { // only routers send an epoch
-		var byPending bool
-		notice, fenced, byPending = c.fence(ctx, rep, r, qname, pend)
-		check = check || byPending
+		var judged *replica.Pending
+		notice, fenced, judged = c.fence(ctx, rep, r, qname, pend)
+		if judged != nil {
+			pend, check = judged, true
+		}
 	}
 	if fenced != nil {
 		// Written: success, or the server would answer again (as ede.Write).
@@ -277,24 +279,30 @@ func (c *Craftstore) answer(r *dns.Msg, z *zone.Zone, qname string, facts bool) 
 // carries: fenced is the refusal to send when the router's map is too old
 // for it, or when this member is behind it; notice is the member's newer
 // epoch for the answer, 0 when the router's is current (or it sent none).
-// pend is what committed entries the member has not applied change (none
-// of it qname's answer): when they set the router's epoch, or a newer one,
-// the member judges as it will once it applied them, and byPending says so
-// (the answer must then not depend on what they change).
-func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg, qname string, pend *replica.Pending) (notice uint64, fenced *dns.Msg, byPending bool) {
+// pend is what committed entries the member read past change (nil: it
+// applied the router's index). When the router is ahead of the member's
+// map and the entries the member is applying (pend, or those it finds
+// now) set the router's epoch, or a newer one, and change nothing of
+// qname's answer, the member judges as it will once it applied them:
+// judged is then those entries (the answer must not depend on what they
+// change), else nil.
+func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg, qname string, pend *replica.Pending) (notice uint64, fenced *dns.Msg, judged *replica.Pending) {
 	epoch, owner := shardproto.RoutedEpoch(r)
 	p := rep.Placement()
-	if pe := pend.Epoch(); epoch != 0 && (p == nil || epoch > p.Map.Epoch) && epoch <= pe {
-		// The entries move no partition of qname's and change no shard
-		// (else they would change its answer): after them the member
-		// passes the router's epoch, or notices its newer one.
-		if epoch < pe {
-			fenceCount.WithLabelValues("dns", "notice").Inc()
-			return pe, nil, true
-		}
-		return 0, nil, true
-	}
 	if epoch != 0 && (p == nil || epoch > p.Map.Epoch) {
+		if pend == nil {
+			pend = rep.PendingFor(qname)
+		}
+		if pe := pend.Epoch(); epoch <= pe {
+			// The entries move no partition of qname's and change no
+			// shard (else they would change its answer): after them the
+			// member passes the router's epoch, or notices its newer one.
+			if epoch < pe {
+				fenceCount.WithLabelValues("dns", "notice").Inc()
+				return pe, nil, pend
+			}
+			return 0, nil, pend
+		}
 		// The router routes by a map this member has not applied: names
 		// may have moved to its shard since (a migration's batch), which
 		// its state lacks. It catches up with its leader; still behind
@@ -307,31 +315,34 @@ func (c *Craftstore) fence(ctx context.Context, rep *replica.Replica, r *dns.Msg
 		p = rep.Placement()
 		switch {
 		case err == nil && p != nil && epoch <= p.Map.Epoch:
-		case p != nil && owner && c.placeKey(rep, p, qname) != "" && p.Owns(c.placeKey(rep, p, qname)):
+		case p != nil && owner && ownsKey(p, c.placeKey(rep, p, qname)):
 			// Asked as the owner of a name its shard owns by its own map
 			// too: the router's map places it here as well, so no
 			// partition of it moved here since; its state answers.
-			return 0, nil, false
+			return 0, nil, nil
 		default:
 			fenceCount.WithLabelValues("dns", "behind").Inc()
-			return 0, ede.Reply(r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText), false
+			return 0, ede.Reply(r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText), nil
 		}
 	}
 	if epoch == 0 || p == nil || epoch >= p.Map.Epoch {
-		return 0, nil, false
+		return 0, nil, nil
 	}
 	key := c.placeKey(rep, p, qname)
 	if key == "" {
 		// Key mode "zone" and no zone here holds the name: routed by an
 		// older map, it may have moved away since (a migration's batch).
-		return 0, fencedReply(r, p, p.FencedText(epoch)), false
+		return 0, fencedReply(r, p, p.FencedText(epoch)), nil
 	}
 	if p.Fence(epoch, owner, key) != shardmap.Fenced {
 		fenceCount.WithLabelValues("dns", "notice").Inc()
-		return p.Map.Epoch, nil, false
+		return p.Map.Epoch, nil, nil
 	}
-	return 0, fencedReply(r, p, p.FencedText(epoch)), false
+	return 0, fencedReply(r, p, p.FencedText(epoch)), nil
 }
+
+// ownsKey reports whether p's shard owns key, a placeKey ("" owns nothing).
+func ownsKey(p *shardmap.Place, key string) bool { return key != "" && p.Owns(key) }
 
 // placeKey is what p's map places for qname: the name, or in key mode
 // "zone" the origin of its zone here ("" when no zone here holds it).

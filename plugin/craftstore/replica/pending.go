@@ -288,12 +288,11 @@ func canonical(name string) string { return dnsname.Lower(dns.Fqdn(name)) }
 // ReadFor waits, for a routed query about qname, until the member's views
 // answer it as of index (every write the router was told of: CaughtUp) or,
 // with fresh, as of its leader's commit index (Fresh): until the member
-// applied the index, or until the entries up to it are committed here and
-// change nothing the answer depends on (the member then answers past them:
-// Pending, whose Changes the caller checks once it looked the answer up).
-// The Pending returned also describes the pending entries when the member
-// applied index already, for the caller's fence (a router may know the map
-// epoch they set); nil when none are pending or they change the answer.
+// applied the index (nil), or until the entries up to it are committed here
+// and change nothing the answer depends on (the member then answers past
+// them: a Pending, whose Changes the caller checks once it looked the
+// answer up). A query that finds the index applied does no more: the
+// pending entries are read only for one that would wait for them.
 func (r *Replica) ReadFor(ctx context.Context, index uint64, fresh bool, qname string) (*Pending, error) {
 	if !r.ready.Load() {
 		return nil, Errorf(ErrUnavailable, "member is not ready")
@@ -308,18 +307,14 @@ func (r *Replica) ReadFor(ctx context.Context, index uint64, fresh bool, qname s
 	var deadline time.Time
 	for {
 		ch := *r.appliedSignal.Load()
-		caught := r.applied.Load() >= index
-		if p := r.pending.Load(); p != nil && (caught || index <= p.last) {
-			pend := &Pending{p: p, past: !caught}
-			if pend.z = r.Match(qname); pend.z != nil {
-				pend.origin = pend.z.Origin()
-			}
-			if !p.touch().affects(pend.origin, qname, pend.hasBelow) {
+		if r.applied.Load() >= index {
+			return nil, nil
+		}
+		if p := r.pending.Load(); p != nil && index <= p.last {
+			if pend := r.pendingFor(p, qname); pend != nil {
+				pend.past = true
 				return pend, nil
 			}
-		}
-		if caught {
-			return nil, nil
 		}
 		if deadline.IsZero() {
 			deadline = time.Now().Add(limit)
@@ -341,6 +336,30 @@ func (r *Replica) ReadFor(ctx context.Context, index uint64, fresh bool, qname s
 			return nil, Errorf(ErrUnavailable, "member is shutting down")
 		}
 	}
+}
+
+// PendingFor returns what the committed entries the member is applying
+// change, when none of it changes the answer for qname (a fence judges a
+// router that knows the map epoch they set by it); nil when none are
+// pending or they change the answer.
+func (r *Replica) PendingFor(qname string) *Pending {
+	if p := r.pending.Load(); p != nil {
+		return r.pendingFor(p, qname)
+	}
+	return nil
+}
+
+// pendingFor returns p for a query about qname, nil when p changes its
+// answer.
+func (r *Replica) pendingFor(p *pendingReady, qname string) *Pending {
+	pend := &Pending{p: p}
+	if pend.z = r.Match(qname); pend.z != nil {
+		pend.origin = pend.z.Origin()
+	}
+	if p.touch().affects(pend.origin, qname, pend.hasBelow) {
+		return nil
+	}
+	return pend
 }
 
 // partTouch is what a prepared transaction part changes when it commits,
