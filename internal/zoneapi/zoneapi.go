@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/zonerules"
 
 	"github.com/miekg/dns"
@@ -270,7 +271,7 @@ func ParseDeletion(origin string, raw json.RawMessage) (Deletion, error) {
 	}
 	d := Deletion{Name: name}
 	if sel.Type != "" {
-		t, ok := dns.StringToType[strings.ToUpper(sel.Type)]
+		t, ok := ParseType(sel.Type)
 		if !ok {
 			return Deletion{}, fmt.Errorf("unknown type %q", sel.Type)
 		}
@@ -280,6 +281,42 @@ func ParseDeletion(origin string, raw json.RawMessage) (Deletion, error) {
 		d.Type = t
 	}
 	return d, nil
+}
+
+// ParseType reads a type's mnemonic or its generic name (TYPE65380, RFC
+// 3597 section 5), in any case.
+func ParseType(s string) (uint16, bool) {
+	s = strings.ToUpper(s)
+	if t, ok := dns.StringToType[s]; ok {
+		return t, true
+	}
+	if n, ok := strings.CutPrefix(s, "TYPE"); ok {
+		t, err := strconv.ParseUint(n, 10, 16)
+		return uint16(t), err == nil && t != 0
+	}
+	return 0, false
+}
+
+// RefuseReserved refuses a client's record change that adds or deletes
+// records of the types that hold request-routing policies (policy.Reserved):
+// they are written through the policy API, which checks them. A deletion
+// of a whole name takes them along.
+func RefuseReserved(add []dns.RR, del []Deletion) error {
+	for i, rr := range add {
+		if t := rr.Header().Rrtype; policy.Reserved(t) {
+			return BadRequest("add[%d]: %v", i, policy.RefuseReserved(t))
+		}
+	}
+	for i, d := range del {
+		t := d.Type
+		if d.RR != nil {
+			t = d.RR.Header().Rrtype
+		}
+		if policy.Reserved(t) {
+			return BadRequest("delete[%d]: %v", i, policy.RefuseReserved(t))
+		}
+	}
+	return nil
 }
 
 // ParseZone parses zone file text for origin and checks it (zonerules.CheckZone).

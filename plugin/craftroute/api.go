@@ -61,6 +61,7 @@ func (c *Craftroute) startAPI() error {
 	mux := http.NewServeMux()
 	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
+	a.registerPolicies(mux)
 	mux.HandleFunc("GET /v1/shards", a.shards)
 	mux.HandleFunc("PUT /v1/shards/{name}", httpapi.Body(httpapi.JSON, a.putShard))
 	mux.HandleFunc("POST /v1/shards", httpapi.Body(httpapi.JSON, a.addShard))

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
@@ -34,6 +35,9 @@ func (c *Craftroute) splitChange(ctx context.Context, origin string, body []byte
 		rr, err := zoneapi.ParseRecord(origin, text)
 		if err != nil {
 			return nil, zoneapi.BadRequest("add[%d]: %v", i, err)
+		}
+		if t := rr.Header().Rrtype; policy.Reserved(t) {
+			return nil, zoneapi.BadRequest("add[%d]: %v", i, policy.RefuseReserved(t))
 		}
 		adds[i] = placement{dnsname.Lower(rr.Header().Name), rr.Header().Rrtype}
 		switch rr := rr.(type) {
@@ -89,6 +93,8 @@ func deletionPlacement(origin string, raw json.RawMessage) (placement, error) {
 	switch {
 	case err != nil:
 		return placement{}, err
+	case policy.Reserved(d.Type) || (d.RR != nil && policy.Reserved(d.RR.Header().Rrtype)):
+		return placement{}, policy.RefuseReserved(max(d.Type, policy.TypePolicy))
 	case d.RR != nil:
 		return placement{dnsname.Lower(d.RR.Header().Name), d.RR.Header().Rrtype}, nil
 	case d.Type == 0:

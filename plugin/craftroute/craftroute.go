@@ -150,10 +150,18 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// and never sent on (a member's refusal is no failure of it).
 		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeNotSupported, "only class IN is served")
 	}
-	resp, err := c.resolve(ctx, r)
+	// The members choose a policy's answer for the client (client.go).
+	q, added, err := withClient(r, w.RemoteAddr())
+	if err != nil {
+		return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, err.Error()+" (RFC 7871)")
+	}
+	resp, err := c.resolve(ctx, q)
 	if err != nil {
 		log.Warningf("%s/%s: %v", r.Question[0].Name, dns.TypeToString[r.Question[0].Qtype], err)
 		return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNoReachableAuthority, err.Error())
+	}
+	if added {
+		resp = withoutClient(resp, r)
 	}
 	w.WriteMsg(resp)
 	return dns.RcodeSuccess, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 
@@ -273,6 +274,9 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 	answer := out.Answer
 	extraSet := false // out.Extra is no longer the first answer's
 	opt := first.resp.IsEdns0()
+	// A policy's answer anywhere in the chain carries its ECS scope: the
+	// answer's is the longest (RFC 7871 section 7.3.1, the narrowest).
+	scope, scoped := answerScope(first.resp)
 	for n := 0; ; n++ {
 		target, source, ok := cnameTarget(cur.resp, name, q.Qtype)
 		if !ok {
@@ -309,6 +313,9 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 			out.Ns, out.Extra, extraSet = nil, nil, true
 			break
 		}
+		if s, ok := answerScope(next.resp); ok {
+			scope, scoped = max(scope, s), true
+		}
 		broadcast = broadcast || next.broadcast
 		answer = append(answer, next.resp.Answer...)
 		out.Rcode = next.resp.Rcode
@@ -323,6 +330,9 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 		if opt != nil && r.IsEdns0() != nil {
 			out.Extra = append(out.Extra, opt)
 		}
+	}
+	if scoped {
+		policy.Echo(out, policy.ECS(r), scope)
 	}
 	return out, broadcast, nil
 }

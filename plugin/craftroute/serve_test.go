@@ -132,7 +132,9 @@ func TestServeDNS(t *testing.T) {
 	c.leases.byToken.Store(&map[[shardproto.TokenLen]byte]*Shard{tok: c.shards()[0]})
 	nx := new(dns.Msg)
 	nx.SetQuestion("nothere.example.org.", dns.TypeA)
-	if m := c.neg.get("nothere.example.org.", dns.TypeA, false, false, c.changes.valid); m == nil {
+	// Cached as the answer to an EDNS query: the router asks the members
+	// with an OPT record, which carries the client's address (client.go).
+	if m := c.neg.get("nothere.example.org.", dns.TypeA, true, false, c.changes.valid); m == nil {
 		t.Fatal("expected the negative answer cached")
 	}
 	notice := shardproto.Notice{Zone: "example.org.", Change: shardproto.Records, Names: []string{"nothere.example.org."}}
@@ -150,14 +152,14 @@ func TestServeDNS(t *testing.T) {
 			t.Fatalf("a notice signed with %s: not refused", what)
 		}
 	}
-	if m := c.neg.get("nothere.example.org.", dns.TypeA, false, false, c.changes.valid); m == nil {
+	if m := c.neg.get("nothere.example.org.", dns.TypeA, true, false, c.changes.valid); m == nil {
 		t.Fatal("a refused notice voided the negative answer")
 	}
 	msg, sent := notice.Msg("example.org.", lease, testKey)
 	if m := serve(t, c, msg); m.Rcode != dns.RcodeSuccess || !shardproto.NoticeAcked(m, sent, testKey) {
 		t.Fatalf("notice: %v", m)
 	}
-	if m := c.neg.get("nothere.example.org.", dns.TypeA, false, false, c.changes.valid); m != nil {
+	if m := c.neg.get("nothere.example.org.", dns.TypeA, true, false, c.changes.valid); m != nil {
 		t.Fatal("the negative answer outlived the notice of a write at its name")
 	}
 	// A notice that the zone was deleted drops its entries.

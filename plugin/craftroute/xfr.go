@@ -18,6 +18,7 @@ import (
 	"github.com/coredns/coredns/plugin/transfer"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/xfrnotify"
 	"github.com/craftdns/craftdns/internal/xfrstream"
@@ -111,6 +112,10 @@ func (c *Craftroute) Transfer(name string, serial uint32) (<-chan []dns.RR, erro
 			}
 		}()
 		send := func(rrs []dns.RR) error {
+			// Policies stay with the shards (internal/policy).
+			if rrs = policy.Without(rrs); len(rrs) == 0 {
+				return nil
+			}
 			select {
 			case ch <- rrs:
 				return nil

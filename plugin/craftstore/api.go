@@ -67,6 +67,7 @@ func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, erro
 	mux := http.NewServeMux()
 	zoneapi.Handlers{ListZones: a.listZones, PutZone: a.putZone, GetZone: a.getZone, DeleteZone: a.deleteZone,
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
+	a.registerPolicies(mux)
 	mux.HandleFunc("POST /v1/zones/{zone}/axfr", httpapi.Body(httpapi.JSON, a.axfrZone))
 	mux.HandleFunc("GET /v1/zones/{zone}/xfr", a.xfr)
 	mux.HandleFunc("POST /v1/zones/{zone}/xfr", httpapi.Body(httpapi.JSON, a.xfr))
@@ -352,6 +353,9 @@ func (a *apiServer) changeRecords(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	add, del, names, err := a.parseChange(origin, req)
+	if err == nil {
+		err = refuseReserved(add, del)
+	}
 	if err != nil {
 		fail(w, err)
 		return
@@ -474,4 +478,14 @@ func (a *apiServer) removeMember(w http.ResponseWriter, r *http.Request) {
 // (replica.WithLate), so that the routers learn of it then.
 func (a *apiServer) late(ctx context.Context, zone string, c shardproto.Change, names ...string) context.Context {
 	return lateNotice(ctx, a.leases, a.rep, zone, c, names...)
+}
+
+// refuseReserved refuses a client's change of the records that hold
+// request-routing policies (zoneapi.RefuseReserved).
+func refuseReserved(add []dns.RR, del []replica.Deletion) error {
+	dels := make([]zoneapi.Deletion, len(del))
+	for i, d := range del {
+		dels[i] = zoneapi.Deletion(d)
+	}
+	return zoneapi.RefuseReserved(add, dels)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
@@ -196,6 +197,14 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		readPast = hr.undecided || len(hr.preview) > 0
 	}
 
+	// The client a policy answers for (internal/policy): the query's ECS
+	// option, else its source. A malformed option is refused (RFC 7871
+	// section 7.1.1).
+	cl, ecs, err := policy.ClientOf(r, w.RemoteAddr())
+	if err != nil {
+		return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, err.Error()+" (RFC 7871)")
+	}
+
 	facts := shardproto.Requested(r)
 	if !routed && !facts && !unconfirmed && r.IsTsig() == nil && writePacked(w, r, z) {
 		// The common answers, packed without a dns.Msg (rawwrite.go); a
@@ -204,7 +213,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		return dns.RcodeSuccess, nil
 	}
 
-	m := c.answer(r, z, qname, facts)
+	m := c.answer(r, z, qname, facts, cl, ecs)
 	if check && pend.Changes(m) {
 		// A name the answer carries (a CNAME's target, a name server, its
 		// glue) is among what the entries read past change: the answer
@@ -220,7 +229,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 			// Its preview may be older than the state now applied.
 			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText)
 		}
-		m = c.answer(r, z, qname, facts)
+		m = c.answer(r, z, qname, facts, cl, ecs)
 	}
 	if routed {
 		// Read after the lookup: at least the state answered from.
@@ -256,9 +265,12 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	return dns.RcodeSuccess, nil
 }
 
-// answer looks qname up in z for query r, into a new reply: the member's
-// facts too when a router asks for them.
-func (c *Craftstore) answer(r *dns.Msg, z *zone.Zone, qname string, facts bool) *dns.Msg {
+// answer looks qname up in z for query r from client cl, into a new reply:
+// the member's facts too when a router asks for them. A policy's answer
+// carries the query's ECS option ecs back with the scope the policy chose
+// by (RFC 7871 section 7.2.1); other answers, which depend on no address,
+// carry none, as before policies.
+func (c *Craftstore) answer(r *dns.Msg, z *zone.Zone, qname string, facts bool, cl policy.Client, ecs *dns.EDNS0_SUBNET) *dns.Msg {
 	q := r.Question[0]
 	m := new(dns.Msg)
 	m.SetReply(r)
@@ -268,9 +280,12 @@ func (c *Craftstore) answer(r *dns.Msg, z *zone.Zone, qname string, facts bool) 
 	}
 	if facts {
 		// craftroute asks what this member holds about the name.
-		shardproto.Attach(m, z.Partition(m, qname, q.Qtype))
+		shardproto.Attach(m, z.PartitionFor(m, qname, q.Qtype, &cl))
 	} else {
-		z.Lookup(m, qname, q.Qtype)
+		z.LookupFor(m, qname, q.Qtype, &cl)
+	}
+	if cl.Used && ecs != nil {
+		policy.Echo(m, ecs, cl.Scope)
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"github.com/coredns/coredns/plugin/transfer"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/policy"
 
 	"github.com/miekg/dns"
 )
@@ -17,7 +18,8 @@ var _ transfer.Transferer = (*Craftstore)(nil)
 // the member's bbolt file, in batches (replica.Replica.Transfer):
 // serial 0 or one older than the journal reaches back to gets the whole
 // zone framed by its SOA, a current (or newer) serial the SOA alone, any
-// other serial the changes since, from the journal.
+// other serial the changes since, from the journal. Request-routing
+// policies and region tables are left out.
 func (c *Craftstore) Transfer(name string, serial uint32) (<-chan []dns.RR, error) {
 	origin := dnsname.Lower(name)
 	if plugin.Zones(c.Zones).Matches(origin) == "" {
@@ -33,7 +35,11 @@ func (c *Craftstore) Transfer(name string, serial uint32) (<-chan []dns.RR, erro
 		// The transfer plugin reads the channel to its end, even when the
 		// client went away, so this never blocks for good.
 		err := rep.Transfer(origin, serial, func(rrs []dns.RR) error {
-			ch <- rrs
+			// Policies stay home: a secondary serves the owners'
+			// records, the default pools' values (internal/policy).
+			if rrs = policy.Without(rrs); len(rrs) > 0 {
+				ch <- rrs
+			}
 			return nil
 		})
 		if err != nil {

@@ -25,9 +25,10 @@ func Call(t testing.TB, method, url, token, body string) (int, []byte) {
 }
 
 // BodyType is the Content-Type of a body the API takes at method url: a
-// zone file for PUT, JSON otherwise.
+// zone file for PUT of a zone, JSON otherwise (a policy and a region
+// table are PUT as JSON).
 func BodyType(method, url string) string {
-	if method == http.MethodPut {
+	if method == http.MethodPut && !strings.Contains(url, "/policies/") && !strings.HasSuffix(url, "/regions") {
 		return httpapi.Zone
 	}
 	return httpapi.JSON

@@ -1,6 +1,10 @@
 package zone
 
-import "github.com/miekg/dns"
+import (
+	"github.com/craftdns/craftdns/internal/policy"
+
+	"github.com/miekg/dns"
+)
 
 // Building the sections of a response from one version of the zone.
 
@@ -60,6 +64,8 @@ func (n *node) anyRRset() []dns.RR {
 			j++
 		}
 		switch t {
+		case policy.TypePolicy, policy.TypeRegions:
+			// Not data a client reads (internal/policy).
 		case dns.TypeDNSKEY, dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3:
 			if dnssec == nil {
 				dnssec = n.rrs[i:j:j]
@@ -121,4 +127,13 @@ func synthesize(rr dns.RR, owner string) dns.RR {
 	}
 	c.Header().Name = owner
 	return c
+}
+
+// regions returns the zone's region table record (internal/policy), nil
+// when it has none.
+func (z *view) regions() dns.RR {
+	if rrs := z.apex.rrset(policy.TypeRegions); len(rrs) > 0 {
+		return rrs[0]
+	}
+	return nil
 }

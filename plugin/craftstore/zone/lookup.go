@@ -1,6 +1,10 @@
 package zone
 
-import "github.com/miekg/dns"
+import (
+	"github.com/craftdns/craftdns/internal/policy"
+
+	"github.com/miekg/dns"
+)
 
 // maxChain bounds the names one lookup visits. Loops end earlier, on the
 // first repeated (CNAME RRset, owner) pair, as in NSD; this bound only cuts
@@ -24,13 +28,21 @@ const maxChain = 64
 //
 // The RRs appended are the zone's own (wildcard answers excepted): callers
 // must not modify them.
-func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) { z.load().lookup(m, qname, qtype) }
+func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) { z.load().lookup(m, qname, qtype, nil) }
 
-func (z *view) lookup(m *dns.Msg, qname string, qtype uint16) {
+// LookupFor is Lookup for client cl: a name with a request-routing policy
+// for qtype answers with what the policy chooses for cl (policy.Pick),
+// and cl says whether one did, by which prefix. Lookup answers such a name
+// with its records: the values of the policy's default pool.
+func (z *Zone) LookupFor(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) {
+	z.load().lookup(m, qname, qtype, cl)
+}
+
+func (z *view) lookup(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) {
 	if !z.begin(m) {
 		return
 	}
-	var c chain
+	c := chain{client: cl}
 	name := qname
 	for step := 0; step < maxChain; step++ {
 		next, follow, _ := z.answer(m, name, qtype, step, &c)
@@ -117,6 +129,11 @@ func (z *view) answer(m *dns.Msg, qname string, qtype uint16, step int, c *chain
 // fromNode answers from n, the node at qname or the source of synthesis when
 // owner is set (RFC 1034 §4.3.2 step 3a, 3c).
 func (z *view) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, step int, c *chain) (string, bool) {
+	if policy.Reserved(qtype) {
+		// Policies are the store's, not data a client reads.
+		z.negative(m, dns.RcodeSuccess)
+		return "", false
+	}
 	if qtype == dns.TypeANY {
 		if rrs := n.anyRRset(); rrs != nil {
 			m.Answer = appendRRs(m.Answer, rrs, owner)
@@ -126,7 +143,13 @@ func (z *view) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, 
 		return "", false
 	}
 
-	if rrs := n.rrset(qtype); rrs != nil {
+	rrs := n.rrset(qtype)
+	if n.flags&fPolicy != 0 && c.client != nil && rrs != nil {
+		if picked, ok := policy.Pick(n.rrs, z.regions(), qtype, c.client); ok {
+			rrs = picked
+		}
+	}
+	if rrs != nil {
 		m.Answer = appendRRs(m.Answer, rrs, owner)
 		// NSD adds the apex NS RRset, as RFC 1034 §6.2.1 shows, but not for
 		// DS and DNSKEY whose answers are large already, and not twice.
@@ -207,6 +230,8 @@ func fitsWire(name string) bool {
 // chain records the CNAME RRsets a lookup added, with their owners, so that a
 // loop stops when it would add one a second time.
 type chain struct {
+	client *policy.Client // the lookup's client, nil for none (Lookup)
+
 	n     int
 	fixed [8]visit
 	more  []visit

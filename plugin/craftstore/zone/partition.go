@@ -1,6 +1,7 @@
 package zone
 
 import (
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
@@ -26,15 +27,20 @@ import (
 // As with Lookup, the RRs appended are the zone's own (wildcard answers
 // excepted): callers must not modify them.
 func (z *Zone) Partition(m *dns.Msg, qname string, qtype uint16) shardproto.Facts {
-	return z.load().partition(m, qname, qtype)
+	return z.load().partition(m, qname, qtype, nil)
 }
 
-func (z *view) partition(m *dns.Msg, qname string, qtype uint16) shardproto.Facts {
+// PartitionFor is Partition for client cl, as LookupFor is Lookup's.
+func (z *Zone) PartitionFor(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) shardproto.Facts {
+	return z.load().partition(m, qname, qtype, cl)
+}
+
+func (z *view) partition(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) shardproto.Facts {
 	facts := shardproto.Facts{Kind: shardproto.Final, Origin: z.origin}
 	if !z.begin(m) {
 		return facts
 	}
-	var c chain
+	c := chain{client: cl}
 	_, _, f := z.answer(m, qname, qtype, 0, &c)
 	switch f.where {
 	case whereOutside:

@@ -114,7 +114,7 @@ func TestReadsSeeOneVersion(t *testing.T) {
 	// The first version still answers as it did.
 	m := new(dns.Msg)
 	m.SetQuestion("cn.example.org.", dns.TypeTXT)
-	first.lookup(m, "cn.example.org.", dns.TypeTXT)
+	first.lookup(m, "cn.example.org.", dns.TypeTXT, nil)
 	if len(m.Answer) != 2 || m.Answer[0].(*dns.CNAME).Target != "t1.example.org." || m.Answer[1].(*dns.TXT).Txt[0] != "1" {
 		t.Errorf("a version taken before the writes changed: %v", m.Answer)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/craftdns/craftdns/internal/policy"
+
 	"github.com/miekg/dns"
 )
 
@@ -61,7 +63,7 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 		return buf, 0, false // not packed: not reached, the zone's RRs pack
 	}
 	q := r.Question[0]
-	if q.Qtype == dns.TypeANY {
+	if q.Qtype == dns.TypeANY || policy.Reserved(q.Qtype) {
 		return buf, 0, false
 	}
 	// The RRsets of the answer section: the CNAMEs of a chain, then the
@@ -94,8 +96,9 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 			break
 		}
 		if set := encl.packedSet(q.Qtype); set.count > 0 {
-			if encl.wlen == 0 {
-				return buf, 0, false // RRs not packed (owner spelt otherwise): Lookup
+			if encl.wlen == 0 || encl.flags&fPolicy != 0 {
+				// Not packed, or a policy chooses the answer: Lookup.
+				return buf, 0, false
 			}
 			sets[nsets], nsets, ancount = set, nsets+1, ancount+int(set.count)
 			if q.Qtype != dns.TypeDS && q.Qtype != dns.TypeDNSKEY && !(q.Qtype == dns.TypeNS && encl == v.apex) {

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/policy"
 
 	"github.com/miekg/dns"
 )
@@ -76,9 +77,10 @@ const (
 	fLoading                   // being filled by Load
 	fDNAME                     // holds a DNAME (RFC 6672)
 	fBlock                     // a block the collector does not scan (block.go): it points only into itself
+	fPolicy                    // holds a request-routing policy (internal/policy)
 
-	fData = fCut | fCNAME | fDNAME // the flags nodeFlags derives from a node's RRs
-	fOwn  = fData | fBlock         // the flags of a node's data and allocation, not for another node
+	fData = fCut | fCNAME | fDNAME | fPolicy // the flags nodeFlags derives from a node's RRs
+	fOwn  = fData | fBlock                   // the flags of a node's data and allocation, not for another node
 )
 
 // New returns an empty zone for origin (any case; stored canonical lower-case FQDN).
@@ -207,6 +209,8 @@ func nodeFlags(rrs []dns.RR, apex bool) uint8 {
 			f |= fCNAME
 		case dns.TypeDNAME:
 			f |= fDNAME
+		case policy.TypePolicy:
+			f |= fPolicy
 		}
 	}
 	return f

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/zonerules"
 
 	"github.com/miekg/dns"
@@ -64,6 +65,9 @@ func CheckUpdate(zone string, prereq, updates []dns.RR) (int, string) {
 			}
 		default:
 			return dns.RcodeFormatError, "update of another class"
+		}
+		if policy.Reserved(h.Rrtype) {
+			return dns.RcodeRefused, policy.RefuseReserved(h.Rrtype).Error()
 		}
 		if zonerules.SignedType(h.Rrtype) {
 			return dns.RcodeNotImplemented, fmt.Sprintf("%s records cannot be updated (no online signing)", dns.TypeToString[h.Rrtype])
