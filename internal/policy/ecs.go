@@ -36,7 +36,8 @@ func ECS(r *dns.Msg) *dns.EDNS0_SUBNET {
 func ClientOf(r *dns.Msg, src net.Addr) (Client, *dns.EDNS0_SUBNET, error) {
 	e := ECS(r)
 	if e == nil {
-		return Client{Addr: addrOf(src)}, nil, nil
+		a := addrOf(src)
+		return Client{Addr: a, Source: uint8(a.BitLen())}, nil, nil
 	}
 	if e.SourceScope != 0 {
 		return Client{}, e, ErrECS
@@ -75,7 +76,7 @@ func ClientOf(r *dns.Msg, src net.Addr) (Client, *dns.EDNS0_SUBNET, error) {
 	if e.SourceNetmask == 0 {
 		return Client{}, e, nil
 	}
-	return Client{Addr: a}, e, nil
+	return Client{Addr: a, Source: e.SourceNetmask}, e, nil
 }
 
 func addrOf(a net.Addr) netip.Addr {
@@ -138,4 +139,22 @@ func ForClient(a netip.Addr) *dns.EDNS0_SUBNET {
 	}
 	b := a.As16()
 	return &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 2, SourceNetmask: 128, Address: net.IP(b[:])}
+}
+
+// AppendECS appends to b the ECS option (RFC 7871 section 6: code,
+// length, family, source and scope prefix lengths, the address's octets
+// the source prefix covers) that answers query option q with scope.
+func AppendECS(b []byte, q *dns.EDNS0_SUBNET, scope uint8) []byte {
+	addr := q.Address
+	switch q.Family {
+	case 1:
+		addr, scope = addr.To4(), min(scope, 32)
+	case 2:
+		addr, scope = addr.To16(), min(scope, 128)
+	default:
+		addr, scope = nil, 0
+	}
+	n := min(int(q.SourceNetmask+7)/8, len(addr))
+	b = append(b, 0, dns.EDNS0SUBNET, 0, byte(4+n), byte(q.Family>>8), byte(q.Family), q.SourceNetmask, scope)
+	return append(b, addr[:n]...)
 }

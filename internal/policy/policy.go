@@ -86,6 +86,9 @@ type Policy struct {
 	// TTL is the answers' TTL where neither the rule nor the pool sets
 	// one (default DefaultTTL).
 	TTL uint32 `json:"ttl,omitempty"`
+	// Check, when set, is the health check of the values whose status
+	// is "obey" (health.go).
+	Check *Check `json:"check,omitempty"`
 }
 
 // Pool is a set of weighted values and the pool to answer from when none
@@ -99,21 +102,38 @@ type Pool struct {
 // Value is one answer of a pool: an address of the covered type, its
 // weight (default 1; 0 is never drawn while another value is up) and
 // octoDNS's status: "up" and "down" force it, "obey" (or none) follows
-// the value's health.
+// the policy's health check, up without one.
 type Value struct {
 	Value  string `json:"value"`
 	Weight *int   `json:"weight,omitempty"`
 	Status string `json:"status,omitempty"`
 }
 
-// Rule picks Pool for the clients in Subnets or in one of Regions (the
-// zone's region table); a rule with neither is the default rule, the
-// last. TTL, when set, is the TTL of the rule's answers.
+// Rule picks Pool for the clients in Subnets, in one of Regions (the
+// zone's region table) or in one of Geos, as octoDNS spells them: a
+// continent ("EU"), a country in it ("NA-US"), a subdivision of that
+// ("NA-US-CA"), by the *geoip* plugin's database (its metadata); a rule
+// with none of them is the default rule, the last. TTL, when set, is the
+// TTL of the rule's answers.
 type Rule struct {
 	Subnets []string `json:"subnets,omitempty"`
 	Regions []string `json:"regions,omitempty"`
+	Geos    []string `json:"geos,omitempty"`
 	Pool    string   `json:"pool"`
 	TTL     uint32   `json:"ttl,omitempty"`
+}
+
+// continents are the continent codes of GeoIP databases (and octoDNS).
+var continents = map[string]bool{"AF": true, "AN": true, "AS": true, "EU": true, "NA": true, "OC": true, "SA": true}
+
+var geoRE = regexp.MustCompile(`^[A-Z]{2}(-[A-Z]{2}(-[A-Z0-9]{1,3})?)?$`)
+
+// checkGeo checks a rule's geo: CONTINENT[-COUNTRY[-SUBDIVISION]].
+func checkGeo(g string) error {
+	if !geoRE.MatchString(g) || !continents[g[:2]] {
+		return fmt.Errorf("%q is not a continent (AF AN AS EU NA OC SA), CONTINENT-COUNTRY or CONTINENT-COUNTRY-SUBDIVISION in ISO codes", g)
+	}
+	return nil
 }
 
 // Regions is the body of PUT /v1/zones/{zone}/regions: region names to
@@ -146,13 +166,13 @@ func Decode(b []byte, v any) error {
 	return nil
 }
 
-// Check validates p for type t against the zone's region table (nil:
+// Validate checks p for type t against the zone's region table (nil:
 // none) and puts it in canonical form: defaults written out, subnets
 // masked as given. It refuses weights below 0, a pool whose weights are
 // all 0 without a fallback, fallback loops, unknown pools and regions,
 // subnets of two rules with different pools that overlap, and a policy
 // without a default rule last.
-func (p *Policy) Check(t uint16, regions *Regions) error {
+func (p *Policy) Validate(t uint16, regions *Regions) error {
 	if !Covered(t) {
 		return errorf("policies answer A and AAAA queries, not %s", dns.TypeToString[t])
 	}
@@ -170,6 +190,11 @@ func (p *Policy) Check(t uint16, regions *Regions) error {
 	}
 	if p.TTL > maxTTL {
 		return errorf("ttl: %d is over %d", p.TTL, maxTTL)
+	}
+	if p.Check != nil {
+		if err := p.Check.check(); err != nil {
+			return err
+		}
 	}
 	for _, name := range sortedKeys(p.Pools) {
 		if err := p.checkPool(name, t); err != nil {
@@ -278,14 +303,19 @@ func (p *Policy) checkRules(regions *Regions) error {
 			return errorf("rules[%d]: ttl %d is over %d", i, r.TTL, maxTTL)
 		}
 		last := i == len(p.Rules)-1
-		if len(r.Subnets) == 0 && len(r.Regions) == 0 {
+		if len(r.Subnets) == 0 && len(r.Regions) == 0 && len(r.Geos) == 0 {
 			if !last {
-				return errorf("rules[%d] has no subnets or regions: only the last rule is the default", i)
+				return errorf("rules[%d] has no subnets, regions or geos: only the last rule is the default", i)
 			}
 			continue
 		}
 		if last {
-			return errorf("rules[%d]: the last rule is the default one, for every client: it has no subnets or regions", i)
+			return errorf("rules[%d]: the last rule is the default one, for every client: it has no subnets, regions or geos", i)
+		}
+		for j, g := range r.Geos {
+			if err := checkGeo(g); err != nil {
+				return errorf("rules[%d].geos[%d]: %v", i, j, err)
+			}
 		}
 		var nets []netip.Prefix
 		for j, s := range r.Subnets {
@@ -358,8 +388,8 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// Check validates a region table and puts it in canonical form.
-func (r *Regions) Check() error {
+// Validate checks a region table and puts it in canonical form.
+func (r *Regions) Validate() error {
 	if r.Regions == nil {
 		return errorf(`the body has no "regions" object`)
 	}

@@ -1,10 +1,13 @@
 package policy
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/coredns/coredns/plugin/metadata"
 
 	"github.com/miekg/dns"
 )
@@ -21,7 +24,7 @@ func testRegions(t *testing.T) (*Regions, dns.RR) {
 	if err := Decode([]byte(`{"regions": {"eu": ["192.0.2.0/24"], "us": ["198.51.100.0/24"]}}`), r); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Check(); err != nil {
+	if err := r.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	rr, err := RegionsRecord("example.org.", r)
@@ -38,7 +41,7 @@ func testPolicy(t *testing.T, text string, regions *Regions) dns.RR {
 	if err := Decode([]byte(text), p); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Check(dns.TypeA, regions); err != nil {
+	if err := p.Validate(dns.TypeA, regions); err != nil {
 		t.Fatal(err)
 	}
 	rr, err := Record("www.example.org.", dns.TypeA, p)
@@ -58,7 +61,7 @@ func testPolicy(t *testing.T, text string, regions *Regions) dns.RR {
 	return back
 }
 
-func TestCheck(t *testing.T) {
+func TestValidate(t *testing.T) {
 	regions, _ := testRegions(t)
 	tests := []struct {
 		name, body, want string
@@ -87,7 +90,7 @@ func TestCheck(t *testing.T) {
 		p := new(Policy)
 		err := Decode([]byte(tc.body), p)
 		if err == nil {
-			err = p.Check(tc.t, regions)
+			err = p.Validate(tc.t, regions)
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: expected an error with %q, got %v", tc.name, tc.want, err)
@@ -100,10 +103,10 @@ func TestCheck(t *testing.T) {
 	if err := Decode([]byte(example), p); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Check(dns.TypeA, regions); err != nil {
+	if err := p.Validate(dns.TypeA, regions); err != nil {
 		t.Errorf("the issue's example: expected no error, got %v", err)
 	}
-	if err := p.Check(dns.TypeA, nil); err == nil {
+	if err := p.Validate(dns.TypeA, nil); err == nil {
 		t.Errorf("the issue's example without regions: expected an error")
 	}
 	if d := p.Defaults("www.example.org.", dns.TypeA); len(d) != 2 || d[0].Header().Ttl != 60 {
@@ -229,5 +232,42 @@ func TestClientOf(t *testing.T) {
 	Echo(m, ecs, 16)
 	if got := ECS(m); got == nil || got.SourceScope != 16 || got.SourceNetmask != 24 {
 		t.Errorf("echo: expected source 24 and scope 16, got %v", got)
+	}
+}
+
+func TestPickGeo(t *testing.T) {
+	geo := `{"pools": {"uk": {"values": [{"value": "192.0.2.44"}]}, "na": {"values": [{"value": "192.0.2.1"}]}, "main": {"values": [{"value": "192.0.2.99"}]}},
+		"rules": [{"geos": ["EU-GB-ENG"], "pool": "uk"}, {"geos": ["NA"], "pool": "na"}, {"pool": "main"}]}`
+	rr := testPolicy(t, geo, nil)
+	at := func(continent, country, subdivisions string) (string, uint8) {
+		ctx := metadata.ContextWithMetadata(context.Background())
+		for label, v := range map[string]string{geoContinent: continent, geoCountry: country, geoSubdivision: subdivisions} {
+			metadata.SetValueFunc(ctx, label, func() string { return v })
+		}
+		cl := Client{Addr: netip.MustParseAddr("81.2.69.0"), Source: 24, Meta: ctx}
+		rrs, ok := Pick([]dns.RR{rr}, nil, dns.TypeA, &cl)
+		if !ok || len(rrs) != 1 {
+			t.Fatalf("%s-%s: expected one answer, got %v", continent, country, rrs)
+		}
+		return rrs[0].(*dns.A).A.String(), cl.Scope
+	}
+	for _, tc := range []struct {
+		continent, country, sub, want string
+		scope                         uint8
+	}{
+		{"EU", "GB", "ENG,LND", "192.0.2.44", 24},
+		{"EU", "GB", "SCT", "192.0.2.99", 0},
+		{"EU", "FR", "", "192.0.2.99", 0},
+		{"NA", "US", "CA", "192.0.2.1", 24},
+		{"", "", "", "192.0.2.99", 0},
+	} {
+		if got, scope := at(tc.continent, tc.country, tc.sub); got != tc.want || scope != tc.scope {
+			t.Errorf("%s-%s-%s: expected %s scope %d, got %s scope %d", tc.continent, tc.country, tc.sub, tc.want, tc.scope, got, scope)
+		}
+	}
+	p := new(Policy)
+	Decode([]byte(`{"pools":{"a":{"values":[{"value":"192.0.2.1"}]}},"rules":[{"geos":["XX"],"pool":"a"},{"pool":"a"}]}`), p)
+	if err := p.Validate(dns.TypeA, nil); err == nil || !strings.Contains(err.Error(), "continent") {
+		t.Errorf("geo XX: expected an error, got %v", err)
 	}
 }

@@ -20,7 +20,7 @@ const (
 // Reserved reports the types that hold policies: queries for them answer
 // as for an absent RRset, transfers leave them out, RFC 2136 UPDATE and
 // record changes refuse them (they are written by the policy API).
-func Reserved(t uint16) bool { return t == TypePolicy || t == TypeRegions }
+func Reserved(t uint16) bool { return t == TypePolicy || t == TypeRegions || t == TypeHealth }
 
 // RefuseReserved is the error for a record change or UPDATE of type t.
 func RefuseReserved(t uint16) error {
@@ -28,7 +28,7 @@ func RefuseReserved(t uint16) error {
 }
 
 // Record returns the record of p, covering type t, at owner: p is
-// checked (Policy.Check). Its RDATA is the covered type and p's canonical
+// checked (Policy.Validate). Its RDATA is the covered type and p's canonical
 // JSON.
 func Record(owner string, t uint16, p *Policy) (dns.RR, error) {
 	b, err := json.Marshal(p)
@@ -74,22 +74,29 @@ func rdataOf(rr dns.RR) ([]byte, bool) {
 // CoveredBy returns the type policy record rr covers, 0 when rr is not a
 // readable one. It reads only the RDATA's first two octets.
 func CoveredBy(rr dns.RR) uint16 {
-	g, ok := rr.(*dns.RFC3597)
-	if !ok || g.Hdr.Rrtype != TypePolicy || len(g.Rdata) < 4 {
+	if rr.Header().Rrtype != TypePolicy {
 		return 0
 	}
-	var b [2]byte
-	if _, err := hex.Decode(b[:], []byte(g.Rdata[:4])); err != nil {
-		return 0
-	}
-	return binary.BigEndian.Uint16(b[:])
+	return coveredOf(rr)
 }
 
 // Find returns the policy record of rrs (the records at a name) that
 // covers t, or nil.
-func Find(rrs []dns.RR, t uint16) dns.RR {
+func Find(rrs []dns.RR, t uint16) dns.RR { return findCovering(rrs, TypePolicy, t) }
+
+// findCovering returns the record of type rtype in rrs whose RDATA starts
+// with covered type t, or nil: by the RDATA's hex form, on a query's path.
+func findCovering(rrs []dns.RR, rtype, t uint16) dns.RR {
+	var want [4]byte
+	const digits = "0123456789abcdef"
+	for i := range want {
+		want[i] = digits[t>>(12-4*i)&0xf]
+	}
 	for _, rr := range rrs {
-		if rr.Header().Rrtype == TypePolicy && CoveredBy(rr) == t {
+		if rr.Header().Rrtype != rtype {
+			continue
+		}
+		if g, ok := rr.(*dns.RFC3597); ok && len(g.Rdata) >= 4 && g.Rdata[:4] == string(want[:]) {
 			return rr
 		}
 	}

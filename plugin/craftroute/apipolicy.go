@@ -99,7 +99,7 @@ func (a *apiServer) putRegions(w http.ResponseWriter, r *http.Request) {
 	}
 	regions := new(policy.Regions)
 	if err := policy.Decode(body, regions); err == nil {
-		err = regions.Check()
+		err = regions.Validate()
 	}
 	if err != nil {
 		fail(w, zoneapi.BadRequest("%v", err))

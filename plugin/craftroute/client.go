@@ -30,11 +30,24 @@ func withClient(r *dns.Msg, src net.Addr) (q *dns.Msg, added bool, err error) {
 	if e == nil {
 		return r, false, nil
 	}
-	q = r.Copy()
-	opt := q.IsEdns0()
+	// A shallow copy with its own OPT record: r's records are shared,
+	// never changed.
+	q = new(dns.Msg)
+	*q = *r
+	q.Extra = make([]dns.RR, 0, len(r.Extra)+1)
+	var opt *dns.OPT
+	for _, rr := range r.Extra {
+		if o, ok := rr.(*dns.OPT); ok {
+			c := *o
+			c.Option = append(make([]dns.EDNS0, 0, len(o.Option)+1), o.Option...)
+			opt, rr = &c, &c
+		}
+		q.Extra = append(q.Extra, rr)
+	}
 	if opt == nil {
-		q.SetEdns0(dns.DefaultMsgSize, false)
-		opt = q.IsEdns0()
+		opt = &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+		opt.SetUDPSize(dns.DefaultMsgSize)
+		q.Extra = append(q.Extra, opt)
 	}
 	opt.Option = append(opt.Option, e)
 	return q, true, nil

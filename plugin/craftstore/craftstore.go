@@ -204,9 +204,10 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	if err != nil {
 		return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, err.Error()+" (RFC 7871)")
 	}
+	cl.Meta = ctx // rules by geo read the geoip plugin's metadata
 
 	facts := shardproto.Requested(r)
-	if !routed && !facts && !unconfirmed && r.IsTsig() == nil && writePacked(w, r, z) {
+	if !routed && !facts && !unconfirmed && r.IsTsig() == nil && writePacked(w, r, z, &cl, ecs) {
 		// The common answers, packed without a dns.Msg (rawwrite.go); a
 		// router's query carries facts and indexes, a signed one is
 		// signed by the server's WriteMsg.

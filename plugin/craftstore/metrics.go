@@ -53,6 +53,18 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "storage_failures_total",
 		Help: "Failed attempts to persist or load the member's state (a full disk, an I/O error); the member retries.",
 	}, []string{"member"})
+	probeGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "policy_target_up",
+		Help: "On the group's leader, which runs the policies' health checks: 1 when a checked value (its probe: tcp://addr:port, http://addr:port/path) is up, 0 when down.",
+	}, []string{"member", "target"})
+	checkCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "policy_checks_total",
+		Help: "Health checks of policy values run by this member as its group's leader, by result: ok, failed.",
+	}, []string{"member", "result"})
+	healthChanges = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "policy_health_writes_total",
+		Help: "Health records this member committed as its group's leader (a policy's values changed state).",
+	}, []string{"member"})
 	fenceCount = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "map_fence_total",
 		Help: "Router requests routed by an older shard map than the member's, by what carried them (dns, http) and result: fenced (refused: the router reads the map and asks again) or notice (served, with the newer epoch); behind: routed by a newer map than the member applied even after catching up (answered SERVFAIL Not Ready).",

@@ -63,7 +63,7 @@ func (a *apiServer) putPolicy(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	serial, err := a.writePolicy(a.late(ctx, origin, shardproto.Records, name), origin, name, t, func(z *zone.Zone) ([]dns.RR, []dns.RR, error) {
 		regions, regionsRR := zoneRegions(z)
-		if err := p.Check(t, regions); err != nil {
+		if err := p.Validate(t, regions); err != nil {
 			return nil, nil, zoneapi.BadRequest("%v", err)
 		}
 		if err := zoneapi.PolicyOwner(origin, name, z.RRs); err != nil {
@@ -79,7 +79,13 @@ func (a *apiServer) putPolicy(w http.ResponseWriter, r *http.Request) {
 			prereq = append(prereq, regionsRR)
 		}
 		old := policy.Find(z.RRs(name, policy.TypePolicy), t)
-		return prereq, policy.Replace(name, t, old, prr, p.Defaults(name, t)), nil
+		updates := policy.Replace(name, t, old, prr, p.Defaults(name, t))
+		if h := policy.FindHealth(z.RRs(name, policy.TypeHealth), t); h != nil && p.Check == nil {
+			// Nothing checks the values any more. With a check, the
+			// leader's checker brings the state up to date.
+			updates = append(updates, policy.Deletion(h))
+		}
+		return prereq, updates, nil
 	})
 	if err != nil {
 		fail(w, err)
@@ -102,7 +108,11 @@ func (a *apiServer) deletePolicy(w http.ResponseWriter, r *http.Request) {
 		if old == nil {
 			return nil, nil, replica.Errorf(replica.ErrNotFound, "%s has no %s policy", name, dns.TypeToString[t])
 		}
-		return nil, []dns.RR{policy.Deletion(old)}, nil
+		updates := []dns.RR{policy.Deletion(old)}
+		if h := policy.FindHealth(z.RRs(name, policy.TypeHealth), t); h != nil {
+			updates = append(updates, policy.Deletion(h))
+		}
+		return nil, updates, nil
 	})
 	if err != nil {
 		fail(w, err)
@@ -185,7 +195,7 @@ func (a *apiServer) putRegions(w http.ResponseWriter, r *http.Request) {
 		fail(w, zoneapi.BadRequest("%v", err))
 		return
 	}
-	if err := regions.Check(); err != nil {
+	if err := regions.Validate(); err != nil {
 		fail(w, zoneapi.BadRequest("%v", err))
 		return
 	}

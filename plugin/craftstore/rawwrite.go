@@ -10,6 +10,7 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/request"
 
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
@@ -89,9 +90,11 @@ func rawWriter(w dns.ResponseWriter) (recorders, bool) {
 // replyBufs holds the buffers of packed replies.
 var replyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1232); return &b }}
 
-// writePacked answers r from z with a packed reply when it is one of the
-// common cases and w takes bytes; it reports whether it did.
-func writePacked(w dns.ResponseWriter, r *dns.Msg, z *zone.Zone) bool {
+// writePacked answers r from z, for client cl whose query carries ECS
+// option ecs (nil: none), with a packed reply when it is one of the common
+// cases (a policy's answer among them) and w takes bytes; it reports
+// whether it did.
+func writePacked(w dns.ResponseWriter, r *dns.Msg, z *zone.Zone, cl *policy.Client, ecs *dns.EDNS0_SUBNET) bool {
 	rs, ok := rawWriter(w)
 	if !ok {
 		return false
@@ -103,7 +106,7 @@ func writePacked(w dns.ResponseWriter, r *dns.Msg, z *zone.Zone) bool {
 		size = min(size, 1220)
 	}
 	bp := replyBufs.Get().(*[]byte)
-	out, rcode, ok := z.AppendReply((*bp)[:0], r, size)
+	out, rcode, ok := z.AppendReplyFor((*bp)[:0], r, size, cl, ecs)
 	if ok {
 		for _, rec := range rs.recs[:rs.n] {
 			rec.Rcode = rcode

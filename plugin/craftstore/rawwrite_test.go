@@ -67,7 +67,7 @@ func TestRawWriter(t *testing.T) {
 			prom = nil
 			var packed bool
 			chained(request.NewScrubWriter(r, base), func(w dns.ResponseWriter) {
-				packed = writePacked(w, r, z)
+				packed = writePacked(w, r, z, nil, nil)
 			}, tc.wrap...)
 			if packed != tc.packed {
 				t.Errorf("%s, %s: packed %t, expected %t", tc.name, q.name, packed, tc.packed)

@@ -109,6 +109,7 @@ func (c *Craftstore) start() error {
 	}
 
 	go m.background(c.cfg)
+	go m.checkPolicies(c.cfg.id)
 	return nil
 }
 

@@ -137,3 +137,20 @@ func (z *view) regions() dns.RR {
 	}
 	return nil
 }
+
+// Policies calls fn with the name and RRs of every name of the zone that
+// holds a request-routing policy, in no order, until fn returns false.
+// The RRs are the zone's own: fn must not modify them. A zone without
+// policies costs nothing; one with policies is walked whole.
+func (z *Zone) Policies(fn func(name string, rrs []dns.RR) bool) {
+	v := z.load()
+	if v.policy == 0 || v.names.root == nil {
+		return
+	}
+	v.names.root.walk(func(n *node) bool {
+		if n.flags&fPolicy == 0 {
+			return true
+		}
+		return fn(n.name, n.rrs)
+	})
+}

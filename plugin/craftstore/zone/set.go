@@ -198,6 +198,9 @@ func (v *view) tally(n *node) {
 	if n.flags&fDNAME != 0 {
 		v.dnames++
 	}
+	if n.flags&fPolicy != 0 {
+		v.policy++
+	}
 }
 
 // discount removes n's data from the zone's counters; n is left alone.
@@ -212,6 +215,9 @@ func (v *view) discount(n *node) {
 	}
 	if n.flags&fDNAME != 0 {
 		v.dnames--
+	}
+	if n.flags&fPolicy != 0 {
+		v.policy--
 	}
 }
 

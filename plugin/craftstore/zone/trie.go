@@ -330,3 +330,17 @@ func (m *tnode) drop(i int, bit uint64) *tnode {
 	}
 	return m
 }
+
+// walk calls fn with every name below t, until fn returns false.
+func (t *tnode) walk(fn func(*node) bool) bool {
+	for _, e := range t.ents {
+		if c := e.child(); c != nil {
+			if !c.walk(fn) {
+				return false
+			}
+		} else if n := e.val(); n != nil && !fn(n) {
+			return false
+		}
+	}
+	return true
+}

@@ -55,6 +55,15 @@ func grow(buf []byte, n int) []byte {
 // response and its rcode, or ok false with buf unchanged when the query is
 // for Lookup.
 func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode int, ok bool) {
+	return z.AppendReplyFor(buf, r, size, nil, nil)
+}
+
+// AppendReplyFor is AppendReply for client cl (nil: none), whose query
+// carries ECS option ecs (nil: none): a name with a request-routing
+// policy for the type asked answers with what the policy chooses for cl,
+// as LookupFor does, and the reply's OPT record carries ecs back with the
+// policy's scope (policy.Echo). Without cl such a query is for Lookup.
+func (z *Zone) AppendReplyFor(buf []byte, r *dns.Msg, size int, cl *policy.Client, ecs *dns.EDNS0_SUBNET) (out []byte, rcode int, ok bool) {
 	v := z.load()
 	if v.soa == nil {
 		return buf, 0, false
@@ -73,6 +82,8 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 	var auth []byte
 	nsCount := 0
 	target := q.Name
+	var picked []dns.RR // a policy's answer: the RRset asked for
+	pickedAt := ""      // its owner
 	// The lower-case name of each step goes in buf's spare room, which
 	// the reply fills only after the loop: no buffer on the stack.
 	buf = grow(buf, 512)
@@ -96,11 +107,21 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 			break
 		}
 		if set := encl.packedSet(q.Qtype); set.count > 0 {
-			if encl.wlen == 0 || encl.flags&fPolicy != 0 {
-				// Not packed, or a policy chooses the answer: Lookup.
-				return buf, 0, false
+			if encl.wlen == 0 {
+				return buf, 0, false // not packed: Lookup
 			}
-			sets[nsets], nsets, ancount = set, nsets+1, ancount+int(set.count)
+			if encl.flags&fPolicy != 0 {
+				if cl == nil {
+					return buf, 0, false
+				}
+				if rrs, ok := policy.Pick(encl.rrs, v.regions(), q.Qtype, cl); ok {
+					picked, pickedAt, ancount = rrs, encl.name, ancount+len(rrs)
+					set.count = 0
+				}
+			}
+			if set.count > 0 {
+				sets[nsets], nsets, ancount = set, nsets+1, ancount+int(set.count)
+			}
 			if q.Qtype != dns.TypeDS && q.Qtype != dns.TypeDNSKEY && !(q.Qtype == dns.TypeNS && encl == v.apex) {
 				auth, nsCount = v.apexNSWire, len(v.apexNS)
 			}
@@ -163,10 +184,15 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 	for _, set := range sets[:nsets] {
 		buf = set.append(buf)
 	}
+	if picked != nil {
+		if buf, ok = appendAddrs(buf, pickedAt, picked); !ok {
+			return buf[:start], 0, false
+		}
+	}
 	buf = append(buf, auth...)
 	if opt != nil {
 		// The reply's OPT as CoreDNS's SizeAndDo makes it: the client's
-		// UDP size, version 0, DO echoed, no options.
+		// UDP size, version 0, DO echoed, no options but a policy's ECS.
 		var do uint32
 		if opt.Do() {
 			do = 1 << 15
@@ -174,7 +200,13 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 		buf = append(buf, 0, byte(dns.TypeOPT>>8), byte(dns.TypeOPT))
 		buf = binary.BigEndian.AppendUint16(buf, opt.UDPSize())
 		buf = binary.BigEndian.AppendUint32(buf, do)
-		buf = append(buf, 0, 0)
+		if picked != nil && ecs != nil {
+			rdlen := len(buf)
+			buf = policy.AppendECS(append(buf, 0, 0), ecs, cl.Scope)
+			binary.BigEndian.PutUint16(buf[rdlen:], uint16(len(buf)-rdlen-2))
+		} else {
+			buf = append(buf, 0, 0)
+		}
 	}
 	if len(buf)-start > size {
 		return buf[:start], 0, false // Lookup's answer is truncated by the server
@@ -438,4 +470,28 @@ func (s packedSet) append(buf []byte) []byte {
 		pos = end
 	}
 	return buf
+}
+
+// appendAddrs appends rrs, A or AAAA records of owner (a policy's answer),
+// uncompressed.
+func appendAddrs(buf []byte, owner string, rrs []dns.RR) ([]byte, bool) {
+	for _, rr := range rrs {
+		var ok bool
+		if buf, ok = appendWireName(buf, owner); !ok {
+			return buf, false
+		}
+		h := rr.Header()
+		buf = binary.BigEndian.AppendUint16(buf, h.Rrtype)
+		buf = binary.BigEndian.AppendUint16(buf, h.Class)
+		buf = binary.BigEndian.AppendUint32(buf, h.Ttl)
+		switch rr := rr.(type) {
+		case *dns.A:
+			buf = append(binary.BigEndian.AppendUint16(buf, 4), rr.A.To4()...)
+		case *dns.AAAA:
+			buf = append(binary.BigEndian.AppendUint16(buf, 16), rr.AAAA.To16()...)
+		default:
+			return buf, false
+		}
+	}
+	return buf, true
 }

@@ -52,6 +52,7 @@ type view struct {
 	named   int      // number of owner names holding data
 	cuts    int      // number of delegation points (NS below the apex)
 	dnames  int      // number of names holding a DNAME
+	policy  int      // number of names holding a request-routing policy
 	base    uint32   // serial base (SetSerialBase), when hasBase
 	hasBase bool
 	ed      *edit // the write building this view
