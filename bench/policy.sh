@@ -3,7 +3,8 @@
 # side by side in one run: queries/s and CPU per query for plain A names
 # (the packed answers) and for names a policy answers (the issue's policy:
 # weighted pools, a region and a subnet rule, a fallback), the latter also
-# while bench/policyload writes POLICY_RATE policy changes a second. Every
+# while bench/policyload writes POLICY_RATE policy changes a second, and
+# CoreDNS's whoami (the server's path with no lookup: the bound). Every
 # query carries an EDNS Client Subnet option for 192.0.2.0/24 (region
 # "eu"), so every policy answer is the region's draw with scope 24. The
 # member runs alone on CPU $SERVER_CPU, dnsperf and the writer on
@@ -34,7 +35,8 @@ OUTSTANDING=${OUTSTANDING:-200}
 ECS=8:00011800c00002
 
 need dnsperf dig curl taskset ss
-dnsperf -h 2>&1 | grep -q -- '-E' || die "this dnsperf cannot send EDNS options (-E): 2.3 or newer is needed"
+help=$(dnsperf -h 2>&1 || true)
+case "$help" in *" -E "*) ;; *) die "this dnsperf cannot send EDNS options (-E): 2.3 or newer is needed" ;; esac
 
 echo "# zone of $RECORDS records and $POLICIES policy names; work dir $WORK" >&2
 "$GO" run "$BENCH/zonegen" -n "$RECORDS" -mix hosts -zone "$WORK/zone" 2>/dev/null
@@ -57,6 +59,15 @@ example.org:$dns {
 EOC
 start member "$SERVER_CPU"
 pid=$LAST_PID
+who_dns=$(free_port)
+cat >"$WORK/whoami.Corefile" <<EOC
+example.org:$who_dns {
+    bind 127.0.0.1
+    whoami
+}
+EOC
+start whoami "$SERVER_CPU"
+who_pid=$LAST_PID
 wait_http "$pid" member "http://127.0.0.1:$ready/ready"
 curl -fsS --max-time 300 -X PUT -H 'Content-Type: text/dns' --data-binary @"$WORK/zone" \
 	"http://127.0.0.1:$api/v1/zones/example.org" >/dev/null || die "PUT of the zone failed"
@@ -68,18 +79,20 @@ taskset -c "$LOAD_CPU" "$WORK/policyload" -api "http://127.0.0.1:$api" -names "$
 	-max "$POLICIES" -d 600s >"$WORK/seed.policyload" || die "writing the policies failed: $(cat "$WORK/seed.policyload")"
 echo "# $POLICIES policies written: $(cat "$WORK/seed.policyload") (writes ok writes/s p50 p99 max ms errors)" >&2
 wait_dns "$pid" member "$dns" p-0.example.org A
+wait_dns "$who_pid" whoami "$who_dns" example.org A
 
 # One answer of each, as a check: a plain A and a policy's, with scope 24.
 dig +norec +subnet=192.0.2.0/24 -p "$dns" @127.0.0.1 p-1.example.org A | grep -q 'CLIENT-SUBNET: 192.0.2.0/24/24' ||
 	die "the policy answer carries no ECS scope 24: $(dig +norec +subnet=192.0.2.0/24 -p "$dns" @127.0.0.1 p-1.example.org A)"
 
 # run KIND ROUND: one dnsperf run of KIND's queries (plain, policy,
-# updates: policy while the writer writes); appends "qps us_per_query
-# writes_per_s" to $WORK/KIND.results.
+# updates: policy while the writer writes; whoami: plain, at whoami);
+# appends "qps us_per_query writes_per_s" to $WORK/KIND.results.
 run() {
-	local kind=$1 round=$2 file=$1 out="$WORK/$1.$2.dnsperf" wpid=""
+	local kind=$1 round=$2 file=$1 out="$WORK/$1.$2.dnsperf" wpid="" port=$dns pid=$pid name=member
 	[ "$kind" = updates ] && file=policy
-	alive "$pid" member
+	[ "$kind" = whoami ] && file=plain port=$who_dns pid=$who_pid name=whoami
+	alive "$pid" "$name"
 	if [ "$kind" = updates ]; then
 		taskset -c "$LOAD_CPU" "$WORK/policyload" -api "http://127.0.0.1:$api" -names "$POLICIES" \
 			-rate "$POLICY_RATE" -d "${DURATION}s" >"$WORK/updates.$round.policyload" 2>&1 &
@@ -87,7 +100,7 @@ run() {
 	fi
 	local t0 t1
 	t0=$(cpu_ticks "$pid")
-	taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "$dns" -d "$WORK/$file.queries" -l "$DURATION" -n 50 \
+	taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "$port" -d "$WORK/$file.queries" -l "$DURATION" -n 50 \
 		-c "$CLIENTS" -q "$OUTSTANDING" -t 2 -E "$ECS" >"$out" 2>&1 || { cat "$out" >&2; die "dnsperf ($kind) failed"; }
 	t1=$(cpu_ticks "$pid")
 	local writes=0
@@ -119,6 +132,7 @@ for round in $(seq "$ROUNDS"); do
 	run plain "$round"
 	run policy "$round"
 	run updates "$round"
+	run whoami "$round"
 done
 
 col() { awk -v c="$2" '{ print $c }' "$WORK/$1.results"; }
@@ -126,7 +140,7 @@ ratio() { # ratio KIND COL: the median of each round's KIND / plain
 	paste "$WORK/$1.results" "$WORK/plain.results" | awk -v c="$2" '{ n = split($0, f); h = n / 2; printf "%.2f\n", f[c] / f[c + h] }'
 }
 printf '%-8s %10s %10s %10s %12s %12s\n' kind qps us/query writes/s "qps/plain" "us/plain"
-for kind in plain policy updates; do
+for kind in plain policy updates whoami; do
 	printf '%-8s %10.0f %10.2f %10.1f %12s %12s\n' "$kind" "$(median $(col $kind 1))" "$(median $(col $kind 2))" \
 		"$(median $(col $kind 3))" "$(median $(ratio $kind 1))" "$(median $(ratio $kind 2))"
 done
