@@ -99,6 +99,22 @@ func TestPolicyAPI(t *testing.T) {
 	if code != 200 || out["serial"] != float64(3) {
 		t.Fatalf("PUT policy: expected 200 serial 3, got %d %s", code, raw)
 	}
+	// An IXFR from before the policy: the records that changed, the
+	// default pool's, and no policy or region table.
+	ch, err := cs.Transfer("example.org.", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ixfr []string
+	for _, rr := range drain(ch) {
+		if policy.Reserved(rr.Header().Rrtype) {
+			t.Errorf("IXFR: a policy record: %v", rr)
+		}
+		ixfr = append(ixfr, rr.String())
+	}
+	if got := strings.Join(ixfr, "\n"); !strings.Contains(got, "203.0.113.11") || !strings.Contains(got, "192.0.2.10") || len(ixfr) != 9 {
+		t.Errorf("IXFR from serial 1: expected SOA 3; SOA 1, SOA 2 (the region table's change, left out); SOA 2, the deleted www A, SOA 3, the pool's two added; SOA 3 (9 records), got\n%s", got)
+	}
 	code, _, raw = call(t, a, "", "GET", "/v1/zones/example.org/policies/www.example.org./a", "")
 	if code != 200 || !strings.Contains(raw, `"fallback":"backup"`) {
 		t.Errorf("GET policy: expected it back, got %d %s", code, raw)
@@ -145,7 +161,7 @@ func TestPolicyAPI(t *testing.T) {
 	if rec.Msg.Rcode != dns.RcodeSuccess || len(rec.Msg.Answer) != 0 {
 		t.Errorf("TYPE65380: expected NODATA, got %v", rec.Msg)
 	}
-	ch, err := cs.Transfer("example.org.", 0)
+	ch, err = cs.Transfer("example.org.", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
