@@ -226,6 +226,40 @@ func testPolicies(t *testing.T, key string) {
 		}
 	}
 
+	// A policy at the apex, which every shard holds in key mode name:
+	// written on every shard at once.
+	const apex = `{"pools": {"main": {"values": [{"value": "203.0.113.50"}]}, "ten": {"values": [{"value": "198.51.100.50"}]}},
+		"rules": [{"subnets": ["10.0.0.0/8"], "pool": "ten"}, {"pool": "main"}]}`
+	for _, a := range []harness.API{refAPI, r1} {
+		if code, err := a.Do("PUT", "/v1/zones/pol.test./policies/@/A", json.RawMessage(apex), &out); err != nil || code != http.StatusOK {
+			t.Fatalf("PUT apex policy at %s: %d %v %s", a.Base, code, err, out)
+		}
+	}
+	addrs := []string{s.routers[0].addr(), s.routers[1].addr()}
+	for _, sh := range s.shards {
+		if key == "name" {
+			addrs = append(addrs, s.members[sh][0].addr())
+		}
+	}
+	for _, addr := range addrs {
+		if c := split(t, addr, "pol.test.", "10.1.0.0/16", 5, 8); c["198.51.100.50"] != 5 {
+			t.Errorf("apex policy at %s: expected the 10/8 pool, got %v", addr, c)
+		}
+	}
+	withCheck := strings.Replace(apex, `"rules"`, `"check": {"protocol": "tcp", "port": 443}, "rules"`, 1)
+	code, _ := r0.Do("PUT", "/v1/zones/pol.test./policies/@/A", json.RawMessage(withCheck), &out)
+	if key == "name" && (code != http.StatusBadRequest || !strings.Contains(out, "health check")) {
+		t.Errorf("a checked policy at the apex in key mode name: expected 400, got %d %s", code, out)
+	}
+	if key == "zone" && code != http.StatusOK {
+		t.Errorf("a checked policy at the apex in key mode zone: expected 200, got %d %s", code, out)
+	}
+	if key == "zone" { // back to the reference's
+		if code, err := r0.Do("PUT", "/v1/zones/pol.test./policies/@/A", json.RawMessage(apex), &out); err != nil || code != http.StatusOK {
+			t.Fatalf("PUT apex policy: %d %v %s", code, err, out)
+		}
+	}
+
 	// The same policy at the reference, and every other answer, and the
 	// transfers, equal its.
 	if code, err := refAPI.Do("PUT", "/v1/zones/pol.test./policies/www/A", json.RawMessage(down), &out); err != nil || code != http.StatusOK {
@@ -251,6 +285,20 @@ func testPolicies(t *testing.T, key string) {
 	}
 	if strings.Contains(want, "TYPE65380") || !strings.Contains(want, "203.0.113.11") {
 		t.Errorf("AXFR: expected the default pool's records and no policy, got\n%s", want)
+	}
+
+	// Deleting the apex policy leaves the apex its default pool's record,
+	// on every shard.
+	if code, err := r0.Do("DELETE", "/v1/zones/pol.test./policies/@/A", nil, &out); err != nil || code != http.StatusOK {
+		t.Fatalf("DELETE apex policy: %d %v %s", code, err, out)
+	}
+	for _, addr := range addrs {
+		if c := split(t, addr, "pol.test.", "10.1.0.0/16", 5, -1); c["203.0.113.50"] != 5 {
+			t.Errorf("apex policy deleted, at %s: expected the default pool's record and no ECS scope, got %v", addr, c)
+		}
+	}
+	if code, _ := r0.Do("GET", "/v1/zones/pol.test./policies/@/A", nil, &out); code != http.StatusNotFound {
+		t.Errorf("GET a deleted apex policy: expected 404, got %d %s", code, out)
 	}
 
 	// A malformed ECS option (10.1/8: bits set past the prefix): FORMERR,

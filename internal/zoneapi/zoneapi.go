@@ -146,7 +146,7 @@ func RecordsQuery(r *http.Request, origin string) (name string, qtype uint16, er
 	}
 	if t := q.Get("type"); t != "" {
 		var ok bool
-		if qtype, ok = dns.StringToType[strings.ToUpper(t)]; !ok {
+		if qtype, ok = ParseType(t); !ok {
 			return "", 0, BadRequest("unknown type %q", t)
 		}
 	}
