@@ -316,43 +316,21 @@ func testPolicies(t *testing.T, key string) {
 	}
 }
 
-// axfrText returns the AXFR of origin from addr without SOA serials, one
-// record a line, sorted.
+// axfrText returns the AXFR of origin from addr as rrLines does.
 func axfrText(t *testing.T, addr, origin string) string {
 	t.Helper()
-	m := new(dns.Msg)
-	m.SetAxfr(origin)
-	ch, err := new(dns.Transfer).In(m, addr)
+	rrs, err := axfrIn(addr, origin)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var rrs []dns.RR
-	for env := range ch {
-		if env.Error != nil {
-			t.Fatalf("AXFR of %s from %s: %v", origin, addr, env.Error)
-		}
-		rrs = append(rrs, env.RR...)
+		t.Fatalf("AXFR of %s from %s: %v", origin, addr, err)
 	}
 	return rrLines(rrs)
 }
 
 // exportText returns what an AXFR of origin carries from the zone a
-// member's API exports: its records without the policies, as axfrText.
+// member's API exports: its records without the policies, as rrLines.
 func exportText(t *testing.T, a harness.API, origin string) string {
 	t.Helper()
-	var text string
-	if code, err := a.Do("GET", "/v1/zones/"+origin, nil, &text); err != nil || code != http.StatusOK {
-		t.Fatalf("GET zone %s: %d %v", origin, code, err)
-	}
-	var rrs []dns.RR
-	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
-	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
-		rrs = append(rrs, rr)
-	}
-	if err := zp.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return rrLines(policy.Without(rrs))
+	return rrLines(policy.Without(exportOf(t, a, origin)))
 }
 
 // rrLines returns rrs without SOA serials, one a line, sorted, each once.

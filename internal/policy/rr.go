@@ -42,6 +42,20 @@ func Record(owner string, t uint16, p *Policy) (dns.RR, error) {
 	return generic(owner, TypePolicy, append(rdata, b...)), nil
 }
 
+// ParseRegions reads the body of PUT /v1/zones/{zone}/regions and returns
+// the table's record at apex: an *Error for a body that is not a valid
+// table.
+func ParseRegions(apex string, body []byte) (dns.RR, error) {
+	r := new(Regions)
+	if err := Decode(body, r); err != nil {
+		return nil, err
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return RegionsRecord(apex, r)
+}
+
 // RegionsRecord returns the record of region table r at the apex.
 func RegionsRecord(apex string, r *Regions) (dns.RR, error) {
 	b, err := json.Marshal(r.Regions)

@@ -97,15 +97,7 @@ func (a *apiServer) putRegions(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	regions := new(policy.Regions)
-	if err := policy.Decode(body, regions); err == nil {
-		err = regions.Validate()
-	}
-	if err != nil {
-		fail(w, zoneapi.BadRequest("%v", err))
-		return
-	}
-	rr, err := policy.RegionsRecord(origin, regions)
+	rr, err := policy.ParseRegions(origin, body)
 	if err != nil {
 		fail(w, zoneapi.BadRequest("%v", err))
 		return
