@@ -154,7 +154,11 @@ func compile(rr, regions, health dns.RR) *compiled {
 	}
 	owner := rr.Header().Name
 	c := &compiled{rr: rr, regions: regions, health: health, count: max(p.Count, 1)}
-	pools := map[string]*pool{}
+	type poolKey struct {
+		name string
+		ttl  uint32 // the rule's, 0: the pool's own
+	}
+	pools := map[poolKey]*pool{}
 	// chain returns the fallback chain from pool name, its answers with
 	// ttl (0: each pool's own).
 	chain := func(name string, ttl uint32) []*pool {
@@ -165,10 +169,7 @@ func compile(rr, regions, health dns.RR) *compiled {
 			if pp == nil {
 				break
 			}
-			key := name
-			if ttl != 0 {
-				key = name + "\x00ttl"
-			}
+			key := poolKey{name, ttl}
 			cp := pools[key]
 			if cp == nil {
 				cp = newPool(owner, t, pp, firstTTL(ttl, pp.TTL, p.TTL), down)

@@ -187,6 +187,15 @@ func TestPickFallback(t *testing.T) {
 			}
 		}
 	}
+	// Two rules on one pool with TTLs of their own: each answers with its.
+	ttls := `{"pools": {"main": {"values": [{"value": "203.0.113.10"}]}},
+		"rules": [{"subnets": ["10.0.0.0/8"], "pool": "main", "ttl": 5}, {"subnets": ["192.0.2.0/24"], "pool": "main", "ttl": 7}, {"pool": "main"}]}`
+	for addr, want := range map[string]uint32{"10.1.1.1": 5, "192.0.2.1": 7, "198.51.100.1": DefaultTTL} {
+		cl := Client{Addr: netip.MustParseAddr(addr)}
+		if rrs, _ := Pick([]dns.RR{testPolicy(t, ttls, nil)}, nil, dns.TypeA, &cl); len(rrs) != 1 || rrs[0].Header().Ttl != want {
+			t.Errorf("per-rule TTL for %s: expected %d, got %v", addr, want, rrs)
+		}
+	}
 	cl = Client{}
 	if _, ok := Pick([]dns.RR{testPolicy(t, two, nil)}, nil, dns.TypeAAAA, &cl); ok || cl.Used {
 		t.Errorf("AAAA of an A policy: expected no pick")

@@ -85,15 +85,6 @@ func rdataOf(rr dns.RR) ([]byte, bool) {
 	return b, err == nil
 }
 
-// CoveredBy returns the type policy record rr covers, 0 when rr is not a
-// readable one. It reads only the RDATA's first two octets.
-func CoveredBy(rr dns.RR) uint16 {
-	if rr.Header().Rrtype != TypePolicy {
-		return 0
-	}
-	return coveredOf(rr)
-}
-
 // Find returns the policy record of rrs (the records at a name) that
 // covers t, or nil.
 func Find(rrs []dns.RR, t uint16) dns.RR { return findCovering(rrs, TypePolicy, t) }
