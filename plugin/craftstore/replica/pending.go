@@ -101,14 +101,20 @@ type touch struct {
 	partitions int
 	keyZone    bool   // the partitions place zones (key mode "zone"), not names
 	epoch      uint64 // the shard map epoch the entries leave; 0: no new map
+	// serials are the zones whose SOA serial the entries move: every
+	// change of a zone's records does, so an answer that carries the
+	// zone's SOA (at the apex, or a negative answer's authority) changes
+	// with any of them. Partitions (parts) move every zone's.
+	serials map[string]struct{}
 }
 
 // addName notes that the records of name, in zone, change.
 func (t *touch) addName(zone, name string) {
 	if t.names == nil {
-		t.names, t.above = map[string]struct{}{}, map[string]struct{}{}
+		t.names, t.above, t.serials = map[string]struct{}{}, map[string]struct{}{}, map[string]struct{}{}
 	}
 	t.names[name] = struct{}{}
+	t.serials[zone] = struct{}{}
 	for n := name; ; {
 		i := strings.IndexByte(n, '.')
 		if i < 0 || i == len(n)-1 {
@@ -153,6 +159,16 @@ func (t *touch) changes(origin, name string) bool {
 		return true
 	}
 	return t.inParts(origin, name)
+}
+
+// movesSerial reports whether the SOA serial of the zone at origin
+// (canonical) moves.
+func (t *touch) movesSerial(origin string) bool {
+	if t.all || len(t.parts) > 0 {
+		return true
+	}
+	_, ok := t.serials[origin]
+	return ok
 }
 
 // inParts reports whether the partitions t changes place name.
@@ -240,7 +256,7 @@ func (p *Pending) Through() uint64 {
 // Changes reports whether the pending entries change what answer m says
 // (looked up in the views for a query read past them): the names of its
 // records, the targets its CNAMEs and DNAMEs lead to, the name servers of a
-// referral (their glue).
+// referral (their glue), the serial of an SOA it carries.
 func (p *Pending) Changes(m *dns.Msg) bool {
 	if p == nil {
 		return false
@@ -255,6 +271,10 @@ func (p *Pending) Changes(m *dns.Msg) bool {
 			return true
 		}
 		switch rr := rr.(type) {
+		case *dns.SOA:
+			if t.movesSerial(canonical(rr.Hdr.Name)) {
+				return true
+			}
 		case *dns.CNAME:
 			if target := canonical(rr.Target); dns.IsSubDomain(o, target) && t.affects(o, target, below) {
 				return true
@@ -272,6 +292,9 @@ func (p *Pending) Changes(m *dns.Msg) bool {
 				continue
 			}
 			if t.changes(o, canonical(h.Name)) {
+				return true
+			}
+			if h.Rrtype == dns.TypeSOA && t.movesSerial(canonical(h.Name)) {
 				return true
 			}
 			if ns, ok := rr.(*dns.NS); ok && t.changes(o, canonical(ns.Ns)) {

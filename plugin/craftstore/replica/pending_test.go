@@ -100,6 +100,20 @@ func TestReadPastPending(t *testing.T) {
 	if !pend.Changes(m) {
 		t.Error("a referral to a changed name server (its glue): Changes says no")
 	}
+	// The change moves the zone's serial: an answer with its SOA, at the
+	// apex or in a negative answer's authority, changes with it.
+	m.Answer, m.Ns = []dns.RR{mustRR(t, "example.org. 60 IN SOA ns1.example.org. hostmaster.example.org. 1 7200 3600 1209600 300")}, nil
+	if !pend.Changes(m) {
+		t.Error("the apex's SOA, whose serial the change moves: Changes says no")
+	}
+	m.Answer, m.Ns = nil, m.Answer
+	if !pend.Changes(m) {
+		t.Error("a negative answer's SOA, whose serial the change moves: Changes says no")
+	}
+	m.Ns = []dns.RR{mustRR(t, "example.com. 60 IN SOA ns1.example.com. hostmaster.example.com. 1 7200 3600 1209600 300")}
+	if pend.Changes(m) {
+		t.Error("another zone's SOA: Changes says yes")
+	}
 
 	close(release)
 	pend, err = f.ReadFor(ctx(t), index, false, "c.example.org.")
