@@ -186,10 +186,13 @@ func (t *touch) inParts(origin, name string) bool {
 
 // affects reports whether the changes can change the answer for qname in
 // the zone at origin (both canonical; origin "" when no zone here holds
-// qname): qname, an ancestor or a wildcard at one, or a descendant
-// (hasBelow reports whether qname has descendants in the member's view:
-// partitions name no names, so their descendants are looked up there).
-func (t *touch) affects(origin, qname string, hasBelow func(string) bool) bool {
+// qname): qname, an ancestor or a wildcard at one, a descendant, and, for
+// a name that does not exist, the existence of its ancestors and of the
+// wildcards at them (its closest encloser and the source of synthesis,
+// RFC 4592), empty non-terminals included. node tells what the member's
+// view holds at a name: records of its own, descendants (partitions name
+// no names, so what they may change is looked up there).
+func (t *touch) affects(origin, qname string, node func(string) (recs, below bool)) bool {
 	if t.all {
 		return true
 	}
@@ -209,13 +212,54 @@ func (t *touch) affects(origin, qname string, hasBelow func(string) bool) bool {
 		if n == origin {
 			break
 		}
-		i := strings.IndexByte(n, '.')
-		if i < 0 || i == len(n)-1 {
-			break
-		}
-		n = n[i+1:]
+		n = parent(n)
 	}
-	return len(t.parts) > 0 && qname != origin && hasBelow(qname)
+	if qname == origin {
+		return false
+	}
+	parts := len(t.parts) > 0
+	recs, below := node(qname)
+	if parts && below {
+		return true // its descendants may move, and with them its existence
+	}
+	if recs || below {
+		// It exists, and stays: its ancestors exist whatever changes
+		// below them, and no wildcard answers for it.
+		return false
+	}
+	// It does not exist: an ancestor that starts or stops existing as an
+	// empty non-terminal (a change below it, or names of a partition that
+	// moves) changes its closest encloser, a wildcard at one that does so
+	// whether it answers.
+	for n := parent(qname); ; n = parent(n) {
+		if n != origin {
+			if _, ok := t.above[n]; ok {
+				return true
+			}
+			if r, _ := node(n); parts && !r {
+				return true
+			}
+		}
+		w := "*." + n
+		if _, ok := t.above[w]; ok {
+			return true
+		}
+		if _, b := node(w); parts && b {
+			return true
+		}
+		if n == origin || n == "." {
+			return false
+		}
+	}
+}
+
+// parent is name less its first label ("." for a name of one label).
+func parent(name string) string {
+	i := strings.IndexByte(name, '.')
+	if i < 0 || i == len(name)-1 {
+		return "."
+	}
+	return name[i+1:]
 }
 
 // Pending is what a routed query read past: the changes of committed
@@ -233,8 +277,14 @@ type Pending struct {
 // what they change (Changes).
 func (p *Pending) Past() bool { return p != nil && p.past }
 
-// hasBelow reports whether name has descendants in the zone's view.
-func (p *Pending) hasBelow(name string) bool { return p.z == nil || p.z.HasBelow(name) }
+// node reports what the zone's view holds at name: records of its own,
+// descendants (both, when no zone holds it: anything may).
+func (p *Pending) node(name string) (recs, below bool) {
+	if p.z == nil {
+		return true, true
+	}
+	return p.z.Node(name)
+}
 
 // Epoch is the shard map epoch the pending entries leave, 0 when they set
 // no map.
@@ -265,7 +315,7 @@ func (p *Pending) Changes(m *dns.Msg) bool {
 	if t.all {
 		return true
 	}
-	below := p.hasBelow
+	below := p.node
 	for _, rr := range m.Answer {
 		if t.affects(o, canonical(rr.Header().Name), below) {
 			return true
@@ -379,7 +429,7 @@ func (r *Replica) pendingFor(p *pendingReady, qname string) *Pending {
 	if pend.z = r.Match(qname); pend.z != nil {
 		pend.origin = pend.z.Origin()
 	}
-	if p.touch().affects(pend.origin, qname, pend.hasBelow) {
+	if p.touch().affects(pend.origin, qname, pend.node) {
 		return nil
 	}
 	return pend

@@ -125,12 +125,25 @@ func TestReadPastPending(t *testing.T) {
 	}
 }
 
+// viewOf is a member's view holding records at names (canonical), for
+// touch.affects.
+func viewOf(names ...string) func(string) (recs, below bool) {
+	return func(name string) (recs, below bool) {
+		for _, n := range names {
+			recs = recs || n == name
+			below = below || n != name && dns.IsSubDomain(name, n)
+		}
+		return recs, below
+	}
+}
+
 // TestTouchAffects checks what a query's answer depends on: its name, its
-// ancestors and their wildcards, its descendants.
+// ancestors and their wildcards, its descendants, and for a name that does
+// not exist, the existence of its ancestors and of the wildcards at them.
 func TestTouchAffects(t *testing.T) {
 	var tc touch
 	tc.addName("example.org.", "a.b.c.example.org.")
-	none := func(string) bool { return false }
+	view := viewOf("d.example.org.", "a.b.example.org.", "a.b.c.example.org.")
 	for name, want := range map[string]bool{
 		"a.b.c.example.org.":   true,  // itself
 		"b.c.example.org.":     true,  // an empty non-terminal above it
@@ -139,46 +152,77 @@ func TestTouchAffects(t *testing.T) {
 		"z.a.b.c.example.org.": true,  // below it: its records can be a DNAME's
 		"d.example.org.":       false,
 		"a.b.example.org.":     false,
+		"q.c.example.org.":     true,  // no such name: its closest encloser c may appear or go
+		"q.d.example.org.":     false, // no such name, under one that stays
+		"zz.example.org.":      false,
 	} {
-		if got := tc.affects("example.org.", name, none); got != want {
+		if got := tc.affects("example.org.", name, view); got != want {
 			t.Errorf("name change: %s affected %v, want %v", name, got, want)
 		}
 	}
 	var wc touch
 	wc.addName("example.org.", "*.w.example.org.")
-	if !wc.affects("example.org.", "q.w.example.org.", none) || !wc.affects("example.org.", "p.q.w.example.org.", none) {
+	view = viewOf("w2.example.org.", "*.w.example.org.")
+	if !wc.affects("example.org.", "q.w.example.org.", view) || !wc.affects("example.org.", "p.q.w.example.org.", view) {
 		t.Error("a wildcard's change does not affect the names it synthesizes")
 	}
-	if wc.affects("example.org.", "w2.example.org.", none) {
+	if wc.affects("example.org.", "w2.example.org.", view) {
 		t.Error("a wildcard's change affects a name outside it")
+	}
+	// A name below a wildcard makes it an empty non-terminal, which
+	// answers NODATA for the names it covers (RFC 4592 section 2.2.2).
+	var ec touch
+	ec.addName("example.org.", "x.*.we.example.org.")
+	if !ec.affects("example.org.", "foo.we.example.org.", viewOf("x.*.we.example.org.")) {
+		t.Error("a change below a wildcard does not affect the names it covers")
 	}
 
 	// Partitions: the names they place, ancestors' too; a name with
-	// descendants (which may be in them) as well.
+	// descendants (which may be in them) as well; a name that does not
+	// exist, when an ancestor exists only by its descendants (an empty
+	// non-terminal) or a wildcard at one has descendants.
 	const parts = shardmap.DefaultPartitions
 	var pt touch
 	pt.addParts([]int{shardmap.PartitionOf("dev1.fleet.example.org.", parts)}, parts, false)
-	if !pt.affects("example.org.", "dev1.fleet.example.org.", none) {
-		t.Error("a name in a changed partition is not affected")
+	notIn := func(name string) bool {
+		p := shardmap.PartitionOf(name, parts)
+		_, moved := pt.parts[p]
+		return !moved
 	}
 	other := "dev2.fleet.example.org."
-	for i := 3; shardmap.PartitionOf(other, parts) == shardmap.PartitionOf("dev1.fleet.example.org.", parts) ||
-		shardmap.PartitionOf(other, parts) == shardmap.PartitionOf("fleet.example.org.", parts) ||
-		shardmap.PartitionOf(other, parts) == shardmap.PartitionOf("example.org.", parts); i++ {
+	for i := 3; !notIn(other) || !notIn("fleet.example.org.") || !notIn("example.org."); i++ {
 		other = "dev" + string(rune('0'+i%10)) + "x.fleet.example.org."
 	}
-	if pt.affects("example.org.", other, none) {
+	view = viewOf("dev1.fleet.example.org.", other, "fleet.example.org.")
+	if !pt.affects("example.org.", "dev1.fleet.example.org.", view) {
+		t.Error("a name in a changed partition is not affected")
+	}
+	if pt.affects("example.org.", other, view) {
 		t.Errorf("%s, in another partition, is affected", other)
 	}
-	if !pt.affects("example.org.", other, func(string) bool { return true }) {
+	if !pt.affects("example.org.", other, func(string) (bool, bool) { return true, true }) {
 		t.Errorf("%s, with descendants, is not affected", other)
 	}
-	if !pt.affects("example.org.", "x.dev1.fleet.example.org.", none) {
+	if !pt.affects("example.org.", "x.dev1.fleet.example.org.", view) {
 		t.Error("a name below one in a changed partition is not affected")
+	}
+	absent := "nope0.example.org."
+	for i := 1; !notIn(absent) || !notIn("*.example.org."); i++ {
+		absent = "nope" + string(rune('0'+i%10)) + "x.example.org."
+	}
+	if pt.affects("example.org.", absent, view) {
+		t.Errorf("%s, in another partition, no such name under the apex, is affected", absent)
+	}
+	if !pt.affects("example.org.", absent, viewOf("x.*.example.org.")) {
+		t.Errorf("%s: a wildcard at its closest encloser has descendants, which may move; not affected", absent)
+	}
+	ent := viewOf("dev1.fleet.example.org.", other)
+	if !pt.affects("example.org.", "x"+absent[:len(absent)-len("example.org.")]+"fleet.example.org.", ent) {
+		t.Error("no such name below an empty non-terminal, whose descendants may move: not affected")
 	}
 	var zt touch
 	zt.addParts([]int{shardmap.PartitionOf("example.org.", parts)}, parts, true)
-	if !zt.affects("example.org.", "www.example.org.", none) || zt.affects("example.net.", "www.example.net.", none) && shardmap.PartitionOf("example.net.", parts) != shardmap.PartitionOf("example.org.", parts) {
+	if !zt.affects("example.org.", "www.example.org.", view) || zt.affects("example.net.", "www.example.net.", viewOf("www.example.net.")) && shardmap.PartitionOf("example.net.", parts) != shardmap.PartitionOf("example.org.", parts) {
 		t.Error("key mode zone: partitions place origins")
 	}
 }
@@ -223,7 +267,7 @@ func TestTouchMapPart(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &Replica{pendingParts: map[[16]byte]*partTouch{}}
-	none := func(string) bool { return false }
+	none := viewOf()
 
 	var tp touch
 	if m := r.touchEntry(&tp, nil, prep, cur); m != cur || tp.all || tp.epoch != 0 {

@@ -109,11 +109,14 @@ func (z *Zone) write(fn func(v *view)) {
 	z.v.Store(&next)
 }
 
-// HasBelow reports whether name (canonical) has descendants in the zone:
-// names with data, or empty non-terminals above them.
-func (z *Zone) HasBelow(name string) bool {
+// Node reports what the zone holds at name (canonical): records of its
+// own, descendants (names with data, or empty non-terminals above them).
+func (z *Zone) Node(name string) (recs, below bool) {
 	n := z.load().names.get(name)
-	return n != nil && n.kids > 0
+	if n == nil {
+		return false, false
+	}
+	return len(n.rrs) > 0, n.kids > 0
 }
 
 // Origin returns the canonical origin of the zone.
