@@ -156,20 +156,31 @@ func TestRelated(t *testing.T) {
 	const z = "example.org."
 	for _, tc := range []struct {
 		locked, qname string
+		absent        bool // qname does not exist
 		want          bool
 	}{
-		{"a.example.org.", "a.example.org.", true},
-		{"a.example.org.", "x.a.example.org.", true}, // an ancestor: a cut, a CNAME, existence
-		{"x.a.example.org.", "a.example.org.", true}, // a descendant: an empty non-terminal
-		{"x.example.org.", "example.org.", false},    // the apex always exists
-		{"example.org.", "x.example.org.", true},     // the apex: its NS
-		{"*.example.org.", "nx.example.org.", true},  // a wildcard
-		{"*.example.org.", "example.org.", false},
-		{"*.b.example.org.", "a.example.org.", false},
-		{"b.example.org.", "a.example.org.", false},
+		{"a.example.org.", "a.example.org.", false, true},
+		{"a.example.org.", "x.a.example.org.", false, true}, // an ancestor: a cut, a CNAME, existence
+		{"x.a.example.org.", "a.example.org.", false, true}, // a descendant: an empty non-terminal
+		{"x.example.org.", "example.org.", false, false},    // the apex always exists
+		{"example.org.", "x.example.org.", false, true},     // the apex: its NS
+		{"*.example.org.", "nx.example.org.", true, true},   // a wildcard
+		{"*.example.org.", "example.org.", false, false},
+		{"*.b.example.org.", "a.example.org.", true, false},
+		{"b.example.org.", "a.example.org.", true, false},
+		// Below a wildcard: it exists as an empty non-terminal, answering
+		// NODATA for the names it covers that do not exist.
+		{"x.*.we.example.org.", "foo.we.example.org.", true, true},
+		{"x.*.we.example.org.", "foo.we.example.org.", false, false},
+		// Below the closest encloser of a name that does not exist.
+		{"x.c.example.org.", "q.c.example.org.", true, true},
+		{"x.y.c.example.org.", "q.r.c.example.org.", true, true},
+		{"x.c.example.org.", "q.c.example.org.", false, false},
+		{"x.c.example.org.", "q.d.example.org.", true, false},
+		{"x.example.org.", "q.example.org.", true, false}, // the apex exists anyway
 	} {
-		if got := related(z, tc.locked, tc.qname); got != tc.want {
-			t.Errorf("related(%s, %s) = %v, expected %v", tc.locked, tc.qname, got, tc.want)
+		if got := related(z, tc.locked, tc.qname, tc.absent); got != tc.want {
+			t.Errorf("related(%s, %s, absent %v) = %v, expected %v", tc.locked, tc.qname, tc.absent, got, tc.want)
 		}
 	}
 }

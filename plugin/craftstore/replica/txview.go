@@ -104,9 +104,12 @@ func (v *lockView) replace(parts map[[16]byte]lockedPart) {
 // holders returns the prepared parts that hold a name whose change can
 // change the answer for qname in zone: qname itself, an ancestor of it
 // (a delegation, a CNAME or the name's existence), a descendant (an empty
-// non-terminal) or a wildcard at an ancestor; and a channel closed when a
-// lock goes.
-func (v *lockView) holders(zone, qname string) ([]txn.ID, <-chan struct{}) {
+// non-terminal) or a wildcard at an ancestor; for a qname that does not
+// exist (absent), also a name below an ancestor of qname or below a
+// wildcard at one (they exist as empty non-terminals by their
+// descendants: qname's closest encloser, RFC 4592); and a channel closed
+// when a lock goes.
+func (v *lockView) holders(zone, qname string, absent bool) ([]txn.ID, <-chan struct{}) {
 	if v.n.Load() == 0 {
 		return nil, nil
 	}
@@ -114,7 +117,7 @@ func (v *lockView) holders(zone, qname string) ([]txn.ID, <-chan struct{}) {
 	defer v.mu.Unlock()
 	var ids []txn.ID
 	for id, p := range v.parts {
-		if slices.ContainsFunc(p.locks, func(l fsm.LockRef) bool { return l.Zone == zone && related(zone, l.Name, qname) }) {
+		if slices.ContainsFunc(p.locks, func(l fsm.LockRef) bool { return l.Zone == zone && related(zone, l.Name, qname, absent) }) {
 			ids = append(ids, id)
 		}
 	}
@@ -131,18 +134,38 @@ func (v *lockView) holders(zone, qname string) ([]txn.ID, <-chan struct{}) {
 // qname in zone (all canonical): name is qname or an ancestor of it (a
 // delegation, a CNAME, its existence), a descendant of it (qname may be an
 // empty non-terminal; the apex always exists), or a wildcard that can
-// synthesize qname.
-func related(zone, name, qname string) bool {
+// synthesize qname; for a qname that does not exist (absent), also a name
+// whose ancestor below the apex is an ancestor of qname, or a wildcard at
+// one (its existence as an empty non-terminal).
+func related(zone, name, qname string, absent bool) bool {
 	switch {
 	case dns.IsSubDomain(name, qname):
 		return true
 	case dns.IsSubDomain(qname, name):
 		return qname != zone
 	}
-	if parent, ok := strings.CutPrefix(name, "*."); ok {
-		return dns.IsSubDomain(parent, qname) && parent != qname
+	if parent, ok := strings.CutPrefix(name, "*."); ok && dns.IsSubDomain(parent, qname) && parent != qname {
+		return true
 	}
-	return false
+	if !absent {
+		return false
+	}
+	for a := name; ; {
+		i := strings.IndexByte(a, '.')
+		if i < 0 || i == len(a)-1 {
+			return false
+		}
+		a = a[i+1:]
+		if a == zone || !dns.IsSubDomain(zone, a) {
+			return false
+		}
+		if dns.IsSubDomain(a, qname) {
+			return true // a, an ancestor of qname, exists by name
+		}
+		if parent, ok := strings.CutPrefix(a, "*."); ok && dns.IsSubDomain(parent, qname) && parent != qname {
+			return true // a, a wildcard covering qname, exists by name
+		}
+	}
 }
 
 // loadLocks reads the lock view from the current generation.
@@ -182,7 +205,15 @@ func (r *Replica) loadLocks() error {
 // canonical; TxWait waits for them), and a channel closed when one of their
 // locks goes.
 func (r *Replica) TxHolders(zone, qname string) ([]txn.ID, <-chan struct{}) {
-	return r.locks.holders(zone, qname)
+	if r.locks.n.Load() == 0 {
+		return nil, nil
+	}
+	absent := true
+	if z := r.Match(qname); z != nil {
+		recs, below := z.Node(qname)
+		absent = !recs && !below && qname != z.Origin()
+	}
+	return r.locks.holders(zone, qname, absent)
 }
 
 // TxDecided returns the decision this member's state records for
@@ -311,7 +342,7 @@ func (r *Replica) TxCoordinator(id txn.ID) ([]byte, bool) {
 // change the answer for qname in zone (both canonical), or ctx ends.
 func (r *Replica) TxWait(ctx context.Context, zone, qname string) error {
 	for {
-		ids, changed := r.locks.holders(zone, qname)
+		ids, changed := r.TxHolders(zone, qname)
 		if len(ids) == 0 {
 			return nil
 		}
