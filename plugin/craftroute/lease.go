@@ -201,6 +201,12 @@ func (c *Craftroute) renewLeases(ctx context.Context) {
 				// writes it acknowledged before: raised before the lease
 				// counts.
 				idx, ok := shardproto.LeaseGranted(resp, lease, lh.key)
+				if resp.Rcode == dns.RcodeServerFailure && notCurrent(resp) {
+					// A member that is stopping (or not ready): no writes
+					// to it until it says otherwise.
+					m.Failed(time.Now(), c.cfg.downFor)
+					return
+				}
 				if !ok || resp.Rcode != dns.RcodeSuccess {
 					// A member without the key (router_key), an older
 					// craftstore, or a server block that does not cover the

@@ -532,3 +532,34 @@ func BenchmarkShardExchange(b *testing.B) {
 		}
 	}
 }
+
+// TestLeaseRefusedByStoppingMember: a member that refuses a lease request
+// with Not Ready (it is stopping: craftstore's leases.stop) is down for
+// the router's writes and queries; one that answers without a grant (no
+// router_key) is not.
+func TestLeaseRefusedByStoppingMember(t *testing.T) {
+	stopping, plain := startTarget(t, targetNotCurrent), startTarget(t, targetAnswer)
+	s := &Shard{Name: "a", Members: []*Member{
+		targetMember(t, "a", stopping, time.Second),
+		targetMember(t, "a", plain, time.Second),
+	}}
+	c := &Craftroute{cfg: config{key: keyName, downFor: time.Minute}}
+	c.route(t, s)
+	c.leases.key, c.leases.port, c.leases.qname = testKey, 53, "example.org."
+	c.leases.until = map[*Member]time.Time{}
+	c.leases.follow(c.shards())
+	c.renewLeases(context.Background())
+	if stopping.soa.Load() == 0 || plain.soa.Load() == 0 {
+		t.Fatalf("lease requests: %d and %d, expected one to each member", stopping.soa.Load(), plain.soa.Load())
+	}
+	now := time.Now()
+	if !s.Members[0].Down(now) {
+		t.Error("a member that refused its lease with Not Ready is not down")
+	}
+	if s.Members[1].Down(now) {
+		t.Error("a member that granted no lease (a plain answer) is down")
+	}
+	if order := s.Order(now, nil); order[0] != s.Members[1] {
+		t.Errorf("the stopping member is first in the order of liveness")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
@@ -43,6 +44,12 @@ type leases struct {
 	// saved is set once the leases were saved for the next run (save):
 	// the member grants no more.
 	saved bool
+	// stopping is set when the member begins to stop (stop): a lease
+	// request is then refused with Not Ready, which tells its router to
+	// send the member no more writes (an UPDATE that reaches it after it
+	// closed is cut off unanswered); told holds the holders refused since.
+	stopping bool
+	told     map[[shardproto.TokenLen]byte]bool
 }
 
 // holder is one router's lease. An expired one stays until its last
@@ -185,8 +192,9 @@ func syncDir(dir string) error {
 // the request is not signed under the key (or the member has none), its
 // time is not after the token's last request or is more than MaxSkew from
 // the member's clock (a replay), the member holds maxHolders leases, or
-// the leases were saved (the member is stopping). The query is then
-// answered as a plain one.
+// the leases were saved. The query is then answered as a plain one. A
+// stopping member (stop) refuses a request it would grant: SERVFAIL with
+// the Extended DNS Error Not Ready.
 func (l *leases) grant(remote net.Addr, r *dns.Msg, index uint64) *dns.Msg {
 	lease, ok := shardproto.LeaseRequested(r, l.key)
 	if !ok {
@@ -203,7 +211,7 @@ func (l *leases) grant(remote net.Addr, r *dns.Msg, index uint64) *dns.Msg {
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(int(lease.Port)))
 	l.mu.Lock()
-	if l.saved {
+	if l.saved && !l.stopping {
 		l.mu.Unlock()
 		return nil
 	}
@@ -211,6 +219,15 @@ func (l *leases) grant(remote net.Addr, r *dns.Msg, index uint64) *dns.Msg {
 	if held && !lease.Time.After(h.lease.Time) {
 		l.mu.Unlock()
 		return nil // a request granted already, or older: a replay
+	}
+	if l.stopping {
+		if held {
+			h.lease = lease // a replay of this request is not told again
+			l.holders[lease.Token] = h
+			l.told[lease.Token] = true
+		}
+		l.mu.Unlock()
+		return ede.Reply(r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, stoppingText)
 	}
 	if !held && len(l.holders) >= maxHolders {
 		l.pruneLocked(now)
@@ -231,6 +248,33 @@ func (l *leases) grant(remote net.Addr, r *dns.Msg, index uint64) *dns.Msg {
 	m.Authoritative = true
 	shardproto.GrantLease(m, lease, index, l.key)
 	return m
+}
+
+// stoppingText is the Extended DNS Error text of a lease request refused
+// by a stopping member.
+const stoppingText = "member is shutting down: send writes to another member"
+
+// stop refuses every lease request from now on (stopping): the member
+// is about to stop.
+func (l *leases) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopping, l.told = true, map[[shardproto.TokenLen]byte]bool{}
+}
+
+// allTold reports whether every router holding an unexpired lease asked
+// again since stop and was refused: none of them sends the member writes
+// any more.
+func (l *leases) allTold() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	for token, h := range l.holders {
+		if h.until.After(now) && !l.told[token] {
+			return false
+		}
+	}
+	return true
 }
 
 // pruneLocked drops the holders whose lease expired and whose last request

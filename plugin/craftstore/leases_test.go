@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsdiff"
+	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
@@ -149,6 +150,57 @@ func TestLeaseGrant(t *testing.T) {
 	full.mu.Unlock()
 	if full.grant(routerAddr, r, 1) == nil || len(full.holders) != 1 {
 		t.Errorf("expired leases made no room: %d held", len(full.holders))
+	}
+}
+
+// TestLeasesStopping: a stopping member refuses every lease request it
+// would grant (SERVFAIL, Not Ready: the router sends it no more writes),
+// and knows when every router holding a lease was told so.
+func TestLeasesStopping(t *testing.T) {
+	l := newLeases(time.Now(), true, testRouterKey)
+	f, g := startFakeRouter(t, false), startFakeRouter(t, false)
+	leaseFrom(t, l, f, 2*time.Second)
+	leaseFrom(t, l, g, 2*time.Second)
+	l.stop()
+	if l.allTold() {
+		t.Fatal("told before any router asked again")
+	}
+	refused := func(req *dns.Msg) {
+		t.Helper()
+		m := l.grant(routerAddr, req, 9)
+		if m == nil || m.Rcode != dns.RcodeServerFailure || ede.Of(m) == nil || ede.Of(m).InfoCode != dns.ExtendedErrorCodeNotReady {
+			t.Fatalf("a stopping member's answer to a lease request: %v, expected SERVFAIL with Not Ready", m)
+		}
+	}
+	req, _ := leaseRequest(f, 2*time.Second, time.Now().Add(time.Millisecond), testRouterKey)
+	refused(req)
+	if m := l.grant(routerAddr, req, 9); m != nil {
+		t.Errorf("a replay of a refused request was answered as a lease request: %v", m)
+	}
+	if l.allTold() {
+		t.Fatal("told with one of two routers asked")
+	}
+	req, _ = leaseRequest(g, 2*time.Second, time.Now().Add(time.Millisecond), testRouterKey)
+	refused(req)
+	if !l.allTold() {
+		t.Fatal("not told after both routers asked")
+	}
+	// Also after the leases were saved; an unsigned request is a plain query.
+	if err := l.save(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	req, _ = leaseRequest(f, 2*time.Second, time.Now().Add(2*time.Millisecond), testRouterKey)
+	refused(req)
+	if unsigned, _ := leaseRequest(f, time.Second, time.Now().Add(3*time.Millisecond), nil); l.grant(routerAddr, unsigned, 9) != nil {
+		t.Error("an unsigned lease request to a stopping member was answered as one")
+	}
+	// A router whose lease expired need not be told.
+	e := newLeases(time.Now(), true, testRouterKey)
+	leaseFrom(t, e, f, time.Millisecond)
+	e.stop()
+	time.Sleep(5 * time.Millisecond)
+	if !e.allTold() {
+		t.Error("an expired lease holds up the stop")
 	}
 }
 

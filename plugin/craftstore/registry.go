@@ -136,10 +136,12 @@ func (c *Craftstore) shutdown() error {
 		m.api.close()
 	}
 	// UPDATEs in flight: the DNS servers stop only after this returns.
+	// The routers are told by their lease requests, refused from now on.
+	m.leases.stop()
 	if n := m.rep.Drain(drainTimeout); n > 0 {
 		log.Warningf("member %d stops with %d writes in flight; their clients learn no outcome", m.rep.ID(), n)
 	}
-	m.rep.Quiet(lameDuckQuiet, lameDuckMax)
+	m.rep.Quiet(lameDuckQuiet, lameDuckMax, m.leases.allTold)
 	if err := m.leases.save(m.dir); err != nil {
 		log.Warningf("saving the routers' leases for the next run: %v; it will wait %v before it acknowledges a write", err, shardproto.MaxLease)
 	}
@@ -173,7 +175,9 @@ const handOffTimeout = time.Second
 const drainTimeout = 2 * time.Second
 
 // A stopping member refuses writes (Not Ready) until none came for
-// lameDuckQuiet, at most lameDuckMax, before it closes (Replica.Quiet).
+// lameDuckQuiet and every router holding a change lease asked for it
+// again and was refused (a router renews every 500ms), at most
+// lameDuckMax, before it closes (Replica.Quiet).
 const (
 	lameDuckQuiet = 100 * time.Millisecond
 	lameDuckMax   = time.Second

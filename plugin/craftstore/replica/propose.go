@@ -138,20 +138,21 @@ func (r *Replica) Drain(timeout time.Duration) int {
 }
 
 // Quiet waits, after Drain, until no write was refused for quiet (and at
-// least quiet), or max passed: the lame-duck time of a stopping member.
+// least quiet) and told reports that the member's clients know it is
+// stopping, or max passed: the lame-duck time of a stopping member.
 // Its DNS server closes only after the member is closed, and an UPDATE
 // whose connection it accepted but had not read then is cut off without
 // an answer, which its sender must take as an unknown outcome. Refusing
 // writes (Not Ready) for a while first tells craftroute to send them to
 // another member.
-func (r *Replica) Quiet(quiet, max time.Duration) {
+func (r *Replica) Quiet(quiet, max time.Duration, told func() bool) {
 	start := time.Now()
 	for {
 		r.mu.Lock()
 		last := r.refusedAt
 		r.mu.Unlock()
 		now := time.Now()
-		if now.Sub(start) >= max || now.Sub(start) >= quiet && now.Sub(last) >= quiet {
+		if now.Sub(start) >= max || now.Sub(start) >= quiet && now.Sub(last) >= quiet && told() {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
