@@ -307,17 +307,13 @@ func (c *Craftroute) resolveName(ctx context.Context, r *dns.Msg) (*dns.Msg, boo
 		if err != nil {
 			return nil, false, err
 		}
-		if repeatsDNAME(answer, next.resp.Answer) {
-			// craftstore's (and NSD's) DNAME loop rule: a DNAME RRset is
-			// added once per answer; the chain ends there, without authority.
-			out.Ns, out.Extra, extraSet = nil, nil, true
-			break
-		}
 		if s, ok := answerScope(next.resp); ok {
 			scope, scoped = max(scope, s), true
 		}
 		broadcast = broadcast || next.broadcast
-		answer = append(answer, next.resp.Answer...)
+		// A DNAME applies again to a name it synthesized (its target an
+		// ancestor of its owner): its RRset is in the answer once.
+		answer = append(answer, withoutRepeatedDNAME(answer, next.resp.Answer)...)
 		out.Rcode = next.resp.Rcode
 		out.Ns, out.Extra, extraSet = next.resp.Ns, next.resp.Extra, true
 		name, cur = dnsname.Lower(target), next
@@ -352,7 +348,7 @@ func hasVisit(seen []visit, source, key string) bool {
 // for name, and the CNAME's owner, when it is to be followed: the answer's
 // last RR is a CNAME owned by name and the query type is not CNAME, nor ANY
 // unless a DNAME synthesized the CNAME (RFC 6672: members follow those for
-// ANY too, as NSD does).
+// ANY too, as NSD does), and no DNAME to its own subtree synthesized it.
 func cnameTarget(resp *dns.Msg, name string, qtype uint16) (target, owner string, ok bool) {
 	a := resp.Answer
 	if qtype == dns.TypeCNAME || len(a) == 0 {
@@ -362,24 +358,38 @@ func cnameTarget(resp *dns.Msg, name string, qtype uint16) (target, owner string
 	if !ok || !strings.EqualFold(cn.Hdr.Name, name) {
 		return "", "", false
 	}
-	if qtype == dns.TypeANY && (len(a) < 2 || a[len(a)-2].Header().Rrtype != dns.TypeDNAME) {
+	var dn *dns.DNAME
+	if len(a) >= 2 {
+		dn, _ = a[len(a)-2].(*dns.DNAME)
+	}
+	if qtype == dns.TypeANY && dn == nil {
+		return "", "", false
+	}
+	if dn != nil && dns.IsSubDomain(dnsname.Lower(dn.Hdr.Name), dnsname.Lower(dn.Target)) {
+		// A DNAME to its own subtree: the chain ends with its first
+		// CNAME, as craftstore's (and NSD's) lookup ends it.
 		return "", "", false
 	}
 	return cn.Target, dnsname.Lower(cn.Hdr.Name), true
 }
 
-// repeatsDNAME reports whether next, the answer for a name a chain led to,
-// starts with a DNAME RRset that answer holds already.
-func repeatsDNAME(answer, next []dns.RR) bool {
+// withoutRepeatedDNAME returns next, the answer for a name a chain led to,
+// less the DNAME RRset it starts with when answer holds that already.
+func withoutRepeatedDNAME(answer, next []dns.RR) []dns.RR {
 	if len(next) == 0 || next[0].Header().Rrtype != dns.TypeDNAME {
-		return false
+		return next
 	}
+	owner := next[0].Header().Name
 	for _, rr := range answer {
-		if rr.Header().Rrtype == dns.TypeDNAME && strings.EqualFold(rr.Header().Name, next[0].Header().Name) {
-			return true
+		if rr.Header().Rrtype == dns.TypeDNAME && strings.EqualFold(rr.Header().Name, owner) {
+			i := 0
+			for i < len(next) && next[i].Header().Rrtype == dns.TypeDNAME && strings.EqualFold(next[i].Header().Name, owner) {
+				i++
+			}
+			return next[i:]
 		}
 	}
-	return false
+	return next
 }
 
 // cnameRRs returns the CNAME RRs at the end of resp's answer owned by name.

@@ -155,6 +155,55 @@ func TestMergeEqualsUnsharded(t *testing.T) {
 	}
 }
 
+// TestMergeDNAMEChains: DNAMEs that apply again to the names they
+// synthesize (a target above the owner), loop (two DNAMEs to each other)
+// or lead into their own subtree answer through the merge as unsharded.
+func TestMergeDNAMEChains(t *testing.T) {
+	const origin = "loop.example."
+	text := `$ORIGIN loop.example.
+@    300 IN SOA ns1.loop.example. hostmaster.loop.example. 1 7200 3600 1209600 300
+@    300 IN NS  ns1.loop.example.
+ns1  300 IN A   192.0.2.53
+www  300 IN A   192.0.2.1
+a    300 IN DNAME b.loop.example.
+b    300 IN DNAME a.loop.example.
+self 300 IN DNAME x.self.loop.example.
+up   300 IN DNAME loop.example.
+c    300 IN CNAME www.up.up.loop.example.
+`
+	var queries []string
+	for _, n := range []string{"x.a", "x.b", "q.self", "www.up", "www.up.up", "nx.up.up", "ns1.up.up.up", "a.up", "x.a.up", "c", "q.self.up"} {
+		queries = append(queries, n+"."+origin)
+	}
+	for _, n := range []int{2, 3} {
+		c, whole := testRouter(t, origin, text, n)
+		for _, name := range queries {
+			for _, qt := range []uint16{dns.TypeA, dns.TypeNS, dns.TypeCNAME, dns.TypeANY} {
+				r := new(dns.Msg)
+				r.SetQuestion(name, qt)
+				want := new(dns.Msg)
+				want.SetReply(r)
+				whole.Lookup(want, name, qt)
+				got, _, err := c.resolveName(context.Background(), r)
+				if err != nil {
+					t.Fatalf("%s %s: %v", name, dns.TypeToString[qt], err)
+				}
+				if d := diffMsg(want, got); d != "" {
+					t.Errorf("%d shards, %s %s: %s", n, name, dns.TypeToString[qt], d)
+				}
+			}
+		}
+	}
+	// The chain itself: the DNAME once, a CNAME per substitution.
+	c, _ := testRouter(t, origin, text, 3)
+	r := new(dns.Msg)
+	r.SetQuestion("www.up.up."+origin, dns.TypeA)
+	got, _, err := c.resolveName(context.Background(), r)
+	if err != nil || len(got.Answer) != 4 || got.Answer[0].Header().Rrtype != dns.TypeDNAME || got.Answer[3].Header().Rrtype != dns.TypeA {
+		t.Errorf("www.up.up: expected the DNAME, two CNAMEs and the A, got %v %v", got, err)
+	}
+}
+
 // hasSOA reports whether m carries an SOA in its answer or authority.
 func hasSOA(m *dns.Msg) bool {
 	for _, rr := range append(m.Answer[:len(m.Answer):len(m.Answer)], m.Ns...) {

@@ -115,6 +115,60 @@ var (
 	}
 )
 
+// A DNAME whose target is an ancestor of its owner applies again to the
+// name it synthesized, as BIND, Knot, NSD and PowerDNS answer: the DNAME
+// RRset once, a CNAME per substitution, then the last name's answer.
+const dnameUp = `$ORIGIN uni.com.
+@  3600 IN SOA ns1.uni.com. hostmaster.uni.com. 1 7200 3600 1209600 300
+@  3600 IN NS  ns1.uni.com.
+@  3600 IN AAAA 2001:db8::1
+@  3600 IN DNAME com.
+`
+
+const dnameUpBar = `$ORIGIN bar.
+@  3600 IN SOA ns1.bar. hostmaster.bar. 1 7200 3600 1209600 300
+@  3600 IN NS  ns1.bar.
+ns1 3600 IN A  192.0.2.53
+bankcard 3600 IN DNAME bar.
+`
+
+var (
+	uniDNAME     = test.DNAME("uni.com. 3600 IN DNAME com.")
+	dnameUpCases = []test.Case{
+		{Qname: "uni.uni.uni.com.", Qtype: dns.TypeNS, Authoritative: true,
+			Answer: []dns.RR{uniDNAME,
+				test.CNAME("uni.uni.uni.com. 3600 IN CNAME uni.uni.com."),
+				test.CNAME("uni.uni.com. 3600 IN CNAME uni.com."),
+				test.NS("uni.com. 3600 IN NS ns1.uni.com.")}},
+		{Qname: "uni.uni.com.", Qtype: dns.TypeAAAA, Authoritative: true,
+			Answer: []dns.RR{uniDNAME, test.CNAME("uni.uni.com. 3600 IN CNAME uni.com."), test.AAAA("uni.com. 3600 IN AAAA 2001:db8::1")},
+			Ns:     []dns.RR{test.NS("uni.com. 3600 IN NS ns1.uni.com.")}},
+		{Qname: "www.uni.com.", Qtype: dns.TypeA, Authoritative: true,
+			Answer: []dns.RR{uniDNAME, test.CNAME("www.uni.com. 3600 IN CNAME www.com.")}},
+	}
+	barDNAME        = test.DNAME("bankcard.bar. 3600 IN DNAME bar.")
+	dnameUpBarCases = []test.Case{
+		{Qname: "example.bankcard.bankcard.bar.", Qtype: dns.TypeNS, Authoritative: true, Rcode: dns.RcodeNameError,
+			Answer: []dns.RR{barDNAME,
+				test.CNAME("example.bankcard.bankcard.bar. 3600 IN CNAME example.bankcard.bar."),
+				test.CNAME("example.bankcard.bar. 3600 IN CNAME example.bar.")},
+			Ns: []dns.RR{test.SOA("bar. 300 IN SOA ns1.bar. hostmaster.bar. 1 7200 3600 1209600 300")}},
+		{Qname: "ns1.bankcard.bankcard.bar.", Qtype: dns.TypeA, Authoritative: true,
+			Answer: []dns.RR{barDNAME,
+				test.CNAME("ns1.bankcard.bankcard.bar. 3600 IN CNAME ns1.bankcard.bar."),
+				test.CNAME("ns1.bankcard.bar. 3600 IN CNAME ns1.bar."),
+				test.A("ns1.bar. 3600 IN A 192.0.2.53")},
+			Ns: []dns.RR{test.NS("bar. 3600 IN NS ns1.bar.")}},
+	}
+)
+
+// TestDNAMEUpward: a DNAME to an ancestor of its owner applies to the
+// names it synthesizes until they leave its subtree.
+func TestDNAMEUpward(t *testing.T) {
+	check(t, load(t, "uni.com.", dnameUp), dnameUpCases)
+	check(t, load(t, "bar.", dnameUpBar), dnameUpBarCases)
+}
+
 // TestDNAMETooLong: a substituted name over 255 octets is YXDOMAIN with the
 // DNAME alone (RFC 6672 §2.2).
 func TestDNAMETooLong(t *testing.T) {

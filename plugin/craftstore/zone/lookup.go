@@ -186,17 +186,23 @@ func (z *view) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, 
 // substitute answers qname, below the owner of DNAME node d (at offset dOff
 // in name, qname's lower-case form), by DNAME substitution (RFC 6672 §2.2,
 // §3.2): the DNAME RRset, then a CNAME from qname to the substituted name,
-// with the DNAME's TTL, which the lookup follows like any CNAME. As in NSD a
-// DNAME RRset is added once per answer, so a substitution that leads below
-// the same DNAME again (a loop, or a target below its own owner) ends the
-// chain; a substituted name longer than a domain name may be is answered
-// YXDOMAIN with the DNAME alone. A query for the CNAME ends with it.
+// with the DNAME's TTL, which the lookup follows like any CNAME. A
+// substitution that leads below the same DNAME again (its target an
+// ancestor of its owner) applies it again, as BIND, Knot, NSD and PowerDNS
+// do, with the DNAME RRset in the answer once; the same DNAME for the same
+// name twice is a loop, which ends the chain, and so does a DNAME whose
+// target is in its own subtree, after its first CNAME. A substituted name longer than
+// a domain name may be is answered YXDOMAIN with the DNAME alone. A query
+// for the CNAME ends with it.
 func (z *view) substitute(m *dns.Msg, d *node, qname string, name []byte, dOff int, qtype uint16, c *chain) (string, bool) {
 	rrs := d.rrset(dns.TypeDNAME)
-	if !c.add(rrs[0], "") {
+	again := c.has(rrs[0])
+	if !c.add(rrs[0], qname) {
 		return "", false
 	}
-	m.Answer = append(m.Answer, rrs...)
+	if !again {
+		m.Answer = append(m.Answer, rrs...)
+	}
 	dn, ok := rrs[0].(*dns.DNAME)
 	if !ok {
 		return "", false
@@ -213,7 +219,10 @@ func (z *view) substitute(m *dns.Msg, d *node, qname string, name []byte, dOff i
 		Hdr:    dns.RR_Header{Name: qname, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: dn.Hdr.Ttl},
 		Target: target,
 	})
-	if qtype == dns.TypeCNAME {
+	if qtype == dns.TypeCNAME || dns.IsSubDomain(dn.Hdr.Name, dn.Target) {
+		// A DNAME to its own subtree would apply to the name it
+		// synthesized again and again, each longer: the chain ends, as
+		// in NSD.
 		return "", false
 	}
 	return target, true
@@ -240,6 +249,21 @@ type chain struct {
 type visit struct {
 	rr    dns.RR // first RR of the stored CNAME RRset: the RRset's identity
 	owner string // the name it answered for, any case; "" for the query name via a wildcard
+}
+
+// has reports whether rr was added, for any owner.
+func (c *chain) has(rr dns.RR) bool {
+	for _, v := range c.fixed[:min(c.n, len(c.fixed))] {
+		if v.rr == rr {
+			return true
+		}
+	}
+	for _, v := range c.more {
+		if v.rr == rr {
+			return true
+		}
+	}
+	return false
 }
 
 // add records (rr, owner) and reports whether it was new.

@@ -76,9 +76,36 @@ func TestNSDDiffTables(t *testing.T) {
 		{"example.org.", exampleOrg, casesQueries(lookupCases)},
 		{"example.org.", dnameOrg, casesQueries(dnameCases)},
 		{"net.", dnameApex, casesQueries(dnameApexCases)},
+		{"uni.com.", dnameUp, casesQueries(dnameUpCases)},
+		{"bar.", dnameUpBar, casesQueries(dnameUpBarCases)},
 	} {
 		diff(t, tc.origin, tc.zone, tc.queries)
 	}
+}
+
+// TestNSDDiffDNAMEChains asks NSD about DNAME chains: a DNAME applying
+// again to what it synthesized, two DNAMEs to each other, one into its own
+// subtree, and a CNAME into such a chain.
+func TestNSDDiffDNAMEChains(t *testing.T) {
+	const origin = "loop.example."
+	text := `$ORIGIN loop.example.
+@    300 IN SOA ns1.loop.example. hostmaster.loop.example. 1 7200 3600 1209600 300
+@    300 IN NS  ns1.loop.example.
+ns1  300 IN A   192.0.2.53
+www  300 IN A   192.0.2.1
+a    300 IN DNAME b.loop.example.
+b    300 IN DNAME a.loop.example.
+self 300 IN DNAME x.self.loop.example.
+up   300 IN DNAME loop.example.
+c    300 IN CNAME www.up.up.loop.example.
+`
+	var queries []dnsdiff.Query
+	for _, n := range []string{"x.a", "x.b", "q.self", "www.up", "www.up.up", "nx.up.up", "ns1.up.up.up", "a.up", "x.a.up", "c", "q.self.up"} {
+		for _, qt := range []uint16{dns.TypeA, dns.TypeNS, dns.TypeCNAME, dns.TypeANY} {
+			queries = append(queries, dnsdiff.Query{Name: n + "." + origin, Type: qt})
+		}
+	}
+	diff(t, origin, text, queries)
 }
 
 func casesQueries(cases []test.Case) []dnsdiff.Query {
