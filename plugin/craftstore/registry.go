@@ -86,6 +86,7 @@ func (c *Craftstore) start() error {
 		Observer:        observer{strconv.FormatUint(c.cfg.id, 10)},
 		OnChange:        hub.changed,
 		TLS:             c.cfg.raftTLS,
+		PagedCache:      c.cfg.paged,
 	})
 	if err != nil {
 		return fmt.Errorf("craftstore: %w", err)

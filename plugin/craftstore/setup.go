@@ -20,6 +20,7 @@ import (
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 	"github.com/craftdns/craftdns/plugin/craftstore/transport"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
 
 	"github.com/miekg/dns"
 )
@@ -54,6 +55,7 @@ type config struct {
 	maxChange int            // records one API change adds and deletes; 0: no limit
 	maxZones  int            // zones the member holds (API imports); 0: no limit
 	stale     string         // plain queries while not ready: "serve" (default) or "refuse"
+	paged     int            // memory paged CACHE: names cached per zone; 0: memory mode
 	dnsListen string         // this server block's address, advertised to the group
 	raftTLS   *transport.TLS // raft_tls: mutual TLS between members; nil: plain TCP
 }
@@ -228,12 +230,36 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		if cfg.stale, err = one(); err == nil && cfg.stale != "serve" && cfg.stale != "refuse" {
 			err = c.Errf("stale must be serve or refuse, not %q", cfg.stale)
 		}
+	case "memory":
+		cfg.paged, err = parseMemory(c, args)
 	case "fallthrough":
 		cs.Fall.SetZonesFromArgs(args)
 	default:
 		return c.Errf("unknown property %q", a.Prop)
 	}
 	return err
+}
+
+// defaultPagedCache is the names cached per zone in paged mode when the
+// Corefile gives no number.
+const defaultPagedCache = 50000
+
+// parseMemory reads `memory memory|paged [CACHE]`: the names cached per
+// zone in paged mode, 0 for memory mode.
+func parseMemory(c *caddy.Controller, args []string) (int, error) {
+	switch {
+	case len(args) == 1 && args[0] == "memory":
+		return 0, nil
+	case len(args) == 1 && args[0] == "paged":
+		return defaultPagedCache, nil
+	case len(args) == 2 && args[0] == "paged":
+		n, err := strconv.Atoi(args[1])
+		if err != nil || n < zone.MinPagedCache {
+			return 0, c.Errf("memory paged: the cache %q must be a number of names, at least %d", args[1], zone.MinPagedCache)
+		}
+		return n, nil
+	}
+	return 0, c.Errf("memory takes memory, or paged and an optional cache size in names, not %q", strings.Join(args, " "))
 }
 
 // ordinalID is the member id of `id ordinal`: the number after the last

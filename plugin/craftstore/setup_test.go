@@ -53,6 +53,42 @@ func TestParse(t *testing.T) {
 		}`, wantErr: "stale must be serve or refuse"},
 		{input: `craftstore {
 			data /tmp/x
+			memory paged 1000
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.paged != 1000 {
+				t.Errorf("memory paged 1000: cache %d", c.cfg.paged)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			memory paged
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.paged != defaultPagedCache {
+				t.Errorf("memory paged: cache %d, expected %d", c.cfg.paged, defaultPagedCache)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			memory memory
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.paged != 0 {
+				t.Errorf("memory memory: cache %d", c.cfg.paged)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			memory paged lots
+		}`, wantErr: `memory paged: the cache "lots" must be a number of names, at least 64`},
+		{input: `craftstore {
+			data /tmp/x
+			memory paged 10
+		}`, wantErr: `memory paged: the cache "10" must be a number of names, at least 64`},
+		{input: `craftstore {
+			data /tmp/x
+			memory disk
+		}`, wantErr: `memory takes memory, or paged`},
+		{input: `craftstore {
+			data /tmp/x
 			raft_tls cert.pem key.pem
 		}`, wantErr: "raft_tls needs a certificate, its key and the CA"},
 		{input: `craftstore {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,9 @@ type testCluster struct {
 	tick time.Duration
 	// dirs, when set, overrides the data directory of some members.
 	dirs map[uint64]string
+	// paged, when above 0, starts the members in paged mode with a cache
+	// of that many names.
+	paged int
 }
 
 // freeAddr returns a loopback address that was free a moment ago, on a
@@ -68,6 +72,11 @@ var (
 	addrMu    sync.Mutex
 	addrsUsed = map[int]bool{}
 )
+
+// testPaged puts every test cluster's members in paged mode with a cache
+// of that many names: CRAFTSTORE_TEST_PAGED=64 go test runs the package's
+// tests against paged views.
+var testPaged, _ = strconv.Atoi(os.Getenv("CRAFTSTORE_TEST_PAGED"))
 
 func newTestCluster(t testing.TB, n int, snapshotEntries uint64) *testCluster {
 	c := &testCluster{t: t, dir: t.TempDir(), members: map[uint64]*Replica{}, snap: snapshotEntries}
@@ -113,6 +122,7 @@ func (c *testCluster) start(id uint64, join bool) *Replica {
 		CatchupEntries:  c.snap / 2,
 		Tick:            cmp.Or(c.tick, 20*time.Millisecond),
 		Logger:          testLogger{c.t, id},
+		PagedCache:      cmp.Or(c.paged, testPaged),
 	})
 	if err != nil {
 		c.t.Fatalf("starting member %d: %v", id, err)

@@ -29,6 +29,9 @@ func TestReadPastPending(t *testing.T) {
 	}
 	f := c.follower()
 	c.everywhere("www.example.org.", "192.0.2.10")
+	// A member answers routed reads once ready (it confirmed its state
+	// with the leader), which a loaded machine may take a while for.
+	eventually(t, "the follower ready", f.ready.Load)
 
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once

@@ -76,6 +76,11 @@ type Config struct {
 	// TLS, when set, is the mutual TLS of the Raft transport
 	// (transport.LoadTLS); nil: plain TCP.
 	TLS *transport.TLS
+	// PagedCache, when above 0, puts the member in paged mode (paged.go):
+	// the zones' views read the bbolt file, with a cache of that many
+	// decoded names each (at least zone.MinPagedCache); 0: every record
+	// is held decoded in memory.
+	PagedCache int
 }
 
 // Observer is told about proposals and applies, for metrics.

@@ -58,8 +58,19 @@ func (r *Replica) swapZone(origin string, z *zone.Zone) {
 	r.zones.Store(&next)
 }
 
-// loadZone builds a fresh view of zone origin from generation g.
-func loadZone(g *bolt.Bucket, origin string) (*zone.Zone, error) {
+// loadZone builds a fresh view of zone origin from generation g: in
+// paged mode one that reads the file (loadPaged), else one holding every
+// record.
+func (r *Replica) loadZone(g *bolt.Bucket, origin string) (*zone.Zone, error) {
+	if r.cfg.PagedCache > 0 {
+		return r.loadPaged(g, origin)
+	}
+	return loadMemory(g, origin)
+}
+
+// loadMemory builds a view of zone origin holding every record of it in
+// generation g.
+func loadMemory(g *bolt.Bucket, origin string) (*zone.Zone, error) {
 	b := g.Bucket(fsm.BucketZones).Bucket([]byte(origin))
 	z := zone.New(origin)
 	if base, ok := fsm.SerialBase(g, origin); ok {
@@ -98,7 +109,7 @@ func (r *Replica) loadAllZones() error {
 			return err
 		}
 		return fsm.Generation(tx).Bucket(fsm.BucketZones).ForEach(func(k, _ []byte) error {
-			z, err := loadZone(fsm.Generation(tx), string(k))
+			z, err := r.loadZone(fsm.Generation(tx), string(k))
 			if err != nil {
 				return err
 			}
@@ -122,7 +133,7 @@ func (r *Replica) reloadZone(origin string) error {
 			return nil
 		}
 		var err error
-		z, err = loadZone(fsm.Generation(tx), origin)
+		z, err = r.loadZone(fsm.Generation(tx), origin)
 		return err
 	})
 	if err != nil {

@@ -143,6 +143,10 @@ func (z *view) regions() dns.RR {
 // The RRs are the zone's own: fn must not modify them. A zone without
 // policies costs nothing; one with policies is walked whole.
 func (z *Zone) Policies(fn func(name string, rrs []dns.RR) bool) {
+	if z.pg != nil {
+		z.pagedPolicies(fn)
+		return
+	}
 	v := z.load()
 	if v.policy == 0 || v.names.root == nil {
 		return

@@ -28,14 +28,20 @@ const maxChain = 64
 //
 // The RRs appended are the zone's own (wildcard answers excepted): callers
 // must not modify them.
-func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) { z.load().lookup(m, qname, qtype, nil) }
+func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) {
+	v, end := z.read()
+	v.lookup(m, qname, qtype, nil)
+	end()
+}
 
 // LookupFor is Lookup for client cl: a name with a request-routing policy
 // for qtype answers with what the policy chooses for cl (policy.Pick),
 // and cl says whether one did, by which prefix. Lookup answers such a name
 // with its records: the values of the policy's default pool.
 func (z *Zone) LookupFor(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) {
-	z.load().lookup(m, qname, qtype, cl)
+	v, end := z.read()
+	v.lookup(m, qname, qtype, cl)
+	end()
 }
 
 func (z *view) lookup(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) {

@@ -27,12 +27,16 @@ import (
 // As with Lookup, the RRs appended are the zone's own (wildcard answers
 // excepted): callers must not modify them.
 func (z *Zone) Partition(m *dns.Msg, qname string, qtype uint16) shardproto.Facts {
-	return z.load().partition(m, qname, qtype, nil)
+	v, end := z.read()
+	defer end()
+	return v.partition(m, qname, qtype, nil)
 }
 
 // PartitionFor is Partition for client cl, as LookupFor is Lookup's.
 func (z *Zone) PartitionFor(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) shardproto.Facts {
-	return z.load().partition(m, qname, qtype, cl)
+	v, end := z.read()
+	defer end()
+	return v.partition(m, qname, qtype, cl)
 }
 
 func (z *view) partition(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) shardproto.Facts {

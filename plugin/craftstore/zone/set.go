@@ -13,6 +13,9 @@ import (
 type NameRecords struct {
 	Name string
 	RRs  []dns.RR
+	// Old is the number of records the name held before, for a paged
+	// zone's counts (a zone held in memory knows).
+	Old int
 }
 
 // Set replaces, atomically for readers, all RRs at each given owner name. An
@@ -26,6 +29,10 @@ type NameRecords struct {
 // change or after it (Zone). Build large loads in a fresh Zone with Load
 // instead.
 func (z *Zone) Set(changes []NameRecords) {
+	if z.pg != nil {
+		z.pg.set(changes) // the storage holds them already
+		return
+	}
 	type prepared struct {
 		key string
 		rrs []dns.RR
@@ -51,6 +58,9 @@ func (z *Zone) Set(changes []NameRecords) {
 // copies only what the changes touch. A member answers from it for a
 // transaction part that is committed but not applied yet (a preview).
 func (z *Zone) With(changes []NameRecords) *Zone {
+	if z.pg != nil {
+		return z.withPaged(changes)
+	}
 	out := &Zone{origin: z.origin}
 	next := *z.v.Load()
 	next.ed = newEdit()

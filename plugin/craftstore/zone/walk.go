@@ -17,7 +17,7 @@ func (z *view) closestEncloser(name []byte) (n *node, off int, ok bool) {
 		return nil, 0, false
 	}
 	for off = 0; off < apex; off = nextLabel(name, off) {
-		if n := z.names.getBytes(name[off:]); n != nil {
+		if n := z.get(name[off:]); n != nil {
 			return n, off, true
 		}
 	}
@@ -32,7 +32,7 @@ func (z *view) closestEncloser(name []byte) (n *node, off int, ok bool) {
 
 // exact returns the node at name, nil if name does not exist in the zone.
 func (z *view) exact(name []byte) *node {
-	return z.names.getBytes(name)
+	return z.get(name)
 }
 
 // above returns what name's ancestors say about it, in one walk from its
@@ -58,7 +58,7 @@ func (z *view) above(name []byte, encl *node, off int, qtype uint16) (cut *node,
 	apex := len(name) - len(z.origin)
 	for n := encl; off < apex; off = nextLabel(name, off) {
 		if n == nil {
-			n = z.names.getBytes(name[off:])
+			n = z.get(name[off:])
 		}
 		if n != nil {
 			if n.flags&fCut != 0 && (off > 0 || qtype != dns.TypeDS) {
@@ -83,13 +83,13 @@ func (z *view) above(name []byte, encl *node, off int, qtype uint16) (cut *node,
 // name, empty non-terminals included (RFC 4592 §2.2.2). A wildcard that is
 // itself an empty non-terminal is still a source: it synthesizes NODATA.
 func (z *view) wildcard(name []byte, off int, encl *node) *node {
-	if encl.flags&fWild == 0 {
-		return nil
+	if z.src == nil && encl.flags&fWild == 0 {
+		return nil // a paged read looks the wildcard up
 	}
 	var buf [258]byte
 	w := append(buf[:0], '*')
 	if string(name[off:]) != "." {
 		w = append(w, '.')
 	}
-	return z.names.getBytes(append(w, name[off:]...))
+	return z.get(append(w, name[off:]...))
 }

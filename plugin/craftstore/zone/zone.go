@@ -35,6 +35,8 @@ type Zone struct {
 
 	wmu sync.Mutex           // serializes writers
 	v   atomic.Pointer[view] // the version readers see
+
+	pg *pager // a paged zone's storage (paged.go); nil: held in memory
 }
 
 // view is one version of a zone. Readers load the current one and never
@@ -59,6 +61,8 @@ type view struct {
 
 	// apexNSWire and negWire are apexNS and negSOA packed (wire.go).
 	apexNSWire, negWire []byte
+
+	src *pagedRead // a paged zone's read: names come from it, not from names
 }
 
 // node is one owner name.
@@ -112,6 +116,10 @@ func (z *Zone) write(fn func(v *view)) {
 // Node reports what the zone holds at name (canonical): records of its
 // own, descendants (names with data, or empty non-terminals above them).
 func (z *Zone) Node(name string) (recs, below bool) {
+	if z.pg != nil {
+		_, recs, below = z.pagedNode(name)
+		return recs, below
+	}
 	n := z.load().names.get(name)
 	if n == nil {
 		return false, false
@@ -127,13 +135,22 @@ func (z *Zone) Origin() string { return z.origin }
 // since (craftstore's replica keeps it; craftroute adds the counts of a
 // zone's shards up to one serial).
 func (z *Zone) SetSerialBase(base uint32) {
+	if z.pg != nil {
+		z.pg.base.Store(uint64(base) | 1<<32)
+		return
+	}
 	z.write(func(v *view) { v.base, v.hasBase = base, true })
 }
 
 // Serial returns the apex SOA serial and the serial base; without a base
 // recorded the base is the serial. ok is false when the zone has no SOA.
 func (z *Zone) Serial() (serial, base uint32, ok bool) {
-	v := z.load()
+	v, end := z.read()
+	defer end()
+	if z.pg != nil {
+		b := z.pg.base.Load()
+		v.base, v.hasBase = uint32(b), b&(1<<32) != 0
+	}
 	if v.soa == nil {
 		return 0, 0, false
 	}
@@ -145,7 +162,8 @@ func (z *Zone) Serial() (serial, base uint32, ok bool) {
 
 // SOA returns a copy of the apex SOA record, or nil if the zone has none.
 func (z *Zone) SOA() *dns.SOA {
-	v := z.load()
+	v, end := z.read()
+	defer end()
 	if v.soa == nil {
 		return nil
 	}
@@ -153,21 +171,36 @@ func (z *Zone) SOA() *dns.SOA {
 }
 
 // Records returns the number of RRs in the zone.
-func (z *Zone) Records() int { return z.load().records }
+func (z *Zone) Records() int {
+	if z.pg != nil {
+		return int(z.pg.records.Load())
+	}
+	return z.load().records
+}
 
 // Names returns the number of owner names holding data; empty non-terminals
 // are not counted.
-func (z *Zone) Names() int { return z.load().named }
+func (z *Zone) Names() int {
+	if z.pg != nil {
+		return int(z.pg.named.Load())
+	}
+	return z.load().named
+}
 
 // RRs returns a copy of the RRs at name (type 0 = all types) for the API. It
 // returns nil if there are none.
 func (z *Zone) RRs(name string, qtype uint16) []dns.RR {
 	key := dnsname.Lower(dns.Fqdn(name))
-	n := z.load().names.get(key)
-	if n == nil {
+	var rrs []dns.RR
+	if z.pg != nil {
+		rrs, _, _ = z.pagedNode(key)
+	} else if n := z.load().names.get(key); n != nil {
+		rrs = n.rrs
+	}
+	if rrs == nil {
 		return nil
 	}
-	rrs := n.rrs
+	n := &node{rrs: rrs}
 	if qtype != 0 {
 		rrs = n.rrset(qtype)
 	}

@@ -308,7 +308,7 @@ func writeNames(g *bolt.Bucket, origin string, w *workset) (*Effect, error) {
 				return nil, err
 			}
 		}
-		e.Names = append(e.Names, zone.NameRecords{Name: name, RRs: rrs})
+		e.Names = append(e.Names, zone.NameRecords{Name: name, RRs: rrs, Old: len(w.stored[name])})
 	}
 	if err := journalAppend(g, origin, removed, added); err != nil {
 		return nil, err

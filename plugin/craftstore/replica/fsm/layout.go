@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -77,6 +78,37 @@ func DecodeRRs(v []byte) ([]dns.RR, error) {
 		rrs = append(rrs, d.rr())
 	}
 	return rrs, d.err
+}
+
+// ScanRRs walks what EncodeRRs wrote without decoding it: it returns the
+// number of records and calls fn, when not nil, with each one's type.
+func ScanRRs(v []byte, fn func(rrtype uint16)) (int, error) {
+	n := 0
+	for len(v) > 0 {
+		if len(v) < 4 {
+			return n, errors.New("short record")
+		}
+		l := binary.BigEndian.Uint32(v)
+		if uint64(l) > uint64(len(v)-4) {
+			return n, errors.New("short record")
+		}
+		rr := v[4 : 4+l]
+		v = v[4+l:]
+		n++
+		if fn == nil {
+			continue
+		}
+		// The owner name, uncompressed, then the type.
+		i := 0
+		for i < len(rr) && rr[i] != 0 {
+			i += int(rr[i]) + 1
+		}
+		if i+3 > len(rr) {
+			return n, errors.New("malformed record")
+		}
+		fn(binary.BigEndian.Uint16(rr[i+1:]))
+	}
+	return n, nil
 }
 
 // Generation returns the current Generation bucket; it exists after open.
