@@ -37,7 +37,7 @@ FUZZTIME ?= 10m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns deps generate image run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr bench-migrate bench-policy lint clean
+.PHONY: build coredns deps generate image run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr bench-migrate bench-policy bench-paged lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -177,6 +177,9 @@ bench-migrate: coredns
 
 bench-policy: coredns
 	./bench/policy.sh
+
+bench-paged: coredns
+	./bench/paged.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -85,7 +85,7 @@ type sharded struct {
 // memberCorefile is the Corefile of a shard member serving zones: the
 // sharded example's, on the member's ports.
 // With a faultnet, member m listens on its own Raft port and reaches each
-// peer through the link m→peer.
+// peer through the link m→peer. Shard b's members run in paged mode.
 func memberCorefile(zones []string, m *shardMember, peers []*shardMember, fn *faultnet.Net) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s {\n    bind 127.0.0.1\n", serverKeys(zones, m.dns))
@@ -100,6 +100,12 @@ func memberCorefile(zones []string, m *shardMember, peers []*shardMember, fn *fa
 			addr = fn.Get(m.name, p.name).Addr()
 		}
 		fmt.Fprintf(&b, "        peer %d %s\n", i+1, addr)
+	}
+	if m.shard == "b" {
+		// Shard b reads its records from the file (paged mode, a small
+		// cache): every sharded test also checks a router over paged
+		// shards answers as one server.
+		b.WriteString("        memory paged 64\n")
 	}
 	fmt.Fprintf(&b, "        api 127.0.0.1:%d\n        router_key %s\n        allow update. * *\n    }\n", m.api, routerKey)
 	fmt.Fprintf(&b, "    ready 127.0.0.1:%d {\n        monitor continuously\n    }\n    errors\n}\n", m.ready)

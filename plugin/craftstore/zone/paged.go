@@ -143,6 +143,9 @@ func (p *pager) apexView(r *pagedRead, origin string) *view {
 	if val != nil {
 		if rrs, err := p.decode(val); err == nil {
 			a.v.apex = &node{name: origin, rrs: rrs, flags: nodeFlags(rrs, true)}
+			if d := dataNode(a.v.apex, newEdit()); d != nil {
+				a.v.apex = d
+			}
 		}
 	}
 	a.v.refreshApex()
@@ -199,6 +202,9 @@ func (r *pagedRead) node(name []byte) *node {
 		return nil
 	}
 	n := &node{name: string(name), rrs: rrs, flags: nodeFlags(rrs, string(name) == r.origin)}
+	if d := dataNode(n, newEdit()); d != nil {
+		n = d // its RRs packed too, for AppendReply
+	}
 	r.p.cache.put(n.name, bytes.Clone(val), n)
 	return n
 }

@@ -300,3 +300,43 @@ func TestPagedFollowsStorage(t *testing.T) {
 		t.Errorf("unreadable storage: %s, expected SERVFAIL", dns.RcodeToString[m.Rcode])
 	}
 }
+
+// TestPagedAppendReply: a paged zone packs the same replies as the zone
+// held in memory, byte for byte, and leaves the same queries to Lookup.
+func TestPagedAppendReply(t *testing.T) {
+	type corpus struct {
+		origin, text string
+		queries      []dnsdiff.Query
+	}
+	corpora := []corpus{
+		{"example.org.", exampleOrg, casesQueries(lookupCases)},
+		{"example.", rfc4592Zone, casesQueries(rfc4592Cases)},
+	}
+	for _, seed := range []int64{1, 2} {
+		text, queries := dnsdiff.GenerateZone("example.com.", seed, dnsdiff.DefaultNames)
+		corpora = append(corpora, corpus{"example.com.", text, queries})
+	}
+	packed := 0
+	for _, c := range corpora {
+		mem := load(t, c.origin, c.text)
+		paged := NewPaged(c.origin, newMemStorage(t, c.origin, c.text).storage(), 0)
+		for round := range 2 { // the cache cold, then warm
+			for _, q := range c.queries {
+				r := new(dns.Msg)
+				r.SetQuestion(q.Name, q.Type)
+				r.SetEdns0(1232, false)
+				a, _, okA := mem.AppendReply(nil, r, 1232)
+				b, _, okB := paged.AppendReply(nil, r, 1232)
+				if okA != okB || !bytes.Equal(a, b) {
+					t.Errorf("%s round %d, %v: memory packed %v (%d bytes), paged %v (%d bytes)", c.origin, round, q, okA, len(a), okB, len(b))
+				}
+				if okB {
+					packed++
+				}
+			}
+		}
+	}
+	if packed == 0 {
+		t.Error("a paged zone packed no reply")
+	}
+}
