@@ -1,6 +1,8 @@
 package craftstore
 
 import (
+	"runtime/metrics"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -85,7 +87,14 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "records",
 		Help: "Records per zone on the member.",
 	}, []string{"member", "zone"})
+	perRecordGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "heap_bytes_per_record",
+		Help: "The process's Go heap in use (its objects' bytes) per record the member holds: what a record costs in anonymous memory, in memory mode or paged (one member per process).",
+	}, []string{"member"})
 )
+
+// heapSample reads the bytes of the Go heap's live and unswept objects.
+var heapSample = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 
 // observer feeds the replica's events into the metrics.
 type observer struct{ member string }
@@ -130,10 +139,19 @@ func updateGauges(rep *replica.Replica) {
 	}
 	readyGauge.WithLabelValues(id).Set(ready)
 	zones := map[string]bool{}
+	total := 0
 	for _, o := range rep.Zones() {
 		if z := rep.Zone(o); z != nil {
 			recordsGauge.WithLabelValues(id, o).Set(float64(z.Records()))
 			zones[o] = true
+			total += z.Records()
+		}
+	}
+	if total > 0 {
+		s := slices.Clone(heapSample)
+		metrics.Read(s)
+		if s[0].Value.Kind() == metrics.KindUint64 {
+			perRecordGauge.WithLabelValues(id).Set(float64(s[0].Value.Uint64()) / float64(total))
 		}
 	}
 	// A deleted zone's series goes with it.

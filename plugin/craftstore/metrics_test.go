@@ -38,6 +38,13 @@ func TestRecordsSeriesGoesWithZone(t *testing.T) {
 	if v, ok := recordsSeries(id, "example.org."); !ok || v != float64(len(rrs)) {
 		t.Fatalf("expected a records series of %d for example.org., got %v %v", len(rrs), v, ok)
 	}
+	var pb dto.Metric
+	if err := perRecordGauge.WithLabelValues(id).Write(&pb); err != nil {
+		t.Fatal(err)
+	}
+	if v := pb.GetGauge().GetValue(); v <= 0 {
+		t.Errorf("heap bytes per record: %v, expected the heap in use over %d records", v, len(rrs))
+	}
 	if err := rep.DeleteZone(context.Background(), "example.org."); err != nil {
 		t.Fatal(err)
 	}

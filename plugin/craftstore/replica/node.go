@@ -108,6 +108,7 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 		r.tr.Send(early)
 	}
 	var p pending
+	r.dropSnap() // the write may remap the file (paged.go)
 	if !r.retry("persist a Raft Ready", tick, func() (err error) {
 		p, err = r.persist(rd)
 		return err
@@ -131,6 +132,7 @@ func (r *Replica) handleReady(rd raft.Ready, tick <-chan time.Time) bool {
 			return false
 		}
 	}
+	r.renewSnap() // before the applied index moves
 	if p.lastIndex > r.applied.Load() {
 		r.applied.Store(p.lastIndex)
 		r.signalApplied()

@@ -109,6 +109,12 @@ type Replica struct {
 	tr    *transport.Transport
 
 	zones atomic.Pointer[zoneSet]
+	// snap is the read transaction paged queries share (paged.go), nil
+	// while the Ready loop writes; snapMu serializes its replacement, and
+	// snapDone closes when its renewing goroutine has stopped.
+	snap     atomic.Pointer[readSnap]
+	snapMu   sync.Mutex
+	snapDone chan struct{}
 	// seeded holds the zones whose seed import committed (import.go).
 	seeded atomic.Pointer[map[string]bool]
 	// locks are the names transactions hold on this shard (txview.go).
@@ -391,6 +397,11 @@ func (r *Replica) open() error {
 			r.tr.AddPeer(m.ID, m.Raft)
 		}
 	}
+	if r.cfg.PagedCache > 0 {
+		r.renewSnap()
+		r.snapDone = make(chan struct{})
+		go r.renewSnaps()
+	}
 	go r.run()
 	return nil
 }
@@ -399,6 +410,10 @@ func (r *Replica) open() error {
 func (r *Replica) Close() error {
 	r.stop.Do(func() { close(r.stopc) })
 	<-r.donec
+	if r.snapDone != nil {
+		<-r.snapDone
+	}
+	r.dropSnap()
 	return r.db.Close()
 }
 

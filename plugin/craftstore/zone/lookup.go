@@ -29,9 +29,9 @@ const maxChain = 64
 // The RRs appended are the zone's own (wildcard answers excepted): callers
 // must not modify them.
 func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) {
-	v, end := z.read()
+	v := z.read()
 	v.lookup(m, qname, qtype, nil)
-	end()
+	z.done(v)
 }
 
 // LookupFor is Lookup for client cl: a name with a request-routing policy
@@ -39,9 +39,9 @@ func (z *Zone) Lookup(m *dns.Msg, qname string, qtype uint16) {
 // and cl says whether one did, by which prefix. Lookup answers such a name
 // with its records: the values of the policy's default pool.
 func (z *Zone) LookupFor(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) {
-	v, end := z.read()
+	v := z.read()
 	v.lookup(m, qname, qtype, cl)
-	end()
+	z.done(v)
 }
 
 func (z *view) lookup(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) {

@@ -24,7 +24,7 @@ import (
 
 // Pages is one consistent state of a stored zone, which a paged zone
 // reads: names are canonical (lower-case, fully qualified, presentation
-// form).
+// form). One read uses it, from one goroutine, until End.
 type Pages interface {
 	// Get returns the stored records at name, nil for none. The bytes
 	// are valid until the read ends.
@@ -32,13 +32,15 @@ type Pages interface {
 	// Below reports whether a name below name holds records, not
 	// counting those for which skip (when not nil) returns true.
 	Below(name []byte, skip func(desc []byte) bool) bool
+	// End ends the read: neither the Pages nor the bytes it returned are
+	// used after.
+	End()
 }
 
 // Storage is where a paged zone reads its records.
 type Storage struct {
-	// Read begins a read of one consistent state of the zone; end ends
-	// it (the Pages and the bytes they returned are not used after).
-	Read func() (p Pages, end func(), err error)
+	// Read begins a read of one consistent state of the zone.
+	Read func() (Pages, error)
 	// Decode decodes the records Get returned.
 	Decode func([]byte) ([]dns.RR, error)
 }
@@ -49,9 +51,10 @@ const MinPagedCache = 64
 // pager is a paged zone's storage, cache and what it keeps of the zone
 // besides: the serial base, the counts, the names holding policies.
 type pager struct {
-	st    Storage
-	cache *nodeCache
-	apex  atomic.Pointer[pagedApex]
+	st     Storage
+	cache  *nodeCache
+	apex   atomic.Pointer[pagedApex]
+	origin atomic.Pointer[[]byte] // the zone's origin as Pages take names
 
 	base    atomic.Uint64 // the serial base | 1<<32 when set
 	records atomic.Int64
@@ -96,47 +99,66 @@ func (z *Zone) SetCounts(records, names int) {
 	}
 }
 
-// read returns the view a read of z uses and the function that ends the
-// read: a paged zone's in one state of its storage (on an error, a view
-// without an SOA, which answers SERVFAIL).
-func (z *Zone) read() (*view, func()) {
+// read returns the view a read of z uses, which done ends: a paged
+// zone's in one state of its storage (on an error, a view without an SOA,
+// which answers SERVFAIL).
+func (z *Zone) read() *view {
 	if z.pg == nil {
-		return z.load(), func() {}
+		return z.load()
 	}
 	return z.pg.read(z.origin)
 }
 
-func noEnd() {}
-
-// read begins a read of the zone at origin.
-func (p *pager) read(origin string) (*view, func()) {
-	pages, end, err := p.st.Read()
-	if err != nil {
-		return &view{origin: origin, apex: &node{name: origin}}, noEnd
+// done ends the read of v (read).
+func (z *Zone) done(v *view) {
+	if r := v.src; r != nil {
+		r.pages.End()
+		q := r.q // r is in q: zeroed below
+		*q = pagedQuery{}
+		queries.Put(q)
 	}
-	r := &pagedRead{p: p, pages: pages, origin: origin}
-	v := p.apexView(r, origin)
-	v.src = r
-	return v, end
 }
 
-// apexView returns a new view of the zone at origin as r reads it.
-func (p *pager) apexView(r *pagedRead, origin string) *view {
-	val := r.pages.Get([]byte(origin))
+// pagedQuery is what one read of a paged zone needs, in one allocation
+// that reads reuse.
+type pagedQuery struct {
+	v view
+	r pagedRead
+}
+
+var queries = sync.Pool{New: func() any { return new(pagedQuery) }}
+
+// read begins a read of the zone at origin.
+func (p *pager) read(origin string) *view {
+	pages, err := p.st.Read()
+	if err != nil {
+		return &view{origin: origin, apex: &node{name: origin}}
+	}
+	q := queries.Get().(*pagedQuery)
+	q.r = pagedRead{p: p, pages: pages, origin: origin, q: q}
+	p.apexView(&q.r, &q.v)
+	q.v.src = &q.r
+	return &q.v
+}
+
+// apexView sets v to the view of the zone at r's origin as r reads it.
+func (p *pager) apexView(r *pagedRead, v *view) {
+	origin := r.origin
+	val := r.pages.Get(p.originName(origin))
 	if p.over != nil {
 		if rrs, ok := p.over[origin]; ok {
-			v := &view{origin: origin, apex: &node{name: origin, rrs: rrs, flags: nodeFlags(rrs, true)}}
+			*v = view{origin: origin, apex: &node{name: origin, rrs: rrs, flags: nodeFlags(rrs, true)}}
 			if len(rrs) == 0 {
 				v.apex = &node{name: origin}
 			}
 			v.refreshApex()
 			v.cuts, v.dnames = 1, 1
-			return v
+			return
 		}
 	}
 	if a := p.apex.Load(); a != nil && bytes.Equal(a.val, val) {
-		v := a.v
-		return &v
+		*v = a.v
+		return
 	}
 	a := &pagedApex{val: bytes.Clone(val)}
 	a.v = view{origin: origin, apex: &node{name: origin}}
@@ -153,8 +175,17 @@ func (p *pager) apexView(r *pagedRead, origin string) *view {
 	// not count its cuts and DNAMEs.
 	a.v.cuts, a.v.dnames = 1, 1
 	p.apex.Store(a)
-	v := a.v
-	return &v
+	*v = a.v
+}
+
+// originName returns origin as bytes, made once.
+func (p *pager) originName(origin string) []byte {
+	if b := p.origin.Load(); b != nil {
+		return *b
+	}
+	b := []byte(origin)
+	p.origin.Store(&b)
+	return b
 }
 
 // decode decodes stored records, sorted by type as nodes hold them.
@@ -171,6 +202,7 @@ type pagedRead struct {
 	p      *pager
 	pages  Pages
 	origin string
+	q      *pagedQuery
 }
 
 // node returns the node at name (canonical), an empty non-terminal when
@@ -371,8 +403,8 @@ func (z *Zone) withPaged(changes []NameRecords) *Zone {
 // pagedNode returns the records at name (canonical) of a paged zone, and
 // whether it holds records and has names below it.
 func (z *Zone) pagedNode(name string) (rrs []dns.RR, recs, below bool) {
-	v, end := z.read()
-	defer end()
+	v := z.read()
+	defer z.done(v)
 	n := v.get([]byte(name))
 	if n == nil {
 		return nil, false, false

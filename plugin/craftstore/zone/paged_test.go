@@ -97,6 +97,8 @@ type memPages struct {
 
 func (p memPages) Get(name []byte) []byte { return p.names[string(name)] }
 
+func (p memPages) End() {}
+
 func (p memPages) Below(name []byte, skip func([]byte) bool) bool {
 	k := dnsname.CanonicalKey(string(name))
 	i := sort.Search(len(p.keys), func(i int) bool { return bytes.Compare(p.keys[i], k) > 0 })
@@ -117,10 +119,10 @@ func keyName(k []byte) string {
 
 func (s *memStorage) storage() Storage {
 	return Storage{
-		Read: func() (Pages, func(), error) {
+		Read: func() (Pages, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			return memPages{s.names, s.keys}, func() {}, nil
+			return memPages{s.names, s.keys}, nil
 		},
 		Decode: decodeMem,
 	}
@@ -293,7 +295,7 @@ func TestPagedFollowsStorage(t *testing.T) {
 	comparePaged(t, "after a delete", mem, paged, extra)
 
 	// A storage that cannot be read answers SERVFAIL.
-	broken := NewPaged(origin, Storage{Read: func() (Pages, func(), error) { return nil, nil, errors.New("closed") }, Decode: decodeMem}, 0)
+	broken := NewPaged(origin, Storage{Read: func() (Pages, error) { return nil, errors.New("closed") }, Decode: decodeMem}, 0)
 	m := new(dns.Msg)
 	broken.Lookup(m, "www.example.org.", dns.TypeA)
 	if m.Rcode != dns.RcodeServerFailure {

@@ -27,15 +27,15 @@ import (
 // As with Lookup, the RRs appended are the zone's own (wildcard answers
 // excepted): callers must not modify them.
 func (z *Zone) Partition(m *dns.Msg, qname string, qtype uint16) shardproto.Facts {
-	v, end := z.read()
-	defer end()
+	v := z.read()
+	defer z.done(v)
 	return v.partition(m, qname, qtype, nil)
 }
 
 // PartitionFor is Partition for client cl, as LookupFor is Lookup's.
 func (z *Zone) PartitionFor(m *dns.Msg, qname string, qtype uint16, cl *policy.Client) shardproto.Facts {
-	v, end := z.read()
-	defer end()
+	v := z.read()
+	defer z.done(v)
 	return v.partition(m, qname, qtype, cl)
 }
 

@@ -64,8 +64,8 @@ func (z *Zone) AppendReply(buf []byte, r *dns.Msg, size int) (out []byte, rcode 
 // as LookupFor does, and the reply's OPT record carries ecs back with the
 // policy's scope (policy.Echo). Without cl such a query is for Lookup.
 func (z *Zone) AppendReplyFor(buf []byte, r *dns.Msg, size int, cl *policy.Client, ecs *dns.EDNS0_SUBNET) (out []byte, rcode int, ok bool) {
-	v, done := z.read()
-	defer done()
+	v := z.read()
+	defer z.done(v)
 	if v.soa == nil {
 		return buf, 0, false
 	}

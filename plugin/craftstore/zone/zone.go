@@ -145,8 +145,8 @@ func (z *Zone) SetSerialBase(base uint32) {
 // Serial returns the apex SOA serial and the serial base; without a base
 // recorded the base is the serial. ok is false when the zone has no SOA.
 func (z *Zone) Serial() (serial, base uint32, ok bool) {
-	v, end := z.read()
-	defer end()
+	v := z.read()
+	defer z.done(v)
 	if z.pg != nil {
 		b := z.pg.base.Load()
 		v.base, v.hasBase = uint32(b), b&(1<<32) != 0
@@ -162,8 +162,8 @@ func (z *Zone) Serial() (serial, base uint32, ok bool) {
 
 // SOA returns a copy of the apex SOA record, or nil if the zone has none.
 func (z *Zone) SOA() *dns.SOA {
-	v, end := z.read()
-	defer end()
+	v := z.read()
+	defer z.done(v)
 	if v.soa == nil {
 		return nil
 	}
