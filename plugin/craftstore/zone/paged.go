@@ -203,11 +203,39 @@ type pagedRead struct {
 	pages  Pages
 	origin string
 	q      *pagedQuery
+	// seen are the nodes this read returned: a name asked again gets the
+	// same node, as from a trie. A lookup tells RRsets apart by identity
+	// (a CNAME loop, a DNAME applied again, a compiled policy), which a
+	// name decoded anew (evicted from the cache meanwhile) would not keep.
+	seen    []seenNode
+	seenBuf [8]seenNode // seen's first array
+}
+
+type seenNode struct {
+	name string
+	n    *node
 }
 
 // node returns the node at name (canonical), an empty non-terminal when
 // only names below it hold records, nil when it does not exist.
 func (r *pagedRead) node(name []byte) *node {
+	for _, s := range r.seen {
+		if s.name == string(name) {
+			return s.n
+		}
+	}
+	n := r.lookup(name)
+	if n != nil {
+		if r.seen == nil {
+			r.seen = r.seenBuf[:0]
+		}
+		r.seen = append(r.seen, seenNode{n.name, n})
+	}
+	return n
+}
+
+// lookup reads the node at name (node).
+func (r *pagedRead) lookup(name []byte) *node {
 	if r.p.over != nil {
 		if rrs, ok := r.p.over[string(name)]; ok {
 			if len(rrs) > 0 {
@@ -312,6 +340,9 @@ func (c *nodeCache) get(name, val []byte) *node {
 
 // put caches n, decoded from val, for name.
 func (c *nodeCache) put(name string, val []byte, n *node) {
+	if c.per == 0 {
+		return // a cache that keeps nothing (tests: every name decoded anew)
+	}
 	s := c.shard([]byte(name))
 	s.mu.Lock()
 	defer s.mu.Unlock()

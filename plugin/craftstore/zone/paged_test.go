@@ -342,3 +342,31 @@ func TestPagedAppendReply(t *testing.T) {
 		t.Error("a paged zone packed no reply")
 	}
 }
+
+// TestPagedChainIdentity: within one read a name asked again is the same
+// node, decoded once, so that a CNAME loop ends where a zone in memory
+// ends it and a DNAME's RRset appears once, even when the cache keeps
+// nothing (a name evicted between two steps of a chain).
+func TestPagedChainIdentity(t *testing.T) {
+	const origin = "loop.example."
+	text := `$ORIGIN loop.example.
+@    300 IN SOA ns1 hostmaster 1 7200 3600 1209600 300
+@    300 IN NS  ns1
+ns1  300 IN A   192.0.2.53
+*.wl 600 IN CNAME loop.wl
+loop.wl 600 IN CNAME loop.wl
+a    300 IN CNAME b
+b    300 IN CNAME a
+up   300 IN DNAME loop.example.
+`
+	mem := load(t, origin, text)
+	paged := NewPaged(origin, newMemStorage(t, origin, text).storage(), 0)
+	paged.pg.cache = &nodeCache{} // keeps nothing
+	var queries []dnsdiff.Query
+	for _, n := range []string{"*.wl", "x.wl", "loop.wl", "a", "b", "www.up.up", "a.up.up"} {
+		for _, qt := range []uint16{dns.TypeA, dns.TypeCNAME, dns.TypeANY} {
+			queries = append(queries, dnsdiff.Query{Name: n + "." + origin, Type: qt})
+		}
+	}
+	comparePaged(t, "no cache", mem, paged, queries)
+}
