@@ -280,21 +280,16 @@ func (r *Replica) sharedSnap() *readSnap {
 
 // dropSnap releases the shared read transaction; queries begin their own
 // until renewSnap.
-func (r *Replica) dropSnap() {
-	if r.cfg.PagedCache <= 0 {
-		return
-	}
-	r.snapMu.Lock()
-	defer r.snapMu.Unlock()
-	if s := r.snap.Swap(nil); s != nil {
-		s.release()
-	}
-}
+func (r *Replica) dropSnap() { r.replaceSnap(false) }
 
 // renewSnap begins the shared read transaction anew, of the file's
 // current state. The old one is released first: a writer waiting to remap
 // the file goes before the new one begins.
-func (r *Replica) renewSnap() {
+func (r *Replica) renewSnap() { r.replaceSnap(true) }
+
+// replaceSnap releases the shared read transaction and, with renew,
+// begins the next.
+func (r *Replica) replaceSnap(renew bool) {
 	if r.cfg.PagedCache <= 0 {
 		return
 	}
@@ -302,6 +297,9 @@ func (r *Replica) renewSnap() {
 	defer r.snapMu.Unlock()
 	if s := r.snap.Swap(nil); s != nil {
 		s.release()
+	}
+	if !renew {
+		return
 	}
 	tx, err := r.db.Begin(false)
 	if err != nil {
