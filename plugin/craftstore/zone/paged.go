@@ -54,7 +54,7 @@ type pager struct {
 	st     Storage
 	cache  *nodeCache
 	apex   atomic.Pointer[pagedApex]
-	origin atomic.Pointer[[]byte] // the zone's origin as Pages take names
+	origin []byte // the zone's origin as Pages take names
 
 	base    atomic.Uint64 // the serial base | 1<<32 when set
 	records atomic.Int64
@@ -82,7 +82,7 @@ type pagedApex struct {
 // cache of up to cache decoded names (at least MinPagedCache).
 func NewPaged(origin string, st Storage, cache int) *Zone {
 	o := dnsname.Lower(dns.Fqdn(origin))
-	z := &Zone{origin: o, pg: &pager{st: st, cache: newNodeCache(max(cache, MinPagedCache)), policies: map[string]struct{}{}}}
+	z := &Zone{origin: o, pg: &pager{st: st, cache: newNodeCache(max(cache, MinPagedCache)), origin: []byte(o), policies: map[string]struct{}{}}}
 	z.v.Store(&view{origin: o, apex: &node{name: o}})
 	return z
 }
@@ -144,7 +144,7 @@ func (p *pager) read(origin string) *view {
 // apexView sets v to the view of the zone at r's origin as r reads it.
 func (p *pager) apexView(r *pagedRead, v *view) {
 	origin := r.origin
-	val := r.pages.Get(p.originName(origin))
+	val := r.pages.Get(p.origin)
 	if p.over != nil {
 		if rrs, ok := p.over[origin]; ok {
 			*v = view{origin: origin, apex: &node{name: origin, rrs: rrs, flags: nodeFlags(rrs, true)}}
@@ -176,16 +176,6 @@ func (p *pager) apexView(r *pagedRead, v *view) {
 	a.v.cuts, a.v.dnames = 1, 1
 	p.apex.Store(a)
 	*v = a.v
-}
-
-// originName returns origin as bytes, made once.
-func (p *pager) originName(origin string) []byte {
-	if b := p.origin.Load(); b != nil {
-		return *b
-	}
-	b := []byte(origin)
-	p.origin.Store(&b)
-	return b
 }
 
 // decode decodes stored records, sorted by type as nodes hold them.
@@ -301,7 +291,7 @@ type nodeCache struct {
 }
 
 type cacheShard struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	m  map[string]cachedNode
 }
 
@@ -329,9 +319,9 @@ func (c *nodeCache) shard(name []byte) *cacheShard {
 // get returns the node cached for name when it was decoded from val.
 func (c *nodeCache) get(name, val []byte) *node {
 	s := c.shard(name)
-	s.mu.Lock()
+	s.mu.RLock()
 	e, ok := s.m[string(name)]
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	if ok && bytes.Equal(e.val, val) {
 		return e.n
 	}
@@ -403,7 +393,9 @@ func (z *Zone) NotePolicy(name string) {
 // (With): a pager that reads z's storage with changes over it.
 func (z *Zone) withPaged(changes []NameRecords) *Zone {
 	p := z.pg
-	np := &pager{st: p.st, cache: newNodeCache(MinPagedCache), policies: map[string]struct{}{},
+	// No cache: a preview lives for one query, whose read keeps the
+	// names it decoded (pagedRead.seen).
+	np := &pager{st: p.st, cache: &nodeCache{}, origin: p.origin, policies: map[string]struct{}{},
 		over: map[string][]dns.RR{}, overBelow: map[string]struct{}{}}
 	np.base.Store(p.base.Load())
 	for _, c := range changes {
