@@ -23,6 +23,7 @@
 #   make bench-txn      UPDATEs through a router: one shard vs two shards (transactions) (bench/txn.sh)
 #   make bench-axfr     AXFR of 1,000,000 records: through a router over two shards vs one member (bench/axfr.sh)
 #   make bench-migrate  adding and removing a shard under load, 1,000,000 records (bench/migrate.sh)
+#   make bench-filters  a flood of made-up names through a router, existence filters vs none (bench/filters.sh)
 #   make fuzz       every Go fuzz target of the plugins and internal/ for FUZZTIME (10m) each
 #                   (CI: 30s each); what a target finds lands in its testdata/fuzz
 #   make lint       gofmt and go vet
@@ -37,7 +38,7 @@ FUZZTIME ?= 10m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns deps generate image run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr bench-migrate bench-policy bench-paged lint clean
+.PHONY: build coredns deps generate image run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr bench-migrate bench-policy bench-paged bench-filters lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -180,6 +181,9 @@ bench-policy: coredns
 
 bench-paged: coredns
 	./bench/paged.sh
+
+bench-filters: coredns
+	./bench/filters.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

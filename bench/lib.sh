@@ -247,3 +247,28 @@ teardown() {
 		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
 	done
 }
+
+# dnsperf_run NAME PORT PID QFILE OUT: one dnsperf run of DURATION seconds
+# (CLIENTS, OUTSTANDING) from CPU $LOAD_CPU against the server PID
+# answering on PORT, its output in OUT. It fails when no query completed,
+# an answer was neither NOERROR nor NXDOMAIN, or over 1% were lost, and sets
+# DP_DONE (queries completed), DP_QPS, DP_NX (NXDOMAIN share) and DP_US
+# (CPU microseconds of PID per completed query).
+dnsperf_run() {
+	local name=$1 port=$2 pid=$3 qfile=$4 out=$5 t0 t1 lost noerror nxdomain
+	alive "$pid" "$name"
+	t0=$(cpu_ticks "$pid")
+	taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "$port" -d "$qfile" -l "$DURATION" -n 50 \
+		-c "$CLIENTS" -q "$OUTSTANDING" -t 2 >"$out" 2>&1 || { cat "$out" >&2; die "dnsperf against $name failed"; }
+	t1=$(cpu_ticks "$pid")
+	DP_DONE=$(dnsperf_field "$out" completed)
+	lost=$(dnsperf_field "$out" lost)
+	DP_QPS=$(dnsperf_field "$out" qps)
+	noerror=$(rcode_count "$out" NOERROR)
+	nxdomain=$(rcode_count "$out" NXDOMAIN)
+	[ "${DP_DONE:-0}" -gt 0 ] || { cat "$out" >&2; die "$name: no query completed"; }
+	[ $((noerror + nxdomain)) -eq "$DP_DONE" ] || die "$name: unexpected rcodes: $(rcodes "$out")"
+	[ "$(calc %d "$lost > 0.01 * ($DP_DONE + $lost)")" = 0 ] || die "$name: $lost queries lost of $((DP_DONE + lost))"
+	DP_NX=$(calc %.4f "$nxdomain / $DP_DONE")
+	DP_US=$(calc %.2f "($t1 - $t0) / $TICK_HZ * 1e6 / $DP_DONE")
+}

@@ -57,6 +57,8 @@ type routerSpec struct {
 	// Corefile (a router of another key mode over the same shards).
 	mapSeed bool
 	noMap   bool
+	// nameFilters, when set, is the router's name_filters (MiB; "0": off).
+	nameFilters string
 }
 
 // router is one craftroute process.
@@ -150,7 +152,7 @@ func (s *sharded) routerCorefile(r *router) string {
 		b.WriteString("        shard_map off\n")
 	}
 	fmt.Fprintf(&b, "        key %s\n", r.spec.key)
-	for _, kv := range [][2]string{{"timeout", r.spec.timeout}, {"down_for", r.spec.downFor}, {"probe", r.spec.probe}} {
+	for _, kv := range [][2]string{{"timeout", r.spec.timeout}, {"down_for", r.spec.downFor}, {"probe", r.spec.probe}, {"name_filters", r.spec.nameFilters}} {
 		if kv[1] != "" {
 			fmt.Fprintf(&b, "        %s %s\n", kv[0], kv[1])
 		}

@@ -55,6 +55,7 @@ type config struct {
 	partitions int               // ring partitions
 	load       float64           // ring load factor (bounded loads)
 	negCache   int               // entries of the merged-negative cache; 0: off
+	filterMiB  int               // name_filters: MiB of existence filters; 0: off
 	maxZone    int               // records of a zone an import through the API makes; 0: no limit
 	maxChange  int               // records one API change adds and deletes; 0: no limit
 	batch      int               // records a migration's batch moves at most (migrate_batch)
@@ -80,9 +81,11 @@ type Craftroute struct {
 	migr  migrator  // adding and removing shards (migrate.go)
 	zones *zoneSet
 	neg   *negCache
-	soa   serials      // key mode name: one serial per zone
-	txc   *shardClient // transactions of UPDATEs that span shards (txn.go)
-	ex    exchanger    // tests: in-memory shards
+	// filters are the shards' existence filters (filter.go).
+	filters *nameFilters
+	soa     serials      // key mode name: one serial per zone
+	txc     *shardClient // transactions of UPDATEs that span shards (txn.go)
+	ex      exchanger    // tests: in-memory shards
 
 	leases     leaseHolder    // change leases on the members (lease.go)
 	changes    *changeTracker // the changes they notified

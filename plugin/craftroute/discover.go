@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/craftdns/craftdns/internal/zoneapi"
@@ -39,14 +40,14 @@ func (c *Craftroute) startBackground() (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.seedsPending.Store(int32(len(c.cfg.seeds)))
 	sc := newShardClient(c)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.background(ctx, sc)
-	}()
+	var wg sync.WaitGroup
+	wg.Go(func() { c.background(ctx, sc) })
+	if c.filters.on() {
+		wg.Go(func() { c.filters.run(ctx, sc) })
+	}
 	return func() {
 		cancel()
-		<-done
+		wg.Wait()
 		sc.close()
 	}
 }

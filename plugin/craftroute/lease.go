@@ -271,6 +271,7 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 		n.Names[i] = dnsname.Lower(name)
 	}
 	c.changes.changed(zone, n.Names)
+	c.filters.noticed(zone, n.Names)
 	if n.Change != shardproto.ZoneDeleted {
 		c.soa.observe(zone, s.Name, n.Serial, n.Base, time.Now())
 	}

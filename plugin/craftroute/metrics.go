@@ -64,6 +64,18 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "broadcasts_total",
 		Help: "Negative answers of an owner shard that were checked with every shard.",
 	})
+	filterSkips = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "filter_skips_total",
+		Help: "Negative answers of an owner shard that the other shards' existence filters made final: no broadcast.",
+	})
+	filterFetches = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "filter_fetches_total",
+		Help: "Fetches of a zone's existence filters from every shard, by result (ok, failed).",
+	}, []string{"result"})
+	filterBytes = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "filter_bytes",
+		Help: "Bytes of existence filters the router keeps (name_filters bounds them).",
+	})
 	negativeMerged = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "negative_merged_total",
 		Help: "Answers merged from the facts of every shard, by the rcode of the merged answer.",

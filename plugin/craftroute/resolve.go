@@ -439,6 +439,12 @@ func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype ui
 		shardproto.Strip(resp)
 		return &step{resp: resp, facts: facts}, nil
 	}
+	if !facts.Wildcard && c.filters.rulesOut(rt, facts.Origin, name, int(facts.Labels)) {
+		// No other shard holds a name that could change this answer.
+		filterSkips.Inc()
+		shardproto.Strip(resp)
+		return &step{resp: resp, facts: facts}, nil
+	}
 	broadcasts.Inc()
 	return c.merge(rt, name, owner, c.fanOut(ctx, rt, r, name, qtype, owner, resp, facts))
 }

@@ -68,6 +68,7 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 		partitions: shardmap.DefaultPartitions,
 		load:       shardmap.DefaultLoad,
 		negCache:   defaultNegCache,
+		filterMiB:  defaultFilterMiB,
 		maxZone:    zoneapi.DefaultMaxZoneRecords,
 		maxChange:  zoneapi.DefaultMaxChangeRecords,
 		batch:      defaultMigrateBatch,
@@ -149,6 +150,7 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 	}
 	cr.zones = newZoneSet(fixed)
 	cr.neg = newNegCache(cfg.negCache)
+	cr.filters = newNameFilters(cr, int64(cfg.filterMiB)<<20)
 	cr.txc = newShardClient(cr)
 	cr.changes = newChangeTracker()
 	cr.refreshNow = make(chan struct{}, 1)
@@ -240,6 +242,10 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 		}
 	case "negative_cache":
 		cfg.negCache, err = a.Int(0)
+	case "name_filters":
+		if cfg.filterMiB, err = a.Int(0); err == nil && cfg.filterMiB > 1<<16 {
+			err = fmt.Errorf("name_filters %d: at most %d MiB", cfg.filterMiB, 1<<16)
+		}
 	case "max_zone_records":
 		cfg.maxZone, err = a.Int(0)
 	case "max_change_records":

@@ -39,6 +39,7 @@ func TestSetup(t *testing.T) {
 		max_zone_records 500
 		max_change_records 20
 		migrate_batch 500
+		name_filters 16
 		tsig `+key+`
 		api 127.0.0.1:0
 		shard_token s3cret
@@ -57,7 +58,7 @@ func TestSetup(t *testing.T) {
 		t.Errorf("expected the shard API without a trailing slash, got %v", got)
 	}
 	if cfg.key != keyZone || cfg.timeout != 300*time.Millisecond || cfg.downFor != 2*time.Second || cfg.probe != 0 ||
-		cfg.partitions != 1021 || cfg.load != 1.5 || cfg.negCache != 0 || cfg.maxZone != 500 || cfg.maxChange != 20 || cfg.batch != 500 || cfg.shardToken != "s3cret" || cfg.seeds["example.org."] != "zone.txt" || cr.leases.key == nil {
+		cfg.partitions != 1021 || cfg.load != 1.5 || cfg.negCache != 0 || cfg.maxZone != 500 || cfg.maxChange != 20 || cfg.batch != 500 || cfg.filterMiB != 16 || cr.filters.maxBytes != 16<<20 || cfg.shardToken != "s3cret" || cfg.seeds["example.org."] != "zone.txt" || cr.leases.key == nil {
 		t.Errorf("config: %+v", cfg)
 	}
 	for _, s := range cfg.shards { // timeout comes after the shards: every member has it
@@ -85,6 +86,9 @@ func TestSetup(t *testing.T) {
 	}
 	if cr.cfg.mapMode != mapOff {
 		t.Errorf("a router without member APIs routes by the map (%v)", cr.cfg.mapMode)
+	}
+	if cr.cfg.filterMiB != defaultFilterMiB {
+		t.Errorf("name_filters %d by default, expected %d", cr.cfg.filterMiB, defaultFilterMiB)
 	}
 	if cr.cfg.batch != defaultMigrateBatch {
 		t.Errorf("migrate_batch %d by default, expected %d", cr.cfg.batch, defaultMigrateBatch)
@@ -128,6 +132,9 @@ func TestSetupErrors(t *testing.T) {
 		{"craftroute {\nshard a 127.0.0.1\nmax_zone_records -1\n}", "negative"},
 		{"craftroute {\nshard a 127.0.0.1\nmax_change_records -1\n}", "negative"},
 		{"craftroute {\nshard a 127.0.0.1\nmigrate_batch 10\n}", "at least 100"},
+		{"craftroute {\nshard a 127.0.0.1\nname_filters -1\n}", "must not be negative"},
+		{"craftroute {\nshard a 127.0.0.1\nname_filters many\n}", "name_filters"},
+		{"craftroute {\nshard a 127.0.0.1\nname_filters 100000\n}", "at most 65536"},
 		{"craftroute {\nshard a 127.0.0.1\nmigrate_batch 20000\n}", "at most 10000"},
 		{"craftroute {\nshard a 127.0.0.1\ntsig /nonexistent\n}", "no such file"},
 		{"craftroute {\nshard a 127.0.0.1\napi 192.0.2.1:8053\n}", "needs a token"},

@@ -70,6 +70,7 @@ func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, erro
 	a.registerPolicies(mux)
 	mux.HandleFunc("POST /v1/zones/{zone}/axfr", httpapi.Body(httpapi.JSON, a.axfrZone))
 	mux.HandleFunc("GET /v1/zones/{zone}/xfr", a.xfr)
+	mux.HandleFunc("GET /v1/zones/{zone}/filter", a.nameFilter)
 	mux.HandleFunc("POST /v1/zones/{zone}/xfr", httpapi.Body(httpapi.JSON, a.xfr))
 	mux.HandleFunc("DELETE /v1/zones/{zone}/xfr/{id}", httpapi.Body(httpapi.JSON, a.unfence))
 	mux.HandleFunc("GET /v1/zones/{zone}/xfr/cuts/{serial}", a.xfrCut)
