@@ -43,6 +43,7 @@ type member struct {
 
 // start acquires the member of c's data directory, opening it if needed.
 func (c *Craftstore) start() error {
+	steerGC(c.cfg.headroom)
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	if m, ok := registry[c.cfg.dir]; ok {

@@ -56,6 +56,7 @@ type config struct {
 	maxZones  int            // zones the member holds (API imports); 0: no limit
 	stale     string         // plain queries while not ready: "serve" (default) or "refuse"
 	paged     int            // memory paged CACHE: names cached per zone; 0: memory mode
+	headroom  int            // gc_headroom: percent of the live heap it may grow by (gc.go); 0: off
 	dnsListen string         // this server block's address, advertised to the group
 	raftTLS   *transport.TLS // raft_tls: mutual TLS between members; nil: plain TCP
 }
@@ -90,7 +91,7 @@ func firstHost(hosts []string) string {
 func parse(c *caddy.Controller) (*Craftstore, error) {
 	cs := &Craftstore{cfg: config{id: 1, cluster: "craftdns", seeds: map[string]seedSource{},
 		timeout: 5 * time.Second, maxUpdate: defaultMaxUpdateRecords, maxZone: zoneapi.DefaultMaxZoneRecords,
-		maxChange: zoneapi.DefaultMaxChangeRecords, maxZones: defaultMaxZones, stale: "serve"}}
+		maxChange: zoneapi.DefaultMaxChangeRecords, maxZones: defaultMaxZones, stale: "serve", headroom: defaultHeadroom}}
 	i := 0
 	for c.Next() {
 		if i > 0 {
@@ -140,6 +141,9 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	case "data":
 		if cfg.dir, err = one(); err == nil {
 			cfg.dir = corefile.Rooted(c, cfg.dir)
+			if merr := mmapWorks(cfg.dir); merr != nil {
+				err = c.Errf("data %s: its filesystem cannot memory-map files (%v), which the bbolt file needs: put the data directory on a local filesystem", cfg.dir, merr)
+			}
 		}
 	case "raft":
 		cfg.raft, err = one()
@@ -232,6 +236,17 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		}
 	case "memory":
 		cfg.paged, err = parseMemory(c, args)
+	case "gc_headroom":
+		var v string
+		if v, err = one(); err == nil {
+			cfg.headroom, err = strconv.Atoi(v)
+			switch {
+			case v == "off":
+				cfg.headroom, err = 0, nil
+			case err != nil || cfg.headroom < 5 || cfg.headroom > 100:
+				err = c.Errf("gc_headroom %q: a percent from 5 to 100, or off", v)
+			}
+		}
 	case "fallthrough":
 		cs.Fall.SetZonesFromArgs(args)
 	default:

@@ -89,6 +89,31 @@ func TestParse(t *testing.T) {
 		}`, wantErr: `memory takes memory, or paged`},
 		{input: `craftstore {
 			data /tmp/x
+			gc_headroom 40
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.headroom != 40 {
+				t.Errorf("gc_headroom 40: %d", c.cfg.headroom)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			gc_headroom 100
+			gc_headroom off
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.headroom != 0 {
+				t.Errorf("gc_headroom off: %d", c.cfg.headroom)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			gc_headroom 2
+		}`, wantErr: `gc_headroom "2": a percent from 5 to 100, or off`},
+		{input: `craftstore {
+			data /tmp/x
+			gc_headroom lots
+		}`, wantErr: `gc_headroom "lots": a percent from 5 to 100, or off`},
+		{input: `craftstore {
+			data /tmp/x
 			raft_tls cert.pem key.pem
 		}`, wantErr: "raft_tls needs a certificate, its key and the CA"},
 		{input: `craftstore {
@@ -98,6 +123,9 @@ func TestParse(t *testing.T) {
 		{input: `craftstore {
 			data /tmp/x
 		}`, check: func(t *testing.T, c *Craftstore) {
+			if c.cfg.headroom != 0 {
+				t.Errorf("gc_headroom %d by default, expected off", c.cfg.headroom)
+			}
 			if c.cfg.maxZone != 1_000_000 || c.cfg.maxChange != 10_000 || c.cfg.maxZones != 10_000 || c.cfg.routerKey != "" {
 				t.Errorf("expected max_zone_records 1000000, max_change_records 10000, max_zones 10000 and no router key by default, got %d %d %d %q",
 					c.cfg.maxZone, c.cfg.maxChange, c.cfg.maxZones, c.cfg.routerKey)
