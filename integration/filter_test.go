@@ -153,4 +153,11 @@ func TestRouterFilters(t *testing.T) {
 		return metric(rt, "coredns_craftroute_filter_skips_total") > before
 	})
 	compare("the replaced zone's queries, filters in use", append(sampleQueries(queries2, 3), madeUp(50)...))
+
+	// What the router keeps: one set (three shards' filters of about a
+	// thousand names each, and its 32 KiB filter of noticed names), the
+	// sets it dropped given back.
+	if b := metric(rt, "coredns_craftroute_filter_bytes"); b <= 32<<10 || b > 64<<10 {
+		t.Errorf("the router keeps %v bytes of filters, expected one set: over 32 KiB, at most 64 KiB", b)
+	}
 }

@@ -265,12 +265,13 @@ func (nf *nameFilters) fetch(ctx context.Context, sc *shardClient, origin string
 	}
 	nf.addBytes(set.bytes)
 	parts, size, err := nf.fetchParts(ctx, sc, rt, origin)
-	set.bytes += size
 	if err != nil {
 		nf.addBytes(-set.bytes)
 		abandon()
 		return err
 	}
+	set.bytes += size
+	nf.addBytes(size)
 	set.parts = parts
 	set.at = time.Now()
 	filterFetches.WithLabelValues("ok").Inc()
