@@ -23,9 +23,9 @@ import (
 // Go's default. It is a trade: each collection marks the whole live heap
 // (about 80 ms of CPU for a million records), and a smaller headroom
 // collects more often under the same query load (bench/README.md,
-// "paged.sh": 25% takes anonymous memory from 389 to 288 bytes a record at
-// 1M records, and costs 18-23% more CPU per query at 60-75k queries/s). So
-// the default leaves the collector to Go. The setting is the process's:
+// "paged.sh": 25% takes anonymous memory from 411 to 288 bytes a record at
+// 1M records for 10-14% more CPU per query, from 465 to 285 at 10M for
+// 25-81% more). So the default leaves the collector to Go. The setting is the process's:
 // the last craftstore block started gives its gc_headroom.
 
 // defaultHeadroom is gc_headroom's default: off.
