@@ -3,6 +3,8 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
@@ -82,5 +84,27 @@ func TestNameFilter(t *testing.T) {
 				t.Errorf("the filter of a zone not held: got %v, want ErrNotFound", err)
 			}
 		})
+	}
+}
+
+// TestInitialMmap: the map leaves room for the file to grow fourfold, 1
+// GiB at least, 1 TiB at most (sparse files stand for large ones).
+func TestInitialMmap(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ size, want int64 }{{-1, 1 << 30}, {0, 1 << 30}, {100 << 20, 1 << 30}, {2 << 30, 8 << 30}, {1 << 40, 1 << 40}} {
+		path := filepath.Join(dir, fmt.Sprint(c.size))
+		if c.size >= 0 {
+			f, err := os.Create(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Truncate(c.size); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+		if got := initialMmap(path); int64(got) != c.want {
+			t.Errorf("a file of %d bytes: mapped with %d, want %d", c.size, got, c.want)
+		}
 	}
 }

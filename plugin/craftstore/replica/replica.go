@@ -182,6 +182,22 @@ type applied struct {
 	err error
 }
 
+// initialMmap returns the size bbolt maps the file at path with from the
+// start: address space, not memory (only the pages read are resident, as
+// file-backed memory). A writer that grows the file past the map remaps it,
+// which waits for every read transaction to end while new ones wait for it
+// (bbolt #392): a long read (a snapshot streaming to a follower, a filter
+// being built, a zone transfer) would stall writes and then every paged
+// query. So the map leaves room for the file to grow to four times its size
+// at the start, 1 GiB at least, 1 TiB at most.
+func initialMmap(path string) int {
+	size := int64(0)
+	if fi, err := os.Stat(path); err == nil {
+		size = fi.Size()
+	}
+	return int(min(max(1<<30, 4*size), 1<<40))
+}
+
 // Open opens (or creates) the member's data directory and starts Raft.
 func Open(cfg Config) (*Replica, error) {
 	if cfg.ID == 0 {
@@ -206,11 +222,9 @@ func Open(cfg Config) (*Replica, error) {
 		return nil, err
 	}
 	db, err := bolt.Open(filepath.Join(cfg.Dir, FileName), 0o600, &bolt.Options{
-		Timeout:        5 * time.Second,
-		NoFreelistSync: true,
-		// Address space, not memory: a long read (a snapshot streaming to a
-		// follower) then rarely blocks the writer's remap as the file grows.
-		InitialMmapSize: 1 << 30,
+		Timeout:         5 * time.Second,
+		NoFreelistSync:  true,
+		InitialMmapSize: initialMmap(filepath.Join(cfg.Dir, FileName)),
 		FreelistType:    bolt.FreelistMapType,
 	})
 	if err != nil {
