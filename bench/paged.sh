@@ -19,8 +19,10 @@
 # Knobs (environment): RECORDS (1000000), CACHE (50000 names), HOT (1000
 # names), QUERIES (200000 lines per file), DURATION (seconds per run, 10),
 # ROUNDS (3), WARMUP (5), SETTLE (10 seconds before RSS is read), CLIENTS
-# (4), OUTSTANDING (200), SERVER_CPU (0), LOAD_CPU (1), COREDNS_BINARY,
-# KEEP=1.
+# (4), OUTSTANDING (200), SERVER_CPU (0), LOAD_CPU (1), MODES (the members
+# to run, "memory gc25 paged"; without memory no ratios are printed: for
+# zones whose memory-mode members would not fit, MODES=paged gives paged
+# mode's memory and start time), COREDNS_BINARY, KEEP=1.
 #
 # It fails when a member does not start, when an answer is not NOERROR, or
 # when over 1% of the queries are lost.
@@ -80,7 +82,9 @@ if [ "$(stat -c %s "$WORK/zone")" -le $((256 << 20)) ]; then
 		"http://127.0.0.1:$imp_api/v1/zones/example.org" >/dev/null || die "PUT of the zone failed"
 	echo "# PUT of $RECORDS records: $(calc %.1f "$(date +%s.%N) - $t0")s" >&2
 else
-	corefile import "$imp_dns" "$imp_api" "$imp_ready" memory "seed example.org $WORK/zone"
+	# Paged: the importing member need not hold the zone decoded (the
+	# file it writes is the same).
+	corefile import "$imp_dns" "$imp_api" "$imp_ready" "paged $CACHE" "seed example.org $WORK/zone"
 	t0=$(date +%s.%N)
 	start import ""
 	imp_pid=$LAST_PID
@@ -90,13 +94,14 @@ fi
 kill "$imp_pid"
 for _ in $(seq 300); do kill -0 "$imp_pid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$imp_pid" 2>/dev/null && die "the importing member did not stop"
-cp -a "$WORK/import" "$WORK/memory"
-cp -a "$WORK/import" "$WORK/gc25"
-cp -a "$WORK/import" "$WORK/paged"
+read -r -a modes <<<"${MODES:-memory gc25 paged}"
+for mode in "${modes[@]}"; do
+	case $mode in memory | gc25 | paged) ;; *) die "MODES: unknown mode $mode" ;; esac
+	cp -a "$WORK/import" "$WORK/$mode"
+done
 db=$(du -m "$WORK/import/craftstore.db" | cut -f1)
 
 # The members, one after the other: start to the last name answered.
-modes=(memory gc25 paged)
 declare -A dnsport pidof startup anon_start
 for mode in "${modes[@]}"; do
 	dns=$(free_port) api=$(free_port) ready=$(free_port)
@@ -168,9 +173,11 @@ done
 sleep "$SETTLE"
 
 col() { awk -v c="$2" '{ print $c }' "$WORK/$1.results"; }
-ratio() { # ratio A B COL: the median of each round's A / B
+ratio() { # ratio A B COL: the median of each round's A / B ("-" without B)
+	[ -e "$WORK/$2.results" ] || { echo -; return; }
 	paste "$WORK/$1.results" "$WORK/$2.results" | awk -v c="$3" '{ printf "%.2f\n", $c / $(c + 2) }'
 }
+rmed() { local r; r=$(ratio "$@"); if [ "$r" = - ]; then echo -; else median $r; fi; }
 mib() { calc %.0f "$(status_kb "$1" "$2") / 1024"; }
 
 echo
@@ -179,11 +186,11 @@ printf '%-16s %10s %10s %12s\n' '' qps us/query 'us/memory'
 for kind in hot uniform; do
 	for mode in "${modes[@]}"; do
 		printf '%-16s %10.0f %10.2f %12s\n' "$mode $kind" "$(median $(col "$mode-$kind" 1))" "$(median $(col "$mode-$kind" 2))" \
-			"$(median $(ratio "$mode-$kind" "memory-$kind" 2))"
+			"$(rmed "$mode-$kind" "memory-$kind" 2)"
 	done
 done
 printf '%-16s %10.0f %10.2f %12s\n' "whoami" "$(median $(col whoami-hot 1))" "$(median $(col whoami-hot 2))" \
-	"$(median $(ratio whoami-hot memory-hot 2))"
+	"$(rmed whoami-hot memory-hot 2)"
 echo
 printf '%-8s %12s %14s %14s %10s %10s %14s\n' mode 'first answer' 'anon at start' 'anon B/rec' 'RssAnon' 'RssFile' 'after the runs'
 for mode in "${modes[@]}"; do
