@@ -1,7 +1,6 @@
 package craftroute
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -43,17 +42,11 @@ func filteredRouter(t *testing.T, origin, text string, n int) (*Craftroute, *zon
 // asked.
 func ask(t *testing.T, c *Craftroute, whole *zone.Zone, name string, qtype uint16) (string, bool) {
 	t.Helper()
-	r := new(dns.Msg)
-	r.SetQuestion(name, qtype)
-	r.SetEdns0(1232, false)
-	want := new(dns.Msg)
-	want.SetReply(r)
-	whole.Lookup(want, dnsname.Lower(name), qtype)
-	got, b, err := c.resolveName(context.Background(), r)
+	d, b, err := resolveAgainst(c, whole, name, qtype)
 	if err != nil {
 		t.Fatalf("%s %s: %v", name, dns.TypeToString[qtype], err)
 	}
-	return diffMsg(want, got), b
+	return d, b
 }
 
 // TestFiltersEqualUnsharded: with the shards' filters in use, every answer
