@@ -58,6 +58,9 @@ const (
 	// noticedNames sizes a set's filter of noticed names: beyond it the
 	// set is fetched again.
 	noticedNames = 1 << 14
+	// filterLogEvery is how often the same failed fetch of a zone's set
+	// is logged again.
+	filterLogEvery = 10 * time.Minute
 	// maxFilterZones bounds the zones the router keeps filters of.
 	maxFilterZones = 10000
 	// defaultFilterMiB is name_filters' default.
@@ -80,6 +83,10 @@ type zoneFilters struct {
 	fetching *filterSet                // being fetched or settling; with mu
 	retryAt  atomic.Int64              // unix ns: no fetch before
 	queued   atomic.Bool
+	// logged is what the last failure logged said, and when (run loop
+	// only): the same failure is logged again after filterLogEvery.
+	logged   string
+	loggedAt time.Time
 }
 
 // filterSet is every shard's filter of one zone, and the names noticed
@@ -226,9 +233,13 @@ func (nf *nameFilters) run(ctx context.Context, sc *shardClient) {
 			err := nf.fetch(ctx, sc, origin, zf)
 			zf.queued.Store(false)
 			if err != nil && ctx.Err() == nil {
-				zf.retryAt.Store(time.Now().Add(filterRetry).UnixNano())
+				now := time.Now()
+				zf.retryAt.Store(now.Add(filterRetry).UnixNano())
 				filterFetches.WithLabelValues("failed").Inc()
-				log.Warningf("existence filters of %s not fetched (every shard is asked about its names the owner lacks): %v", origin, err)
+				if msg := err.Error(); msg != zf.logged || now.Sub(zf.loggedAt) >= filterLogEvery {
+					zf.logged, zf.loggedAt = msg, now
+					log.Warningf("existence filters of %s not fetched (every shard is asked about its names the owner lacks; tried again every %v, this said again every %v): %v", origin, filterRetry, filterLogEvery, err)
+				}
 			}
 		}
 	}
