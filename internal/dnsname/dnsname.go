@@ -73,6 +73,41 @@ func CanonicalKey(name string) []byte {
 	return k
 }
 
+// AppendCanonicalKey appends to dst the key CanonicalKey makes of name,
+// which must be canonical already (lower-case, fully qualified): no
+// allocation when dst has room, for the paths that key a name per query (a
+// paged member's lookups, a router's filter probes). A backslash escapes
+// the byte after it (an escaped dot does not end a label), as
+// dns.NextLabel reads names.
+func AppendCanonicalKey[T ~string | ~[]byte](dst []byte, name T) []byte {
+	if len(name) == 1 && name[0] == '.' {
+		return append(dst, 0)
+	}
+	// The label ends, from the last label to the first.
+	var ends [128]int // a name has at most 127 labels
+	n := 0
+	for i := 0; i < len(name); i++ {
+		switch name[i] {
+		case '\\':
+			i++
+		case '.':
+			if n < len(ends) {
+				ends[n] = i
+				n++
+			}
+		}
+	}
+	for j := n - 1; j >= 0; j-- {
+		from := 0
+		if j > 0 {
+			from = ends[j-1] + 1
+		}
+		dst = append(dst, name[from:ends[j]]...)
+		dst = append(dst, 0)
+	}
+	return dst
+}
+
 // labelStarts appends to idx the offsets at which the labels of name (fully
 // qualified, not the root) start: dns.Split's, from dns.NextLabel (which
 // keeps a dot escaped by a backslash inside its label), without dns.Split's

@@ -79,3 +79,23 @@ func FuzzIn(f *testing.F) {
 		}
 	})
 }
+
+// TestAppendCanonicalKey: the key of a canonical name, from a string or
+// bytes, is CanonicalKey's (escaped dots and backslashes included), and
+// costs no allocation when the buffer has room.
+func TestAppendCanonicalKey(t *testing.T) {
+	for _, name := range []string{".", "com.", "www.example.org.", `a\.b.example.`, `a\\.b.example.`, `x\046y.example.`, `\\\..example.`, "*.w.example.", "a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.example."} {
+		want := CanonicalKey(name)
+		var buf [64]byte
+		if got := AppendCanonicalKey(buf[:0], name); string(got) != string(want) {
+			t.Errorf("%s: key %q, CanonicalKey's %q", name, got, want)
+		}
+		if got := AppendCanonicalKey(nil, []byte(name)); string(got) != string(want) {
+			t.Errorf("%s (bytes): key %q, CanonicalKey's %q", name, got, want)
+		}
+	}
+	var buf [64]byte
+	if n := testing.AllocsPerRun(100, func() { AppendCanonicalKey(buf[:0], "host-1.site-2.example.org.") }); n != 0 {
+		t.Errorf("%v allocations with room in the buffer", n)
+	}
+}

@@ -137,14 +137,16 @@ func (f *Filter) AddKey(key []byte) { f.AddKeys(key, 0) }
 // and count it once.
 func (f *Filter) AddKeys(key []byte, from int) {
 	h := uint64(fnvBasis) ^ f.seed
+	n := int64(0)
 	for i, c := range key {
 		h ^= uint64(c)
 		h *= fnvPrime
 		if c == 0 && i >= from {
 			f.set(h)
-			f.names.Add(1)
+			n++
 		}
 	}
+	f.names.Add(n)
 }
 
 // SharedPrefix returns the length of the longest prefix of a and b that

@@ -70,11 +70,20 @@ const (
 // nameFilters are the router's filter sets, by zone.
 type nameFilters struct {
 	c        *Craftroute
-	maxBytes int64 // 0: off
-	mu       sync.RWMutex
-	zones    map[string]*zoneFilters // canonical origin →
-	bytes    atomic.Int64            // of every set kept or being fetched
-	kick     chan string             // zones to fetch
+	maxBytes int64        // 0: off
+	zones    sync.Map     // canonical origin → *zoneFilters; read on queries' path without a lock
+	nzones   atomic.Int32 // entries in zones
+	mu       sync.Mutex   // the zones' fetching sets
+	bytes    atomic.Int64 // of every set kept or being fetched
+	kick     chan string  // zones to fetch
+}
+
+// zone returns origin's entry, nil when it has none.
+func (nf *nameFilters) zone(origin string) *zoneFilters {
+	if v, ok := nf.zones.Load(origin); ok {
+		return v.(*zoneFilters)
+	}
+	return nil
 }
 
 // zoneFilters is one zone's.
@@ -113,7 +122,7 @@ func (nf *nameFilters) addBytes(n int64) {
 }
 
 func newNameFilters(c *Craftroute, maxBytes int64) *nameFilters {
-	return &nameFilters{c: c, maxBytes: maxBytes, zones: map[string]*zoneFilters{}, kick: make(chan string, 64)}
+	return &nameFilters{c: c, maxBytes: maxBytes, kick: make(chan string, 64)}
 }
 
 // on reports whether filters are used: configured, and the router can
@@ -131,9 +140,7 @@ func (nf *nameFilters) rulesOut(rt *routing, origin, name string, labels int) bo
 	if !nf.on() {
 		return false
 	}
-	nf.mu.RLock()
-	zf := nf.zones[origin]
-	nf.mu.RUnlock()
+	zf := nf.zone(origin)
 	if zf == nil {
 		nf.want(origin, nil)
 		return false
@@ -149,7 +156,8 @@ func (nf *nameFilters) rulesOut(rt *routing, origin, name string, labels int) bo
 	case now.Sub(set.at) > filterMaxAge || set.noticed.Names() > set.noticed.Capacity():
 		nf.want(origin, zf) // keep using it meanwhile
 	}
-	key := dnsname.CanonicalKey(name)
+	var buf [256]byte
+	key := dnsname.AppendCanonicalKey(buf[:0], dnsname.Lower(name))
 	if set.noticed.MayHold(key, labels) {
 		return false
 	}
@@ -165,16 +173,14 @@ func (nf *nameFilters) rulesOut(rt *routing, origin, name string, labels int) bo
 // lately; zf is origin's entry, nil when it has none yet.
 func (nf *nameFilters) want(origin string, zf *zoneFilters) {
 	if zf == nil {
-		nf.mu.Lock()
-		if zf = nf.zones[origin]; zf == nil {
-			if len(nf.zones) >= maxFilterZones {
-				nf.mu.Unlock()
-				return
-			}
-			zf = &zoneFilters{}
-			nf.zones[origin] = zf
+		if nf.nzones.Load() >= maxFilterZones {
+			return
 		}
-		nf.mu.Unlock()
+		v, loaded := nf.zones.LoadOrStore(origin, &zoneFilters{})
+		if !loaded {
+			nf.nzones.Add(1)
+		}
+		zf = v.(*zoneFilters)
 	}
 	if time.Now().UnixNano() < zf.retryAt.Load() || !zf.queued.CompareAndSwap(false, true) {
 		return
@@ -193,12 +199,12 @@ func (nf *nameFilters) noticed(zone string, names []string) {
 	if !nf.on() {
 		return
 	}
-	nf.mu.Lock()
-	defer nf.mu.Unlock()
-	zf := nf.zones[zone]
+	zf := nf.zone(zone)
 	if zf == nil {
 		return
 	}
+	nf.mu.Lock()
+	defer nf.mu.Unlock()
 	if len(names) == 0 {
 		if set := zf.set.Swap(nil); set != nil {
 			nf.addBytes(-set.bytes)
@@ -224,9 +230,7 @@ func (nf *nameFilters) run(ctx context.Context, sc *shardClient) {
 		case <-ctx.Done():
 			return
 		case origin := <-nf.kick:
-			nf.mu.RLock()
-			zf := nf.zones[origin]
-			nf.mu.RUnlock()
+			zf := nf.zone(origin)
 			if zf == nil {
 				continue
 			}

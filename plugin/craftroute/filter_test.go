@@ -33,7 +33,8 @@ func filteredRouter(t *testing.T, origin, text string, n int) (*Craftroute, *zon
 	}
 	zf := &zoneFilters{}
 	zf.set.Store(set)
-	c.filters.zones[origin] = zf
+	c.filters.zones.Store(origin, zf)
+	c.filters.nzones.Add(1)
 	return c, whole, parts
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 	"github.com/craftdns/craftdns/plugin/craftstore/zone"
@@ -16,12 +17,13 @@ import (
 )
 
 // Paged mode (Config.PagedCache): a zone's view reads its names from the
-// bbolt file, each query in a read transaction of its own, instead of
-// holding them decoded in memory (zone.NewPaged). The file's memory map is
-// the page cache: the kernel keeps the names queries ask for in memory as
-// file-backed pages and drops the others when memory is short. A read
-// transaction lasts one query, so it never holds a remap of the growing
-// file for long (InitialMmapSize leaves room besides).
+// bbolt file, in a read transaction the queries share (readSnap, below),
+// instead of holding them decoded in memory (zone.NewPaged). The file's
+// memory map is the page cache: the kernel keeps the names queries ask for
+// in memory as file-backed pages and drops the others when memory is
+// short. The shared transaction is dropped before every write and lives
+// at most snapRenew, so it never holds a remap of the growing file for
+// long (initialMmap leaves room besides).
 
 // errZoneGone: the zone a paged view reads is not in the file any more (it
 // was deleted; the view is about to go too).
@@ -80,7 +82,7 @@ func (p *boltPages) cursor() *bolt.Cursor {
 }
 
 func (p *boltPages) Get(name []byte) []byte {
-	key := appendCanonicalKey(p.key[:0], name)
+	key := dnsname.AppendCanonicalKey(p.key[:0], name)
 	k, v := p.cursor().Seek(key)
 	if !bytes.Equal(k, key) {
 		return nil
@@ -89,7 +91,7 @@ func (p *boltPages) Get(name []byte) []byte {
 }
 
 func (p *boltPages) Below(name []byte, skip func(desc []byte) bool) bool {
-	key := appendCanonicalKey(p.key[:0], name)
+	key := dnsname.AppendCanonicalKey(p.key[:0], name)
 	c := p.cursor()
 	k, _ := c.Seek(key)
 	if bytes.Equal(k, key) {
@@ -117,40 +119,6 @@ func (p *boltPages) End() {
 func (p *boltPages) end() {
 	*p = boltPages{}
 	pagesPool.Put(p)
-}
-
-// appendCanonicalKey appends to dst the key of name (canonical: lower-case,
-// fully qualified) as dnsname.CanonicalKey makes it: its labels from the
-// root down, each followed by a zero byte ("." alone: one zero byte). A
-// backslash escapes the byte after it (an escaped dot does not end a
-// label), as dns.NextLabel reads names.
-func appendCanonicalKey(dst, name []byte) []byte {
-	if len(name) == 1 && name[0] == '.' {
-		return append(dst, 0)
-	}
-	// The label ends, from the last label to the first.
-	var ends [128]int // a name has at most 127 labels
-	n := 0
-	for i := 0; i < len(name); i++ {
-		switch name[i] {
-		case '\\':
-			i++
-		case '.':
-			if n < len(ends) {
-				ends[n] = i
-				n++
-			}
-		}
-	}
-	for j := n - 1; j >= 0; j-- {
-		from := 0
-		if j > 0 {
-			from = ends[j-1] + 1
-		}
-		dst = append(dst, name[from:ends[j]]...)
-		dst = append(dst, 0)
-	}
-	return dst
 }
 
 // keyToName is the name (presentation form) of a canonical key.
