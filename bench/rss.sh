@@ -19,10 +19,17 @@
 # (the steady state under load), with the member's CPU per query meanwhile:
 # the member runs on CPU $SERVER_CPU, dnsperf on $LOAD_CPU.
 #
+# BASE_BINARY (another build, e.g. an earlier commit's ./coredns): then
+# this build's member and one of BASE_BINARY, both with gc_headroom off, on
+# copies of the same bbolt file, run side by side: their memory after
+# SETTLE seconds, ROUNDS (3) rounds of DURATION seconds of dnsperf taking
+# turns between them on the same CPU, and the ratios this build/base of
+# anonymous memory and of CPU per query (each round's, and the median).
+#
 # Knobs (environment): RECORDS (1000000), SETTLE (30), PUT_TIMEOUT (1800
 # seconds), DURATION (10), CLIENTS (4), OUTSTANDING (100), GC_HEADROOM (the
-# second restart's gc_headroom, 25), PPROF=1 (save heap
-# profiles in the work dir; with KEEP=1).
+# second restart's gc_headroom, 25), BASE_BINARY, ROUNDS (3), PPROF=1 (save
+# heap profiles in the work dir; with KEEP=1).
 
 . "$(dirname "$0")/lib.sh"
 
@@ -33,6 +40,11 @@ PPROF=${PPROF:-0}
 DURATION=${DURATION:-10}
 CLIENTS=${CLIENTS:-4}
 OUTSTANDING=${OUTSTANDING:-100}
+ROUNDS=${ROUNDS:-3}
+if [ -n "${BASE_BINARY:-}" ]; then
+	[ -x "$BASE_BINARY" ] || die "BASE_BINARY $BASE_BINARY is not an executable"
+	cp "$BASE_BINARY" "$WORK/coredns.base"
+fi
 
 need dig curl ss dnsperf taskset
 
@@ -61,21 +73,30 @@ row() { # NAME PID
 
 # craftstore: one member, the zone PUT through the API.
 cs_dns=$(free_port) cs_api=$(free_port) cs_ready=$(free_port) cs_pprof=$(free_port)
-# cs_corefile [HEADROOM]: the member's Corefile, with gc_headroom HEADROOM.
-cs_corefile() {
-	cat >"$WORK/craftstore.Corefile" <<EOF
-example.org:$cs_dns {
+# member_corefile NAME DNS API READY PPROF [HEADROOM]: the Corefile of
+# member NAME (data in $WORK/NAME), with gc_headroom HEADROOM.
+member_corefile() {
+	cat >"$WORK/$1.Corefile" <<EOF
+example.org:$2 {
     bind 127.0.0.1
     craftstore {
-        data $WORK/craftstore
-        api 127.0.0.1:$cs_api
+        data $WORK/$1
+        api 127.0.0.1:$3
         max_zone_records $((RECORDS + 1000))
-${1:+        gc_headroom $1}
+${6:+        gc_headroom $6}
     }
-    ready 127.0.0.1:$cs_ready
-$(pprof_line "$cs_pprof")
+    ready 127.0.0.1:$4
+$(pprof_line "$5")
 }
 EOF
+}
+# cs_corefile [HEADROOM]: the member's Corefile, with gc_headroom HEADROOM.
+cs_corefile() { member_corefile craftstore "$cs_dns" "$cs_api" "$cs_ready" "$cs_pprof" "${1:-}"; }
+# stop_member PID: stop it and wait until it is gone.
+stop_member() {
+	kill "$1"
+	for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+	die "member $1 did not stop"
 }
 cs_corefile
 start craftstore "$SERVER_CPU"
@@ -106,9 +127,7 @@ db=$(du -m "$WORK/craftstore/craftstore.db" | cut -f1)
 # collector as it is and with craftstore steering it.
 cpu=()
 for headroom in off "${GC_HEADROOM:-25}"; do
-	kill "$cs_pid"
-	for _ in $(seq 100); do kill -0 "$cs_pid" 2>/dev/null || break; sleep 0.1; done
-	kill -0 "$cs_pid" 2>/dev/null && die "craftstore did not stop"
+	stop_member "$cs_pid"
 	cs_corefile "$headroom"
 	t0=$(date +%s.%N)
 	start craftstore "$SERVER_CPU"
@@ -122,7 +141,41 @@ for headroom in off "${GC_HEADROOM:-25}"; do
 	cpu+=("gc_headroom $headroom: $DP_US us CPU per query at $DP_QPS qps, restart to last name answered ${restart_s}s")
 	heap "$cs_pprof" "craftstore-restarted-$headroom"
 done
-kill "$cs_pid"
+stop_member "$cs_pid"
+
+# Side by side with BASE_BINARY: both members up, both gc_headroom off,
+# each on its copy of the bbolt file; dnsperf takes turns between them.
+side=()
+if [ -n "${BASE_BINARY:-}" ]; then
+	cp -a "$WORK/craftstore" "$WORK/base"
+	base_dns=$(free_port) base_api=$(free_port) base_ready=$(free_port) base_pprof=$(free_port)
+	member_corefile base "$base_dns" "$base_api" "$base_ready" "$base_pprof" off
+	cs_corefile off
+	COREDNS=$WORK/coredns.base start base "$SERVER_CPU"
+	base_pid=$LAST_PID
+	wait_dns "$base_pid" base "$base_dns" "$last" A 600
+	start craftstore "$SERVER_CPU"
+	cs_pid=$LAST_PID
+	wait_dns "$cs_pid" craftstore "$cs_dns" "$last" A 600
+	sleep "$SETTLE"
+	base_anon=$(status_kb "$base_pid" RssAnon) cs_anon=$(status_kb "$cs_pid" RssAnon)
+	row "side by side: base +${SETTLE}s" "$base_pid"
+	row "side by side: this build +${SETTLE}s" "$cs_pid"
+	ratios=()
+	for round in $(seq "$ROUNDS"); do
+		dnsperf_run base "$base_dns" "$base_pid" "$WORK/queries" "$WORK/dnsperf.base.$round"
+		base_us=$DP_US
+		dnsperf_run craftstore "$cs_dns" "$cs_pid" "$WORK/queries" "$WORK/dnsperf.side.$round"
+		ratios+=("$(calc %.2f "$DP_US / $base_us")")
+		side+=("round $round: this build $DP_US us CPU per query at $DP_QPS qps, base $base_us")
+	done
+	row "side by side: base after the rounds" "$base_pid"
+	row "side by side: this build after the rounds" "$cs_pid"
+	side+=("anonymous memory this build/base after ${SETTLE}s: $(calc %.2f "$cs_anon / $base_anon")")
+	side+=("CPU per query this build/base by round: ${ratios[*]} (median $(median "${ratios[@]}"))")
+	stop_member "$cs_pid"
+	stop_member "$base_pid"
+fi
 
 # file: the same zone file.
 file_dns=$(free_port) file_pprof=$(free_port)
@@ -150,4 +203,5 @@ printf '%-36s %8s %8s %8s %8s %10s %10s\n' '' VmRSS RssAnon RssFile VmHWM 'RSS B
 printf '%s\n' "${rows[@]}"
 echo "craftstore: PUT ${put_s}s, bbolt file ${db} MiB"
 printf 'craftstore %s\n' "${cpu[@]}"
+[ ${#side[@]} -eq 0 ] || echo "side by side with $BASE_BINARY:" && printf '  %s\n' "${side[@]}"
 echo "file: start to last name answered ${file_s}s"

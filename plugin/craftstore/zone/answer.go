@@ -57,10 +57,11 @@ func (n *node) anyRRset() []dns.RR {
 		}
 	}
 	var dnssec []dns.RR
-	for i := 0; i < len(n.rrs); {
-		t := n.rrs[i].Header().Rrtype
+	rrs := n.records()
+	for i := 0; i < len(rrs); {
+		t := rrs[i].Header().Rrtype
 		j := i + 1
-		for j < len(n.rrs) && n.rrs[j].Header().Rrtype == t {
+		for j < len(rrs) && rrs[j].Header().Rrtype == t {
 			j++
 		}
 		switch t {
@@ -68,10 +69,10 @@ func (n *node) anyRRset() []dns.RR {
 			// Not data a client reads (internal/policy).
 		case dns.TypeDNSKEY, dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3:
 			if dnssec == nil {
-				dnssec = n.rrs[i:j:j]
+				dnssec = rrs[i:j:j]
 			}
 		default:
-			return n.rrs[i:j:j]
+			return rrs[i:j:j]
 		}
 		i = j
 	}
@@ -155,6 +156,6 @@ func (z *Zone) Policies(fn func(name string, rrs []dns.RR) bool) {
 		if n.flags&fPolicy == 0 {
 			return true
 		}
-		return fn(n.name, n.rrs)
+		return fn(n.name, n.records())
 	})
 }

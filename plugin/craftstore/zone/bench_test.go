@@ -91,9 +91,11 @@ func BenchmarkSet(b *testing.B) {
 }
 
 // BenchmarkMemory reports the heap held per record by a zone of 1M A records
-// (host<i>.example.org.): "B/record" includes the dns.A values, their names
-// and addresses as a zone file parser makes them; "zone-B/record" is what
-// the Zone adds on top (trie, nodes, slices).
+// (host<i>.example.org.) after Load: "B/record" is all the zone holds (the
+// RRs given are garbage then: the zone keeps them packed, block.go);
+// "zone-B/record" is that less what the RRs took as a zone file parser
+// makes them (dns.A values, their names and addresses): below zero when
+// the zone holds less than the parsed RRs.
 //
 // "objects/record" counts the heap objects per record, which is what the
 // garbage collector's marking costs most in: the zone's share of every

@@ -151,7 +151,7 @@ func (z *view) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, 
 
 	rrs := n.rrset(qtype)
 	if n.flags&fPolicy != 0 && c.client != nil && rrs != nil {
-		if picked, ok := policy.Pick(n.rrs, z.regions(), qtype, c.client); ok {
+		if picked, ok := policy.Pick(n.records(), z.regions(), qtype, c.client); ok {
 			rrs = picked
 		}
 	}
@@ -174,7 +174,7 @@ func (z *view) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, 
 		if owner != "" && step == 0 {
 			key = ""
 		}
-		if !c.add(cname[0], key) {
+		if !c.add(n, dns.TypeCNAME, key) {
 			return "", false
 		}
 		m.Answer = appendRRs(m.Answer, cname, owner)
@@ -202,8 +202,8 @@ func (z *view) fromNode(m *dns.Msg, n *node, qname, owner string, qtype uint16, 
 // for the CNAME ends with it.
 func (z *view) substitute(m *dns.Msg, d *node, qname string, name []byte, dOff int, qtype uint16, c *chain) (string, bool) {
 	rrs := d.rrset(dns.TypeDNAME)
-	again := c.has(rrs[0])
-	if !c.add(rrs[0], qname) {
+	again := c.has(d, dns.TypeDNAME)
+	if !c.add(d, dns.TypeDNAME, qname) {
 		return "", false
 	}
 	if !again {
@@ -252,43 +252,48 @@ type chain struct {
 	more  []visit
 }
 
+// visit is a CNAME or DNAME RRset added, identified by its node and type
+// (a lookup reads one version of the zone, whose nodes do not change; the
+// RRs a block decodes are new on each call), with the name it answered for.
 type visit struct {
-	rr    dns.RR // first RR of the stored CNAME RRset: the RRset's identity
+	n     *node
+	t     uint16
 	owner string // the name it answered for, any case; "" for the query name via a wildcard
 }
 
-// has reports whether rr was added, for any owner.
-func (c *chain) has(rr dns.RR) bool {
+// has reports whether the RRset of type t at n was added, for any owner.
+func (c *chain) has(n *node, t uint16) bool {
 	for _, v := range c.fixed[:min(c.n, len(c.fixed))] {
-		if v.rr == rr {
+		if v.n == n && v.t == t {
 			return true
 		}
 	}
 	for _, v := range c.more {
-		if v.rr == rr {
+		if v.n == n && v.t == t {
 			return true
 		}
 	}
 	return false
 }
 
-// add records (rr, owner) and reports whether it was new.
-func (c *chain) add(rr dns.RR, owner string) bool {
+// add records the RRset of type t at n for owner and reports whether it
+// was new.
+func (c *chain) add(n *node, t uint16, owner string) bool {
 	seen := c.fixed[:min(c.n, len(c.fixed))]
 	for _, v := range seen {
-		if v.rr == rr && equalFold(v.owner, owner) {
+		if v.n == n && v.t == t && equalFold(v.owner, owner) {
 			return false
 		}
 	}
 	for _, v := range c.more {
-		if v.rr == rr && equalFold(v.owner, owner) {
+		if v.n == n && v.t == t && equalFold(v.owner, owner) {
 			return false
 		}
 	}
 	if c.n < len(c.fixed) {
-		c.fixed[c.n] = visit{rr, owner}
+		c.fixed[c.n] = visit{n, t, owner}
 	} else {
-		c.more = append(c.more, visit{rr, owner})
+		c.more = append(c.more, visit{n, t, owner})
 	}
 	c.n++
 	return true

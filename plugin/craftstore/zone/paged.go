@@ -147,7 +147,7 @@ func (p *pager) apexView(r *pagedRead, v *view) {
 	val := r.pages.Get(p.origin)
 	if p.over != nil {
 		if rrs, ok := p.over[origin]; ok {
-			*v = view{origin: origin, apex: &node{name: origin, rrs: rrs, flags: nodeFlags(rrs, true)}}
+			*v = view{origin: origin, apex: &node{name: origin, rrs: &rrs, flags: nodeFlags(rrs, true)}}
 			if len(rrs) == 0 {
 				v.apex = &node{name: origin}
 			}
@@ -164,7 +164,7 @@ func (p *pager) apexView(r *pagedRead, v *view) {
 	a.v = view{origin: origin, apex: &node{name: origin}}
 	if val != nil {
 		if rrs, err := p.decode(val); err == nil {
-			a.v.apex = &node{name: origin, rrs: rrs, flags: nodeFlags(rrs, true)}
+			a.v.apex = &node{name: origin, rrs: &rrs, flags: nodeFlags(rrs, true)}
 			if d := dataNode(a.v.apex, newEdit()); d != nil {
 				a.v.apex = d
 			}
@@ -229,7 +229,7 @@ func (r *pagedRead) lookup(name []byte) *node {
 	if r.p.over != nil {
 		if rrs, ok := r.p.over[string(name)]; ok {
 			if len(rrs) > 0 {
-				return &node{name: string(name), rrs: rrs, flags: nodeFlags(rrs, string(name) == r.origin)}
+				return &node{name: string(name), rrs: &rrs, flags: nodeFlags(rrs, string(name) == r.origin)}
 			}
 			if r.below(name) {
 				return &node{name: string(name), kids: 1}
@@ -251,7 +251,7 @@ func (r *pagedRead) lookup(name []byte) *node {
 	if err != nil || len(rrs) == 0 {
 		return nil
 	}
-	n := &node{name: string(name), rrs: rrs, flags: nodeFlags(rrs, string(name) == r.origin)}
+	n := &node{name: string(name), rrs: &rrs, flags: nodeFlags(rrs, string(name) == r.origin)}
 	if d := dataNode(n, newEdit()); d != nil {
 		n = d // its RRs packed too, for AppendReply
 	}
@@ -432,8 +432,8 @@ func (z *Zone) pagedNode(name string) (rrs []dns.RR, recs, below bool) {
 	if n == nil {
 		return nil, false, false
 	}
-	if len(n.rrs) > 0 {
-		return n.rrs, true, v.src.below([]byte(name))
+	if n.hasData() {
+		return n.records(), true, v.src.below([]byte(name))
 	}
 	return nil, false, true
 }

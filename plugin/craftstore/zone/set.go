@@ -97,15 +97,17 @@ func (z *Zone) Load(rrs []dns.RR) {
 				v.uncount(n)
 				touched = append(touched, n)
 			}
-			n.rrs = append(n.rrs, rr)
+			n.setRecords(append(n.records(), rr))
 		}
 		for _, n := range touched {
 			n.flags &^= fLoading
-			slices.SortStableFunc(n.rrs, byType)
-			n.rrs = dedup(n.rrs)
-			if cap(n.rrs) > len(n.rrs) {
-				n.rrs = slices.Clone(n.rrs)
+			rrs := n.records()
+			slices.SortStableFunc(rrs, byType)
+			rrs = dedup(rrs)
+			if cap(rrs) > len(rrs) {
+				rrs = slices.Clone(rrs)
 			}
+			n.setRecords(rrs)
 			v.count(n)
 		}
 		v.refreshApex()
@@ -123,8 +125,15 @@ func (v *view) mine(key string) *node {
 	}
 	c := *n
 	c.ed = v.ed.id
-	c.flags &^= fBlock                    // a plain node, its data in n's block
-	c.rrs = c.rrs[:len(c.rrs):len(c.rrs)] // an append must not write into the original's array
+	c.flags &^= fBlock // a plain node, its wire and name in n's block
+	// The copy's own slice header (setRecords writes it), holding n's
+	// RRs, or those decoded from n's block; an append must not write into
+	// the original's array.
+	c.rrs = nil
+	if rrs := n.records(); rrs != nil {
+		rrs = rrs[:len(rrs):len(rrs)]
+		c.rrs = &rrs
+	}
 	v.names.set(v.ed, key, &c)
 	if n == v.apex {
 		v.apex = &c
@@ -138,7 +147,7 @@ func (v *view) mine(key string) *node {
 func (v *view) set(key string, rrs []dns.RR) {
 	old := v.names.get(key)
 	if len(rrs) == 0 {
-		if old == nil || len(old.rrs) == 0 {
+		if old == nil || !old.hasData() {
 			return
 		}
 		v.discount(old)
@@ -156,7 +165,7 @@ func (v *view) set(key string, rrs []dns.RR) {
 		v.names.set(v.ed, key, e)
 		return
 	}
-	draft := node{name: key, rrs: rrs, ed: v.ed.id}
+	draft := node{name: key, rrs: &rrs, ed: v.ed.id}
 	apex := old != nil && old == v.apex
 	if old != nil {
 		v.discount(old)
@@ -184,10 +193,10 @@ func (v *view) set(key string, rrs []dns.RR) {
 // flags. It replaces n in v with the node made for queries (dataNode), when
 // its RRs pack.
 func (v *view) count(n *node) {
-	if len(n.rrs) == 0 {
+	if !n.hasData() {
 		return
 	}
-	n.flags |= nodeFlags(n.rrs, n == v.apex)
+	n.flags |= nodeFlags(n.records(), n == v.apex)
 	if d := dataNode(n, v.ed); d != nil {
 		v.names.set(v.ed, d.name, d)
 		if n == v.apex {
@@ -200,7 +209,7 @@ func (v *view) count(n *node) {
 
 // tally adds n's data to the zone's counters.
 func (v *view) tally(n *node) {
-	v.records += len(n.rrs)
+	v.records += n.count()
 	v.named++
 	if n.flags&fCut != 0 {
 		v.cuts++
@@ -215,10 +224,10 @@ func (v *view) tally(n *node) {
 
 // discount removes n's data from the zone's counters; n is left alone.
 func (v *view) discount(n *node) {
-	if len(n.rrs) == 0 {
+	if !n.hasData() {
 		return
 	}
-	v.records -= len(n.rrs)
+	v.records -= n.count()
 	v.named--
 	if n.flags&fCut != 0 {
 		v.cuts--
@@ -234,7 +243,7 @@ func (v *view) discount(n *node) {
 // uncount removes n's data from the zone's counters and clears its data
 // flags; n.rrs is left alone.
 func (v *view) uncount(n *node) {
-	if len(n.rrs) == 0 {
+	if !n.hasData() {
 		return
 	}
 	v.discount(n)
@@ -277,7 +286,7 @@ func (v *view) remove(key string) {
 		if isWildcard(key) {
 			p.flags &^= fWild
 		}
-		if p.kids > 0 || len(p.rrs) > 0 || p == v.apex {
+		if p.kids > 0 || p.hasData() || p == v.apex {
 			return
 		}
 		key = pk

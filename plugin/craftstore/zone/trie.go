@@ -162,60 +162,12 @@ func (n *tnode) mine(ed *edit) *tnode {
 
 // newTnode returns a node of ed holding ents, with room for extra more,
 // allocated together with its entries (a lookup then takes one cache miss
-// a level, not two): room in sizes 1, 2, 4, ... 64.
+// a level, not two), in the smallest of tnodeSizes that holds them.
 func newTnode(ed *edit, bitmap uint64, ents []tent, extra int) *tnode {
 	var t *tnode
-	switch n := len(ents) + extra; {
-	case n <= 1:
-		b := new(struct {
-			t tnode
-			a [1]tent
-		})
-		t = &b.t
-		t.ents = b.a[:0]
-	case n <= 2:
-		b := new(struct {
-			t tnode
-			a [2]tent
-		})
-		t = &b.t
-		t.ents = b.a[:0]
-	case n <= 4:
-		b := new(struct {
-			t tnode
-			a [4]tent
-		})
-		t = &b.t
-		t.ents = b.a[:0]
-	case n <= 8:
-		b := new(struct {
-			t tnode
-			a [8]tent
-		})
-		t = &b.t
-		t.ents = b.a[:0]
-	case n <= 16:
-		b := new(struct {
-			t tnode
-			a [16]tent
-		})
-		t = &b.t
-		t.ents = b.a[:0]
-	case n <= 32:
-		b := new(struct {
-			t tnode
-			a [32]tent
-		})
-		t = &b.t
-		t.ents = b.a[:0]
-	case n <= 64:
-		b := new(struct {
-			t tnode
-			a [64]tent
-		})
-		t = &b.t
-		t.ents = b.a[:0]
-	default: // a collision list longer than 64
+	if n := len(ents) + extra; n <= 1<<trieBits {
+		t = tnodeSizes[tnodeSize[n]].mk()
+	} else { // a collision list longer than 64
 		t = &tnode{ents: make([]tent, 0, n)}
 	}
 	t.bitmap, t.ed = bitmap, ed.id
@@ -223,15 +175,57 @@ func newTnode(ed *edit, bitmap uint64, ents []tent, extra int) *tnode {
 	return t
 }
 
+// tnodeSizes are the numbers of entries trie nodes have room for: every
+// number up to 8, which is how many names most nodes at the bottom of a
+// trie hold (a million names fill two levels of 64 and put 1-8 names in
+// most nodes of the third), then steps of an eighth to a quarter. A node
+// of n entries takes 40+16n bytes, rounded up to one of the runtime's
+// size classes; sizes in powers of two left a third of the entries of a
+// zone's trie empty (BenchmarkMemory).
+var tnodeSizes = [...]struct {
+	n  int
+	mk func() *tnode
+}{
+	{1, mkTnode[[1]tent]}, {2, mkTnode[[2]tent]}, {3, mkTnode[[3]tent]}, {4, mkTnode[[4]tent]},
+	{5, mkTnode[[5]tent]}, {6, mkTnode[[6]tent]}, {7, mkTnode[[7]tent]}, {8, mkTnode[[8]tent]},
+	{10, mkTnode[[10]tent]}, {12, mkTnode[[12]tent]}, {14, mkTnode[[14]tent]}, {16, mkTnode[[16]tent]},
+	{20, mkTnode[[20]tent]}, {24, mkTnode[[24]tent]}, {32, mkTnode[[32]tent]}, {40, mkTnode[[40]tent]},
+	{48, mkTnode[[48]tent]}, {64, mkTnode[[64]tent]},
+}
+
+// tnodeSize is the index in tnodeSizes of the smallest size that holds n
+// entries, for n up to 64.
+var tnodeSize = func() (idx [1<<trieBits + 1]uint8) {
+	i := 0
+	for n := range idx {
+		for tnodeSizes[i].n < n {
+			i++
+		}
+		idx[n] = uint8(i)
+	}
+	return idx
+}()
+
+// mkTnode allocates a trie node with its entries (A is an array of tent)
+// right after it, at entsAt.
+func mkTnode[A any]() *tnode {
+	b := new(struct {
+		t tnode
+		a A
+	})
+	b.t.ents = unsafe.Slice((*tent)(unsafe.Pointer(&b.a)), unsafe.Sizeof(b.a)/unsafe.Sizeof(tent{}))[:0]
+	return &b.t
+}
+
 // insert returns m (ed's) with e inserted at i, in a larger node of ed when
 // m has no room.
 func (m *tnode) insert(ed *edit, i int, e tent) *tnode {
 	if len(m.ents) == cap(m.ents) {
-		grow := len(m.ents) + 1 // doubles
-		if len(m.ents) < 1<<trieBits {
-			// Up to a full node, its entries with it (entsAt); only a
-			// collision list grows past that.
-			grow = min(grow, 1<<trieBits-len(m.ents))
+		// Up to a full node, the next of tnodeSizes, its entries with it
+		// (entsAt); only a collision list grows past that, doubling.
+		grow := 1
+		if len(m.ents) >= 1<<trieBits {
+			grow = len(m.ents)
 		}
 		m = newTnode(ed, m.bitmap, m.ents, grow)
 	}

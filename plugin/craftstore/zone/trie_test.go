@@ -139,3 +139,37 @@ func checkTrie(t *testing.T, n *tnode, shift uint) {
 		checkTrie(t, c, shift+trieBits)
 	}
 }
+
+// TestTnodeSizes: every size of trie node holds its entries right after
+// it (entsAt, where find reads them), with room for exactly its number,
+// and newTnode picks the smallest size that holds what it is asked for.
+func TestTnodeSizes(t *testing.T) {
+	ed := newEdit()
+	for i, s := range tnodeSizes {
+		n := s.mk()
+		if cap(n.ents) != s.n || len(n.ents) != 0 {
+			t.Errorf("size %d: len %d cap %d", s.n, len(n.ents), cap(n.ents))
+		}
+		if at := unsafe.Pointer(unsafe.SliceData(n.ents)); at != unsafe.Add(unsafe.Pointer(n), entsAt) {
+			t.Errorf("size %d: entries at %p, not at the node's entsAt", s.n, at)
+		}
+		if i > 0 && tnodeSizes[i-1].n >= s.n {
+			t.Errorf("sizes out of order at %d", s.n)
+		}
+	}
+	for want := 1; want <= 1<<trieBits; want++ {
+		got, smallest := cap(newTnode(ed, 0, nil, want).ents), 0
+		for _, s := range tnodeSizes {
+			if s.n >= want {
+				smallest = s.n
+				break
+			}
+		}
+		if got != smallest {
+			t.Errorf("newTnode for %d entries: room for %d, want %d", want, got, smallest)
+		}
+	}
+	if got := cap(newTnode(ed, 0, nil, 100).ents); got != 100 {
+		t.Errorf("a collision list of 100: room for %d", got)
+	}
+}

@@ -83,13 +83,20 @@ func (z *Zone) AppendReplyFor(buf []byte, r *dns.Msg, size int, cl *policy.Clien
 	var auth []byte
 	nsCount := 0
 	target := q.Name
-	var picked []dns.RR // a policy's answer: the RRset asked for
-	pickedAt := ""      // its owner
+	var targetWire []byte // after a CNAME, its target as packed; nil for q.Name
+	var picked []dns.RR   // a policy's answer: the RRset asked for
+	pickedAt := ""        // its owner
 	// The lower-case name of each step goes in buf's spare room, which
 	// the reply fills only after the loop: no buffer on the stack.
 	buf = grow(buf, 512)
 	for step := 0; ; step++ {
 		name := appendLower(buf[len(buf):len(buf)], target)
+		if targetWire != nil {
+			var plain bool
+			if name, plain = appendLowerWire(buf[len(buf):len(buf)], targetWire); !plain {
+				return buf, 0, false // a target that presentation form escapes: Lookup
+			}
+		}
 		encl, off, in := v.closestEncloser(name)
 		if !in {
 			if step == 0 {
@@ -115,7 +122,7 @@ func (z *Zone) AppendReplyFor(buf []byte, r *dns.Msg, size int, cl *policy.Clien
 				if cl == nil {
 					return buf, 0, false
 				}
-				if rrs, ok := policy.Pick(encl.rrs, v.regions(), q.Qtype, cl); ok {
+				if rrs, ok := policy.Pick(encl.records(), v.regions(), q.Qtype, cl); ok {
 					picked, pickedAt, ancount = rrs, encl.name, ancount+len(rrs)
 					set.count = 0
 				}
@@ -138,13 +145,13 @@ func (z *Zone) AppendReplyFor(buf []byte, r *dns.Msg, size int, cl *policy.Clien
 		if nsets == len(sets)-1 || slices.ContainsFunc(sets[:nsets], func(s packedSet) bool { return s.n == encl }) {
 			return buf, 0, false
 		}
-		cname := encl.rrset(dns.TypeCNAME)
-		c, ok := cname[0].(*dns.CNAME)
-		if !ok || encl.wlen == 0 {
+		cname := encl.packedSet(dns.TypeCNAME)
+		if encl.wlen == 0 || cname.count == 0 {
 			return buf, 0, false
 		}
-		sets[nsets], nsets, ancount = encl.packedSet(dns.TypeCNAME), nsets+1, ancount+len(cname)
-		target = c.Target
+		w := encl.wireOf()
+		targetWire = w[cname.from+10 : cname.from+10+int32(binary.BigEndian.Uint16(w[cname.from+8:]))]
+		sets[nsets], nsets, ancount = cname, nsets+1, ancount+int(cname.count)
 	}
 
 	start := len(buf)
@@ -255,15 +262,16 @@ func (p *packer) pack(rrs []dns.RR) ([]byte, bool) {
 }
 
 // dataNode returns a copy of n (this write's, holding RRs) made for
-// queries: n's fields, its packed RRs, its name after them, and copies of
-// its RRs, all in one allocation: a block (block.go) when its RRs are all of
-// the common types, else a typed block holding a single RR or none (below).
-// A query reads the node, the name and the packed RRs from adjacent memory.
-// The RRs kept are copies that share the node's name (the typed block's:
-// withOwner); those given are left alone. It returns nil when n's RRs do
-// not pack (see above).
+// queries: n's fields, its packed RRs and its name after them, in one
+// allocation: a block (block.go), which keeps the RRs packed only, when
+// they are all of the common types, else a typed block holding a single
+// RR or none (below), beside the RRs. A query reads the node, the name and
+// the packed RRs from adjacent memory. The RRs a typed block keeps are
+// copies that share the node's name (withOwner); those given are left
+// alone. It returns nil when n's RRs do not pack (see above).
 func dataNode(n *node, ed *edit) *node {
-	if len(n.rrs) == 0 {
+	rrs := n.records()
+	if len(rrs) == 0 {
 		return nil
 	}
 	var nb [256]byte
@@ -272,7 +280,7 @@ func dataNode(n *node, ed *edit) *node {
 		return nil
 	}
 	size := 0
-	for _, rr := range n.rrs {
+	for _, rr := range rrs {
 		if rr.Header().Name != n.name {
 			return nil
 		}
@@ -284,21 +292,20 @@ func dataNode(n *node, ed *edit) *node {
 	var (
 		b     *node
 		tail  []byte
+		list  *[]dns.RR // a typed block's slice header
 		slot  *[1]dns.RR
-		rrs   []dns.RR
-		fill  blockFill // fill.mem is nil for a typed block
 		flags = n.flags
 	)
-	if bsize, octetsAt, ok := blockSize(size+len(n.name), n.rrs); ok {
-		b, tail, rrs, fill = newBlockNode(size+len(n.name), n.rrs, bsize, octetsAt)
+	if bsize, ok := blockSize(size+len(n.name), rrs); ok {
+		b, tail = newBlockNode(size+len(n.name), bsize)
 		flags |= fBlock
-	} else if b, slot, tail = newBlock(size + len(n.name)); b == nil {
+	} else if b, list, slot, tail = newBlock(size + len(n.name)); b == nil {
 		// Too large for a typed block: the node, its RRs and its octets apart.
-		b, tail = new(node), make([]byte, size+len(n.name))
+		b, list, tail = new(node), new([]dns.RR), make([]byte, size+len(n.name))
 	}
 	out := tail[:0]
-	for i := range n.rrs {
-		p, ok := ed.pk.pack(n.rrs[i : i+1]) // the RR with its owner
+	for i := range rrs {
+		p, ok := ed.pk.pack(rrs[i : i+1]) // the RR with its owner
 		if !ok || len(p) < len(owner) || string(p[:len(owner)]) != string(owner) || len(out)+len(p)-len(owner) > size {
 			return nil
 		}
@@ -313,22 +320,18 @@ func dataNode(n *node, ed *edit) *node {
 		ed:    ed.id,
 	}
 	switch {
-	case fill.mem != nil:
-		rrs = rrs[:len(n.rrs)]
-		for i, rr := range n.rrs {
-			rrs[i] = fill.copy(rr, b.name)
-		}
-		b.rrs = rrs
-	case slot != nil && len(n.rrs) == 1:
-		slot[0] = withOwner(n.rrs[0], b.name)
-		b.rrs = slot[:]
+	case flags&fBlock != 0:
+		// The packed RRs are the block's only copy (records).
+	case slot != nil && len(rrs) == 1:
+		slot[0] = withOwner(rrs[0], b.name)
+		*list, b.rrs = slot[:], list
 	default:
-		// n.rrs is this write's own array (Set's sorted copy, Load's
+		// n's RRs are this write's own array (Set's sorted copy, Load's
 		// appends): its RRs can be replaced in place.
-		for i, rr := range n.rrs {
-			n.rrs[i] = withOwner(rr, b.name)
+		for i, rr := range rrs {
+			rrs[i] = withOwner(rr, b.name)
 		}
-		b.rrs = n.rrs
+		*list, b.rrs = rrs, list
 	}
 	return b
 }
@@ -342,35 +345,36 @@ func dataNode(n *node, ed *edit) *node {
 type block[T any] struct {
 	n    node
 	tail T
+	list []dns.RR // the node's RRs: slot[:]
 	slot [1]dns.RR
 }
 
-func newPlain[T any]() (*node, *[1]dns.RR, []byte) {
+func newPlain[T any]() (*node, *[]dns.RR, *[1]dns.RR, []byte) {
 	b := new(block[T])
-	return &b.n, &b.slot, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
+	return &b.n, &b.list, &b.slot, unsafe.Slice((*byte)(unsafe.Pointer(&b.tail)), unsafe.Sizeof(b.tail))
 }
 
 // newBlock returns a node in a typed block whose tail holds at least n
 // octets; nil when n is large. The tails' sizes make the blocks fill the
 // runtime's size classes.
-func newBlock(n int) (*node, *[1]dns.RR, []byte) {
+func newBlock(n int) (*node, *[]dns.RR, *[1]dns.RR, []byte) {
 	switch {
-	case n <= 40:
-		return newPlain[[40]byte]()
-	case n <= 56:
-		return newPlain[[56]byte]()
-	case n <= 72:
-		return newPlain[[72]byte]()
-	case n <= 104:
-		return newPlain[[104]byte]()
-	case n <= 136:
-		return newPlain[[136]byte]()
-	case n <= 184:
-		return newPlain[[184]byte]()
-	case n <= 280:
-		return newPlain[[280]byte]()
+	case n <= 32:
+		return newPlain[[32]byte]()
+	case n <= 48:
+		return newPlain[[48]byte]()
+	case n <= 64:
+		return newPlain[[64]byte]()
+	case n <= 96:
+		return newPlain[[96]byte]()
+	case n <= 128:
+		return newPlain[[128]byte]()
+	case n <= 176:
+		return newPlain[[176]byte]()
+	case n <= 272:
+		return newPlain[[272]byte]()
 	}
-	return nil, nil, nil
+	return nil, nil, nil, nil
 }
 
 // wireOf returns the packed RRs of n, nil if it has none: the wlen octets
@@ -406,6 +410,34 @@ func appendWireName(dst []byte, name string) ([]byte, bool) {
 		return dst, false // not fully qualified
 	}
 	return append(dst, 0), true
+}
+
+// appendLowerWire appends w, a name packed uncompressed, in presentation
+// form lower-cased (ASCII), as appendLower appends the name's presentation
+// form; ok is false for the root, for a name with an octet that
+// presentation form escapes, and for one that is not well formed.
+func appendLowerWire(dst, w []byte) (out []byte, ok bool) {
+	for i := 0; i < len(w); {
+		l := int(w[i])
+		if l == 0 {
+			return dst, i > 0
+		}
+		if l > 63 || i+1+l > len(w) {
+			return dst, false
+		}
+		for _, c := range w[i+1 : i+1+l] {
+			switch {
+			case 'A' <= c && c <= 'Z':
+				c += 'a' - 'A'
+			case c <= ' ' || c >= 0x7f, c == '.', c == '\\', c == '"', c == '\'', c == '(', c == ')', c == ';', c == '@', c == '$':
+				return dst, false
+			}
+			dst = append(dst, c)
+		}
+		dst = append(dst, '.')
+		i += 1 + l
+	}
+	return dst, false
 }
 
 // packWireName is appendWireName for names with escapes, the root and

@@ -67,11 +67,11 @@ type view struct {
 
 // node is one owner name.
 type node struct {
-	name  string   // canonical
-	rrs   []dns.RR // all RRs at the name, sorted by type; nil for an ENT
-	ed    uint64   // the id of the write that made this node: only it may change it
-	kids  uint32   // number of child names in the trie: the ENT reference count
-	wlen  uint16   // length of rrs packed, right before name (wire.go); 0 if not
+	name  string    // canonical
+	rrs   *[]dns.RR // all RRs at the name, sorted by type (records); nil for an ENT and for a block (block.go), whose RRs are only packed
+	ed    uint64    // the id of the write that made this node: only it may change it
+	kids  uint32    // number of child names in the trie: the ENT reference count
+	wlen  uint16    // length of rrs packed, right before name (wire.go); 0 if not
 	flags uint8
 }
 
@@ -124,7 +124,7 @@ func (z *Zone) Node(name string) (recs, below bool) {
 	if n == nil {
 		return false, false
 	}
-	return len(n.rrs) > 0, n.kids > 0
+	return n.hasData(), n.kids > 0
 }
 
 // Origin returns the canonical origin of the zone.
@@ -195,12 +195,12 @@ func (z *Zone) RRs(name string, qtype uint16) []dns.RR {
 	if z.pg != nil {
 		rrs, _, _ = z.pagedNode(key)
 	} else if n := z.load().names.get(key); n != nil {
-		rrs = n.rrs
+		rrs = n.records()
 	}
 	if rrs == nil {
 		return nil
 	}
-	n := &node{rrs: rrs}
+	n := &node{rrs: &rrs}
 	if qtype != 0 {
 		rrs = n.rrset(qtype)
 	}
@@ -214,10 +214,23 @@ func (z *Zone) RRs(name string, qtype uint16) []dns.RR {
 	return cp
 }
 
-// rrset returns the RRset of type t at n, a sub-slice of n.rrs.
+// rrset returns the RRset of type t at n, a sub-slice of n.rrs; for a
+// node whose RRs are only packed (block.go), the RRset decoded, new on each
+// call.
 func (n *node) rrset(t uint16) []dns.RR {
-	for i := 0; i < len(n.rrs); i++ {
-		rt := n.rrs[i].Header().Rrtype
+	if n.rrs == nil {
+		if n.wlen == 0 {
+			return nil
+		}
+		s := n.packedSet(t)
+		if s.count == 0 {
+			return nil
+		}
+		return unpackRRs(n.wireOf()[s.from:s.to], n.name)
+	}
+	rrs := *n.rrs
+	for i := 0; i < len(rrs); i++ {
+		rt := rrs[i].Header().Rrtype
 		if rt < t {
 			continue
 		}
@@ -225,10 +238,10 @@ func (n *node) rrset(t uint16) []dns.RR {
 			return nil
 		}
 		j := i + 1
-		for j < len(n.rrs) && n.rrs[j].Header().Rrtype == t {
+		for j < len(rrs) && rrs[j].Header().Rrtype == t {
 			j++
 		}
-		return n.rrs[i:j:j]
+		return rrs[i:j:j]
 	}
 	return nil
 }
