@@ -2,7 +2,11 @@
 // both plugins use.
 package dnsname
 
-import "github.com/miekg/dns"
+import (
+	"bytes"
+
+	"github.com/miekg/dns"
+)
 
 // Lower returns s with ASCII letters lower-cased, s itself (no
 // allocation) when it is lower-case already.
@@ -71,6 +75,23 @@ func CanonicalKey(name string) []byte {
 		k = append(k, 0)
 	}
 	return k
+}
+
+// KeyName returns the name whose key k is (CanonicalKey), canonical
+// (lower-case, fully qualified, presentation form).
+func KeyName(k []byte) []byte {
+	if len(k) == 1 && k[0] == 0 {
+		return []byte(".")
+	}
+	out := make([]byte, 0, len(k))
+	end := len(k) - 1 // the zero byte after the last label
+	for end > 0 {
+		start := bytes.LastIndexByte(k[:end], 0) + 1
+		out = append(out, k[start:end]...)
+		out = append(out, '.')
+		end = start - 1
+	}
+	return out
 }
 
 // AppendCanonicalKey appends to dst the key CanonicalKey makes of name,

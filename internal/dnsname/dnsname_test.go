@@ -45,6 +45,11 @@ func TestCanonicalKey(t *testing.T) {
 			t.Errorf("%s: expected labels at %v, got %v", name, want, got)
 		}
 	}
+	for _, name := range []string{".", "org.", "www.example.org.", `a\.example.org.`, `a\\.example.org.`, "*.example.org.", `a\046b.org.`} {
+		if got := string(KeyName(CanonicalKey(name))); got != name {
+			t.Errorf("KeyName(CanonicalKey(%q)) = %q", name, got)
+		}
+	}
 	if n := testing.AllocsPerRun(100, func() { CanonicalKey("www.example.org.") }); n != 1 {
 		t.Errorf("expected the key to be the only allocation, got %v", n)
 	}

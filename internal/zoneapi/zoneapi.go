@@ -327,28 +327,52 @@ func ParseZone(origin, text string) ([]dns.RR, error) { return ParseZoneMax(orig
 // bytes of $GENERATE lines make no more records than max before the import
 // is refused (413, TooManyRecords).
 func ParseZoneMax(origin, text string, max int) ([]dns.RR, error) {
-	if max > 0 && generated(text) > max {
-		// Refused before one record is made: a few lines of $GENERATE
-		// would otherwise build max records first.
-		return nil, TooManyRecords(origin, max)
-	}
-	zp := dns.NewZoneParser(strings.NewReader(text), origin, "")
-	zp.SetIncludeAllowed(false)
-	zp.SetDefaultTTL(DefaultTTL)
 	var rrs []dns.RR
-	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
-		if max > 0 && len(rrs) >= max {
-			return nil, TooManyRecords(origin, max)
-		}
+	err := StreamZoneText(origin, text, max, func(rr dns.RR) error {
 		rrs = append(rrs, rr)
-	}
-	if err := zp.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	if err := zonerules.CheckZone(origin, rrs); err != nil {
 		return nil, err
 	}
 	return rrs, nil
+}
+
+// StreamZoneText parses zone file text for origin and calls fn with each
+// record in turn, as ParseZoneMax counts them; it stops at fn's first
+// error and returns it. The zone is not checked: fn's caller checks it
+// (craftstore's imports, chunk by chunk).
+func StreamZoneText(origin, text string, max int, fn func(dns.RR) error) error {
+	if max > 0 && generated(text) > max {
+		// Refused before one record is made: a few lines of $GENERATE
+		// would otherwise build max records first.
+		return TooManyRecords(origin, max)
+	}
+	return StreamZone(origin, strings.NewReader(text), max, fn)
+}
+
+// StreamZone is StreamZoneText for zone file text read from r (a file of
+// any size: memory holds one record at a time), without the check of the
+// $GENERATE lines before the first record: their records are counted as
+// they are made.
+func StreamZone(origin string, r io.Reader, max int, fn func(dns.RR) error) error {
+	zp := dns.NewZoneParser(r, origin, "")
+	zp.SetIncludeAllowed(false)
+	zp.SetDefaultTTL(DefaultTTL)
+	n := 0
+	for rr, ok := zp.Next(); ok; rr, ok = zp.Next() {
+		if max > 0 && n >= max {
+			return TooManyRecords(origin, max)
+		}
+		n++
+		if err := fn(rr); err != nil {
+			return err
+		}
+	}
+	return zp.Err()
 }
 
 // generated returns how many records the $GENERATE lines of zone file

@@ -136,6 +136,9 @@ func CheckName(name string, rrs []dns.RR) error {
 // CheckApex checks the records of the apex of zone origin: exactly one SOA,
 // at least one NS, and no CNAME.
 func CheckApex(origin string, apex []dns.RR) error {
+	if err := CheckApexSoFar(origin, apex); err != nil {
+		return err
+	}
 	soa, ns := 0, 0
 	for _, rr := range apex {
 		switch rr.Header().Rrtype {
@@ -143,17 +146,33 @@ func CheckApex(origin string, apex []dns.RR) error {
 			soa++
 		case dns.TypeNS:
 			ns++
-		case dns.TypeCNAME:
-			return fmt.Errorf("CNAME at the zone apex %q", origin)
 		}
 	}
 	switch {
 	case soa == 0:
 		return fmt.Errorf("zone %q has no SOA record at its apex", origin)
-	case soa > 1:
-		return fmt.Errorf("zone %q has %d SOA records", origin, soa)
 	case ns == 0:
 		return fmt.Errorf("zone %q has no NS records at its apex", origin)
+	}
+	return nil
+}
+
+// CheckApexSoFar checks the apex records of zone origin read so far, of a
+// zone read record by record (an import fed as it is parsed): what
+// CheckApex refuses whatever follows, a CNAME or a second SOA (duplicates
+// count: a zone file holds one).
+func CheckApexSoFar(origin string, apex []dns.RR) error {
+	soa := 0
+	for _, rr := range apex {
+		switch rr.Header().Rrtype {
+		case dns.TypeSOA:
+			soa++
+		case dns.TypeCNAME:
+			return fmt.Errorf("CNAME at the zone apex %q", origin)
+		}
+	}
+	if soa > 1 {
+		return fmt.Errorf("zone %q has %d SOA records", origin, soa)
 	}
 	return nil
 }

@@ -208,31 +208,49 @@ func (a *apiServer) admit(origin string) error {
 }
 
 func (a *apiServer) putZone(w http.ResponseWriter, r *http.Request) {
-	if origin, rrs, ok := a.zoneBody(w, r); ok {
-		a.importZone(w, r, origin, rrs)
+	origin, text, ok := a.zoneText(w, r)
+	if !ok {
+		return
 	}
+	im := a.rep.NewImport(origin, false, a.timeout)
+	defer im.Abort()
+	if err := a.feedText(r.Context(), im, origin, text); err != nil {
+		fail(w, err)
+		return
+	}
+	a.commitImport(w, r, im, origin)
 }
 
-// zoneBody reads the zone a request's body holds, checked as every import
-// is; it answers the error itself when there is one.
-func (a *apiServer) zoneBody(w http.ResponseWriter, r *http.Request) (string, []dns.RR, bool) {
+// zoneText reads the zone text a request's body holds (at most
+// zoneapi.MaxZoneBody bytes); it answers the error itself when there is
+// one.
+func (a *apiServer) zoneText(w http.ResponseWriter, r *http.Request) (origin, text string, ok bool) {
 	origin, body, err := zoneapi.ReadZone(w, r)
 	if err == nil {
 		err = a.admit(origin)
 	}
 	if err != nil {
 		fail(w, err)
-		return "", nil, false
+		return "", "", false
 	}
-	rrs, err := zoneapi.ParseZoneMax(origin, string(body), a.maxZone)
-	if _, _, ok := zoneapi.Status(err); err != nil && !ok {
-		err = badRequest("%v", err)
+	return origin, string(body), true
+}
+
+// feedText parses zone text into import im record by record (the import
+// checks them, chunk by chunk); a parse error is the client's (400).
+func (a *apiServer) feedText(ctx context.Context, im *replica.Import, origin, text string) error {
+	return importError(zoneapi.StreamZoneText(origin, text, a.maxZone, func(rr dns.RR) error { return im.Add(ctx, rr) }))
+}
+
+// importError is err, an import's, as the API answers it: the import's
+// and the contract's errors as they are, any other (the zone file
+// parser's) a bad request.
+func importError(err error) error {
+	var rerr *replica.Error
+	if _, _, ok := zoneapi.Status(err); err != nil && !ok && !errors.As(err, &rerr) {
+		return badRequest("%v", err)
 	}
-	if err != nil {
-		fail(w, err)
-		return "", nil, false
-	}
-	return origin, rrs, true
+	return err
 }
 
 // stageZone answers PUT /v1/stage/{zone}: the zone's text, checked as
@@ -241,33 +259,29 @@ func (a *apiServer) zoneBody(w http.ResponseWriter, r *http.Request) (string, []
 // queries do not see it, another import of the zone supersedes it. The
 // answer is txn.Staged.
 func (a *apiServer) stageZone(w http.ResponseWriter, r *http.Request) {
-	origin, rrs, ok := a.zoneBody(w, r)
+	origin, text, ok := a.zoneText(w, r)
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))
-	defer cancel()
-	id, err := a.rep.StageZone(ctx, origin, rrs)
+	im := a.rep.NewImport(origin, false, a.timeout)
+	defer im.Abort()
+	err := a.feedText(r.Context(), im, origin, text)
+	var id uint64
+	if err == nil {
+		id, err = im.Stage(r.Context())
+	}
 	if err != nil {
 		fail(w, err)
 		return
 	}
-	st := txn.Staged{Zone: origin, Import: id, Records: len(rrs)}
-	for _, rr := range rrs {
-		if soa, ok := rr.(*dns.SOA); ok {
-			st.Serial = soa.Serial
-		}
-	}
-	httpapi.WriteJSON(w, http.StatusOK, st)
+	httpapi.WriteJSON(w, http.StatusOK, txn.Staged{Zone: origin, Import: id, Records: im.Records(), Serial: im.Serial()})
 }
 
-// importZone replaces (or creates) zone origin with rrs, which passed the
-// zone's checks, tells the routers, and answers with the zone's new serial
-// and size. It returns whether the import committed.
-func (a *apiServer) importZone(w http.ResponseWriter, r *http.Request, origin string, rrs []dns.RR) (replica.Result, bool) {
-	ctx, cancel := context.WithTimeout(r.Context(), importTimeout(a.timeout, len(rrs)))
-	defer cancel()
-	res, err := a.rep.PutZone(a.late(ctx, origin, shardproto.ZonePut), origin, rrs, false)
+// commitImport replaces (or creates) zone origin with the records added
+// to im, tells the routers, and answers with the zone's new serial and
+// size. It returns whether the import committed.
+func (a *apiServer) commitImport(w http.ResponseWriter, r *http.Request, im *replica.Import, origin string) (replica.Result, bool) {
+	res, err := im.Commit(a.late(r.Context(), origin, shardproto.ZonePut))
 	if err != nil {
 		fail(w, err)
 		return res, false

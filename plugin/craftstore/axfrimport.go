@@ -1,6 +1,7 @@
 package craftstore
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/zoneapi"
-	"github.com/craftdns/craftdns/internal/zonerules"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 
 	"github.com/miekg/dns"
@@ -20,15 +20,17 @@ import (
 
 // Operators moving off BIND or Knot import a zone from its primary by AXFR
 // (RFC 5936): through the API (POST /v1/zones/{zone}/axfr) or with
-// `seed ZONE axfr ADDRESS` when the data directory is new. The records are
-// checked like a zone file (zonerules.CheckZone) and replace the zone as PUT does.
+// `seed ZONE axfr ADDRESS` when the data directory is new. The records go
+// into an import as they arrive (replica.Import: one chunk in memory, not
+// the zone), are checked like a zone file's and replace the zone as PUT
+// does.
 
-// Timeouts of a transfer from a primary: to connect, per message, and for
-// a whole transfer that seeds a zone.
+// Timeouts of a transfer from a primary: to connect, and per message (a
+// whole transfer takes as long as its zone needs: the API's request or
+// the seed is cut only when the primary stalls).
 const (
 	axfrDialTimeout = 5 * time.Second
 	axfrReadTimeout = 30 * time.Second
-	axfrSeedTimeout = 10 * time.Minute
 )
 
 // tsigKey signs a transfer request (RFC 8945).
@@ -115,34 +117,36 @@ func (a *apiServer) axfrZone(w http.ResponseWriter, r *http.Request) {
 		fail(w, badRequest("%v", err))
 		return
 	}
-	rrs, err := axfrIn(r.Context(), origin, primary, key, a.maxZone)
-	if err != nil {
+	im := a.rep.NewImport(origin, false, a.timeout)
+	defer im.Abort()
+	if err := axfrIn(r.Context(), origin, primary, key, a.maxZone, im); err != nil {
 		fail(w, err)
 		return
 	}
-	if res, ok := a.importZone(w, r, origin, rrs); ok {
+	if res, ok := a.commitImport(w, r, im, origin); ok {
 		log.Infof("imported zone %s by AXFR from %s: %d records, serial %d", origin, primary, res.Records, res.Serial)
 	}
 }
 
 // axfrIn transfers origin from primary by AXFR, TSIG-signed with key unless
-// nil, and returns its records without the closing SOA, checked like a zone
-// file. Errors are *replica.Error: ErrUpstream when the transfer fails,
-// ErrInvalid when the zone is not acceptable, ErrTooLarge when it is larger
-// than a zone file may be; zoneapi.TooManyRecords when it holds more than
-// max records (0: no limit), counted as they arrive: the transfer is cut
-// there, so memory never holds more.
-func axfrIn(ctx context.Context, origin, primary string, key *tsigKey, max int) ([]dns.RR, error) {
+// nil, into import im, all its records but the closing SOA, as they
+// arrive. Errors are *replica.Error: ErrUpstream when the transfer fails,
+// ErrInvalid when the zone is not acceptable (im's checks), the import's
+// own when it cannot write; zoneapi.TooManyRecords when the zone holds more
+// than max records (0: no limit), counted as they arrive: the transfer is
+// cut there.
+func axfrIn(ctx context.Context, origin, primary string, key *tsigKey, max int, im *replica.Import) error {
 	bad := func(kind error, format string, a ...any) error {
 		return replica.Errorf(kind, "AXFR of %s from %s: %s", origin, primary, fmt.Sprintf(format, a...))
 	}
 	d := net.Dialer{Timeout: axfrDialTimeout}
 	nc, err := d.DialContext(ctx, "tcp", primary)
 	if err != nil {
-		return nil, bad(replica.ErrUpstream, "%v", err)
+		return bad(replica.ErrUpstream, "%v", err)
 	}
-	// Closing the connection ends the transfer (when the request goes away
-	// or the zone is too large); the channel then closes with an error.
+	// Closing the connection ends the transfer (when the request goes away,
+	// the zone is too large or the import fails); the channel then closes
+	// with an error.
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
 	tr := &dns.Transfer{Conn: &dns.Conn{Conn: nc}, ReadTimeout: axfrReadTimeout, WriteTimeout: axfrDialTimeout}
@@ -155,10 +159,12 @@ func axfrIn(ctx context.Context, origin, primary string, key *tsigKey, max int) 
 	env, err := tr.In(m, primary)
 	if err != nil {
 		nc.Close()
-		return nil, bad(replica.ErrUpstream, "%v", err)
+		return bad(replica.ErrUpstream, "%v", err)
 	}
-	var rrs []dns.RR
-	size := 0
+	// The last record is held back: the transfer ends with the SOA it
+	// began with (RFC 5936 section 2.2), which is not the zone's.
+	var last dns.RR
+	n := 0
 	var ferr error
 	for e := range env {
 		if ferr != nil {
@@ -169,35 +175,31 @@ func axfrIn(ctx context.Context, origin, primary string, key *tsigKey, max int) 
 			continue
 		}
 		for _, rr := range e.RR {
-			size += dns.Len(rr)
-			rrs = append(rrs, rr)
-		}
-		if max > 0 && len(rrs) > max+1 { // the closing SOA is not the zone's
-			ferr = zoneapi.TooManyRecords(origin, max)
-			rrs = nil
-			nc.Close()
-			continue
-		}
-		if size > zoneapi.MaxZoneBody {
-			ferr = bad(replica.ErrTooLarge, "zone over %d bytes", zoneapi.MaxZoneBody)
-			nc.Close()
+			if last != nil {
+				if max > 0 && n >= max {
+					ferr = zoneapi.TooManyRecords(origin, max)
+				} else {
+					ferr = im.Add(ctx, last)
+				}
+				n++
+				if ferr != nil {
+					nc.Close()
+					break
+				}
+			}
+			last = rr
 		}
 	}
 	if ferr != nil {
-		return nil, ferr
+		return ferr
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, bad(replica.ErrUpstream, "%v", err)
+		return bad(replica.ErrUpstream, "%v", err)
 	}
-	// The transfer ends with the SOA it began with (RFC 5936 section 2.2).
-	if len(rrs) < 2 || rrs[len(rrs)-1].Header().Rrtype != dns.TypeSOA {
-		return nil, bad(replica.ErrUpstream, "incomplete transfer")
+	if n < 1 || last == nil || last.Header().Rrtype != dns.TypeSOA {
+		return bad(replica.ErrUpstream, "incomplete transfer")
 	}
-	rrs = rrs[:len(rrs)-1]
-	if err := zonerules.CheckZone(origin, rrs); err != nil {
-		return nil, bad(replica.ErrInvalid, "%v", err)
-	}
-	return rrs, nil
+	return nil
 }
 
 // seedSource is where a `seed` line takes its zone from: a zone file, or a
@@ -214,17 +216,17 @@ func (s seedSource) String() string {
 	return s.file
 }
 
-// load reads the zone. Failing to reach a primary is worth a retry (retry).
-func (s seedSource) load(ctx context.Context, origin string, max int) (rrs []dns.RR, retry bool, err error) {
+// feed reads the zone into import im. Failing to reach a primary is worth
+// a retry (retry).
+func (s seedSource) feed(ctx context.Context, origin string, max int, im *replica.Import) (retry bool, err error) {
 	if s.primary != "" {
-		rrs, err = axfrIn(ctx, origin, s.primary, nil, max)
-		retry = errors.Is(err, replica.ErrUpstream)
-		return rrs, retry, err
+		err = axfrIn(ctx, origin, s.primary, nil, max, im)
+		return errors.Is(err, replica.ErrUpstream), err
 	}
-	text, err := os.ReadFile(s.file)
+	f, err := os.Open(s.file)
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
-	rrs, err = zoneapi.ParseZoneMax(origin, string(text), max)
-	return rrs, false, err
+	defer f.Close()
+	return false, zoneapi.StreamZone(origin, bufio.NewReaderSize(f, 1<<16), max, func(rr dns.RR) error { return im.Add(ctx, rr) })
 }

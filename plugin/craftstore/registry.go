@@ -264,21 +264,27 @@ func (m *member) seed(cfg config) bool {
 		if m.rep.Seeded(origin) {
 			continue
 		}
-		lctx, lcancel := context.WithTimeout(context.Background(), axfrSeedTimeout)
-		rrs, retry, err := src.load(lctx, origin, cfg.maxZone)
-		lcancel()
-		if err != nil && retry {
-			log.Warningf("seed %s from %s: %v (will retry)", origin, src, err)
-			done = false
-			continue
-		}
+		// The zone goes into the import as it is read: memory holds a
+		// chunk, not the zone. Each proposal has the write timeout, each
+		// message of a transfer its read timeout; the whole has none (a
+		// zone of 50M records takes a quarter of an hour).
+		im := m.rep.NewImport(origin, true, cfg.timeout)
+		retry, err := src.feed(context.Background(), origin, cfg.maxZone, im)
 		if err != nil {
-			log.Errorf("seed %s from %s: %v", origin, src, err)
+			im.Abort()
+			// The zone's faults stay until the Corefile changes; the
+			// group's (no leader, a timeout, another import) pass.
+			var rerr *replica.Error
+			if retry || errors.As(err, &rerr) && !errors.Is(err, replica.ErrInvalid) && !errors.Is(err, replica.ErrTooLarge) {
+				log.Warningf("seed %s from %s: %v (will retry)", origin, src, err)
+				done = false
+			} else {
+				log.Errorf("seed %s from %s: %v", origin, src, err)
+			}
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), importTimeout(cfg.timeout, len(rrs)))
-		res, err := m.rep.PutZone(ctx, origin, rrs, true)
-		cancel()
+		res, err := im.Commit(context.Background())
+		im.Abort()
 		if err == nil && !res.Skipped {
 			noticeChange(context.Background(), m.leases, m.rep, origin, shardproto.ZonePut)
 		}
@@ -304,11 +310,6 @@ func (m *member) seedsPresent(cfg config) bool {
 		}
 	}
 	return true
-}
-
-// importTimeout gives a zone import the write timeout per chunk.
-func importTimeout(per time.Duration, records int) time.Duration {
-	return per * time.Duration(2+records/4096)
 }
 
 // differs names the settings of o that a running member cannot take over

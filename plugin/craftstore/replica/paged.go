@@ -98,7 +98,7 @@ func (p *boltPages) Below(name []byte, skip func(desc []byte) bool) bool {
 		k, _ = c.Next()
 	}
 	for ; k != nil && bytes.HasPrefix(k, key); k, _ = c.Next() {
-		if skip == nil || !skip(keyToName(k)) {
+		if skip == nil || !skip(dnsname.KeyName(k)) {
 			return true
 		}
 	}
@@ -119,22 +119,6 @@ func (p *boltPages) End() {
 func (p *boltPages) end() {
 	*p = boltPages{}
 	pagesPool.Put(p)
-}
-
-// keyToName is the name (presentation form) of a canonical key.
-func keyToName(k []byte) []byte {
-	if len(k) == 1 && k[0] == 0 {
-		return []byte(".")
-	}
-	out := make([]byte, 0, len(k))
-	end := len(k) - 1 // the zero byte after the last label
-	for end > 0 {
-		start := bytes.LastIndexByte(k[:end], 0) + 1
-		out = append(out, k[start:end]...)
-		out = append(out, '.')
-		end = start - 1
-	}
-	return out
 }
 
 // loadPaged makes the paged view of zone origin from generation g: it
@@ -158,7 +142,7 @@ func (r *Replica) loadPaged(g *bolt.Bucket, origin string) (*zone.Zone, error) {
 			names++
 		}
 		if pol {
-			z.NotePolicy(string(keyToName(k)))
+			z.NotePolicy(string(dnsname.KeyName(k)))
 		}
 		return nil
 	})

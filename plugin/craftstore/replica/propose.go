@@ -242,40 +242,33 @@ func (r *Replica) DeleteZone(ctx context.Context, zone string) error {
 // under the transport's frame limit and raft's MaxSizePerMsg batching.
 const importChunk = 4096
 
-// PutZone creates or replaces zone with rrs (validated by the caller: one
-// SOA and NS at the apex, every name inside the zone). With absent set, an
-// existing zone is left alone and Result.Skipped is set.
+// PutZone creates or replaces zone with rrs, checked as an Import checks
+// them. With absent set, an existing zone is left alone and
+// Result.Skipped is set.
 func (r *Replica) PutZone(ctx context.Context, zone string, rrs []dns.RR, absent bool) (Result, error) {
-	id, err := r.stage(ctx, zone, rrs, absent)
-	if err != nil {
-		return Result{}, err
+	im := r.NewImport(zone, absent, 0)
+	defer im.Abort()
+	for _, rr := range rrs {
+		if err := im.Add(ctx, rr); err != nil {
+			return Result{}, err
+		}
 	}
-	return r.propose(ctx, &fsm.Command{Op: fsm.OpImportCommit, Zone: zone, Import: id})
+	return im.Commit(ctx)
 }
 
-// StageZone stages rrs, a whole zone validated as for PutZone, as an
+// StageZone stages rrs, a whole zone checked as for PutZone, as an
 // import that a shard map part commits (MapPart.Imports: a zone moved to
 // this shard); queries do not see it until then, and another import of
 // the zone supersedes it. It returns the import's ID.
 func (r *Replica) StageZone(ctx context.Context, zone string, rrs []dns.RR) (uint64, error) {
-	return r.stage(ctx, zone, rrs, false)
-}
-
-// stage proposes an import of zone holding rrs, all but its commit, and
-// returns its ID.
-func (r *Replica) stage(ctx context.Context, zone string, rrs []dns.RR, absent bool) (uint64, error) {
-	id := r.nextID.Add(1) // import id: unique per proposer like proposal ids
-	if _, err := r.propose(ctx, &fsm.Command{Op: fsm.OpImportBegin, Zone: zone, Import: id, Absent: absent}); err != nil {
-		return 0, err
-	}
-	for len(rrs) > 0 {
-		n := min(importChunk, len(rrs))
-		if _, err := r.propose(ctx, &fsm.Command{Op: fsm.OpImportChunk, Zone: zone, Import: id, Add: rrs[:n]}); err != nil {
+	im := r.NewImport(zone, false, 0)
+	defer im.Abort()
+	for _, rr := range rrs {
+		if err := im.Add(ctx, rr); err != nil {
 			return 0, err
 		}
-		rrs = rrs[n:]
 	}
-	return id, nil
+	return im.Stage(ctx)
 }
 
 // AdvertiseSelf records this member's DNS and API addresses in the members

@@ -1,9 +1,12 @@
 package fsm
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"strings"
 
+	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/zonerules"
 
 	"github.com/miekg/dns"
@@ -225,4 +228,146 @@ func committingImport(g *bolt.Bucket, id []byte, zone string) bool {
 	}
 	part, err := Unmarshal(prep.Part)
 	return err == nil && part.Op == OpMapSet && part.imports(zone)
+}
+
+// An import fed record by record (replica.Import: PUT, AXFR in, seed) is
+// checked by its proposer as CheckZone checks a whole zone, without
+// holding the zone: each chunk against what the import staged before it
+// (CheckImportChunk), and before the commit what only the whole zone
+// shows (CheckStagedApex, CheckStagedDNAMEs). The proposer reads its own
+// member's state, which applied every chunk it proposed. These are a
+// proposer's checks of a client's zone (doc.go, "Adding a command", 7):
+// Apply's rules stay those above.
+
+// StagedImport returns the staging bucket of import id of zone in g, nil
+// when that import is not the zone's current one.
+func StagedImport(g *bolt.Bucket, zone string, id uint64) *bolt.Bucket {
+	meta := g.Bucket(bucketImportMeta).Get([]byte(zone))
+	if len(meta) != 9 || binary.BigEndian.Uint64(meta) != id {
+		return nil
+	}
+	return g.Bucket(bucketImports).Bucket([]byte(zone))
+}
+
+// Importing reports whether generation g holds an unfinished import of
+// zone.
+func Importing(g *bolt.Bucket, zone string) bool {
+	return g.Bucket(bucketImportMeta).Get([]byte(zone)) != nil
+}
+
+// CheckImportChunk checks chunk, the next records of an import of zone
+// origin whose staged records are in b (nil: none yet), as CheckZone
+// checks a whole zone, for the names the chunk touches: every record
+// (zonerules.CheckRecord, an SOA only at the apex), one SOA, CNAME and
+// DNAME a name at most (duplicates aside), and every such name's records,
+// staged and new, as CheckName and, with a DNAME, CheckDNAME say. The
+// errors are zonerules' plain errors.
+func CheckImportChunk(b *bolt.Bucket, origin string, chunk []dns.RR) error {
+	byName := map[string][]dns.RR{}
+	var order []string
+	for _, rr := range chunk {
+		if err := zonerules.CheckRecord(origin, rr); err != nil {
+			return err
+		}
+		h := rr.Header()
+		name := strings.ToLower(h.Name)
+		if h.Rrtype == dns.TypeSOA && name != origin {
+			return fmt.Errorf("SOA record at %q is not at the zone apex %q", h.Name, origin)
+		}
+		rrs, ok := byName[name]
+		if !ok {
+			if b != nil {
+				var err error
+				if rrs, err = RRsAt(b, name); err != nil {
+					return err
+				}
+			}
+			order = append(order, name)
+		}
+		if h.Rrtype == dns.TypeSOA && hasType(rrs, dns.TypeSOA) {
+			// A second SOA, a duplicate too, which the staged
+			// records do not keep (loadRR): CheckApex's refusal.
+			return zonerules.CheckApexSoFar(origin, []dns.RR{rr, rr})
+		}
+		if h.Rrtype == dns.TypeCNAME || h.Rrtype == dns.TypeDNAME {
+			for _, other := range rrs {
+				if other.Header().Rrtype == h.Rrtype && !dns.IsDuplicate(other, rr) {
+					return twoSingletons(h.Name, h.Rrtype)
+				}
+			}
+		}
+		byName[name] = loadRR(rrs, rr)
+	}
+	for _, name := range order {
+		rrs := byName[name]
+		if name == origin {
+			if err := zonerules.CheckApexSoFar(origin, rrs); err != nil {
+				return err
+			}
+		}
+		if err := zonerules.CheckName(name, rrs); err != nil {
+			return err
+		}
+		if hasType(rrs, dns.TypeDNAME) {
+			if err := zonerules.CheckDNAME(origin, name, rrs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// twoSingletons is CheckZone's error for a second CNAME or DNAME at name.
+func twoSingletons(name string, t uint16) error {
+	if t == dns.TypeCNAME {
+		return fmt.Errorf("two CNAME records at %q (RFC 2181 section 10.1: an alias has one canonical name)", name)
+	}
+	return fmt.Errorf("two DNAME records at %q (RFC 6672 section 2.4: a name has one DNAME)", name)
+}
+
+// CheckStagedApex checks the apex of zone origin as staged in b
+// (zonerules.CheckApex).
+func CheckStagedApex(b *bolt.Bucket, origin string) error {
+	apex, err := RRsAt(b, origin)
+	if err != nil {
+		return err
+	}
+	return zonerules.CheckApex(origin, apex)
+}
+
+// CheckStagedDNAMEs checks that no name staged in b stands below a DNAME
+// owner (RFC 6672 section 2.3, zonerules.BelowDNAME), reading at most
+// limit names from key from (nil: the first) in key order, where the names
+// below a name follow it: owner is the key of the DNAME owner whose names
+// the previous call was in (nil: none). It returns where the next call
+// starts (nil: done) and its owner.
+func CheckStagedDNAMEs(b *bolt.Bucket, from, owner []byte, limit int) (next, nextOwner []byte, err error) {
+	c := b.Cursor()
+	k, v := c.First()
+	if from != nil {
+		k, v = c.Seek(from)
+	}
+	for n := 0; k != nil; k, v = c.Next() {
+		if n == limit {
+			return bytes.Clone(k), owner, nil
+		}
+		n++
+		if v == nil {
+			continue
+		}
+		if owner != nil {
+			if len(k) > len(owner) && bytes.HasPrefix(k, owner) {
+				return nil, nil, zonerules.BelowDNAME(string(dnsname.KeyName(k)), string(dnsname.KeyName(owner)))
+			}
+			owner = nil
+		}
+		dname := false
+		if _, err := ScanRRs(v, func(t uint16) { dname = dname || t == dns.TypeDNAME }); err != nil {
+			return nil, nil, err
+		}
+		if dname {
+			owner = bytes.Clone(k)
+		}
+	}
+	return nil, nil, nil
 }
