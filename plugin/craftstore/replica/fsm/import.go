@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/zonerules"
@@ -36,6 +37,7 @@ func applyImportBegin(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if _, err := ib.CreateBucket([]byte(c.Zone)); err != nil {
 		return Result{}, nil, err
 	}
+	noteStaged(g, c.Zone)
 	meta := binary.BigEndian.AppendUint64(nil, c.Import)
 	if c.Absent {
 		meta = append(meta, 1)
@@ -79,6 +81,9 @@ func applyImportChunk(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 		if err := checkName(name, byName[name]); err != nil {
 			return Result{}, nil, err
 		}
+	}
+	noteStaged(g, c.Zone)
+	for _, name := range order {
 		if err := putRRs(b, name, byName[name]); err != nil {
 			return Result{}, nil, err
 		}
@@ -135,21 +140,34 @@ func applyImportCommit(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 			return Result{}, nil, err
 		}
 	}
-	// The staged records are copied, not moved: bbolt's MoveBucket loses
-	// what the same transaction wrote into the moved bucket (etcd-io/bbolt
-	// PR 1239), and a follower catching up applies begin, chunks and commit
-	// of one import in one transaction.
-	zb, err := zones.CreateBucket([]byte(c.Zone))
-	if err != nil {
+	records := 0
+	if err := b.ForEach(func(_, v []byte) error { records += countRRs(v); return nil }); err != nil {
 		return Result{}, nil, err
 	}
-	records := 0
-	err = b.ForEach(func(k, v []byte) error {
-		records += countRRs(v)
-		return zb.Put(k, v)
-	})
-	if err != nil {
-		return Result{}, nil, err
+	var zb *bolt.Bucket
+	if stagedHere(g, c.Zone) {
+		// Staged in this transaction (a follower catching up applies
+		// begin, chunks and commit of one import in one): copied, since
+		// bbolt's MoveBucket loses what the same transaction wrote into
+		// the moved bucket (etcd-io/bbolt PR 1239). The staged records
+		// are in memory as this transaction's pages already.
+		if zb, err = zones.CreateBucket([]byte(c.Zone)); err != nil {
+			return Result{}, nil, err
+		}
+		if err := b.ForEach(func(k, v []byte) error { return zb.Put(k, v) }); err != nil {
+			return Result{}, nil, err
+		}
+	} else {
+		// Staged in earlier transactions (the proposer's member and,
+		// mostly, the others): moved, which writes the staged bucket's
+		// header in its new place and none of its pages, where a copy
+		// would hold every page of the zone in memory until the
+		// transaction commits. The bucket left in the imports is
+		// dropped with it.
+		if err := g.Bucket(bucketImports).MoveBucket([]byte(c.Zone), zones); err != nil {
+			return Result{}, nil, err
+		}
+		zb = zones.Bucket([]byte(c.Zone))
 	}
 	if bumped {
 		if err := putRRs(zb, c.Zone, apex); err != nil {
@@ -159,8 +177,10 @@ func applyImportCommit(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if err := indexZone(g, IndexedParts(g), c.Zone, zb, true); err != nil {
 		return Result{}, nil, err
 	}
-	if err := g.Bucket(bucketImports).DeleteBucket([]byte(c.Zone)); err != nil {
-		return Result{}, nil, err
+	if g.Bucket(bucketImports).Bucket([]byte(c.Zone)) != nil {
+		if err := g.Bucket(bucketImports).DeleteBucket([]byte(c.Zone)); err != nil {
+			return Result{}, nil, err
+		}
 	}
 	if err := g.Bucket(bucketImportMeta).Delete([]byte(c.Zone)); err != nil {
 		return Result{}, nil, err
@@ -370,4 +390,40 @@ func CheckStagedDNAMEs(b *bolt.Bucket, from, owner []byte, limit int) (next, nex
 		}
 	}
 	return nil, nil, nil
+}
+
+// stagedTxs records, per database, the write transaction that wrote a
+// staging bucket and the zones it wrote them for (noteStaged), for the
+// commit to know whether it may move the staged bucket (stagedHere). A
+// database has one write transaction at a time, applied by one goroutine:
+// its entry is touched by that goroutine alone. An entry goes when its
+// transaction commits; one a rollback left is replaced by the next
+// transaction of its database that stages.
+var stagedTxs sync.Map // *bolt.DB → *stagedTx
+
+type stagedTx struct {
+	tx    *bolt.Tx
+	zones map[string]bool
+}
+
+// noteStaged records that g's transaction wrote the staging bucket of
+// zone.
+func noteStaged(g *bolt.Bucket, zone string) {
+	tx := g.Tx()
+	if v, ok := stagedTxs.Load(tx.DB()); ok && v.(*stagedTx).tx == tx {
+		v.(*stagedTx).zones[zone] = true
+		return
+	}
+	db := tx.DB()
+	s := &stagedTx{tx: tx, zones: map[string]bool{zone: true}}
+	stagedTxs.Store(db, s)
+	tx.OnCommit(func() { stagedTxs.CompareAndDelete(db, s) })
+}
+
+// stagedHere reports whether g's transaction wrote the staging bucket of
+// zone.
+func stagedHere(g *bolt.Bucket, zone string) bool {
+	tx := g.Tx()
+	v, ok := stagedTxs.Load(tx.DB())
+	return ok && v.(*stagedTx).tx == tx && v.(*stagedTx).zones[zone]
 }

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -139,6 +141,120 @@ func TestImportAbort(t *testing.T) {
 		b, _ := RRsAt(zb, "b.example.org.")
 		if len(a) != 1 || len(b) != 0 {
 			t.Errorf("the zone changed: a %v, b %v", a, b)
+		}
+		return nil
+	})
+}
+
+// zoneContents returns every key and value of zone's bucket in g.
+func zoneContents(t *testing.T, db *bolt.DB, zone string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	db.View(func(tx *bolt.Tx) error {
+		zb := Generation(tx).Bucket(BucketZones).Bucket([]byte(zone))
+		if zb == nil {
+			t.Fatalf("no zone %s", zone)
+		}
+		return zb.ForEach(func(k, v []byte) error {
+			out[string(k)] = string(v)
+			return nil
+		})
+	})
+	return out
+}
+
+// TestImportCommitMoveEqualsCopy: an import whose chunks were applied in
+// earlier transactions commits by moving its staged bucket, one staged in
+// the commit's own transaction (a follower catching up) by copying it:
+// both leave the same zone, replacing one or creating it, and no staging.
+func TestImportCommitMoveEqualsCopy(t *testing.T) {
+	zone := func(serial uint32, n int) []dns.RR {
+		rrs := []dns.RR{soaRR(t, serial), mustRR(t, "example.org. 300 IN NS ns1.example.org.")}
+		for i := range n {
+			rrs = append(rrs, mustRR(t, fmt.Sprintf("h%d.example.org. 300 IN A 192.0.2.%d", i, i%250)))
+		}
+		return rrs
+	}
+	run := func(oneTx bool) (*bolt.DB, []Result) {
+		db := openGeneration(t)
+		var results []Result
+		for i, z := range [][]dns.RR{zone(5, 300), zone(3, 500)} { // the second's serial is bumped past the first's
+			id := uint64(i + 1)
+			cs := []*Command{{Op: OpImportBegin, Zone: "example.org.", Import: id}}
+			for len(z) > 0 {
+				n := min(128, len(z))
+				cs = append(cs, &Command{Op: OpImportChunk, Zone: "example.org.", Import: id, Add: z[:n]})
+				z = z[n:]
+			}
+			cs = append(cs, &Command{Op: OpImportCommit, Zone: "example.org.", Import: id})
+			if oneTx {
+				err := db.Update(func(tx *bolt.Tx) error {
+					for _, c := range cs {
+						res, _, err := Apply(Generation(tx), c, 10)
+						if err != nil {
+							return err
+						}
+						if c.Op == OpImportCommit {
+							if !stagedHere(Generation(tx), "example.org.") {
+								t.Error("the commit in the staging transaction does not know it")
+							}
+							results = append(results, res)
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			for _, c := range cs {
+				res, _, err := applyIn(t, db, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Op == OpImportCommit {
+					results = append(results, res)
+				}
+			}
+		}
+		return db, results
+	}
+	moved, mres := run(false)
+	copied, cres := run(true)
+	if fmt.Sprint(mres) != fmt.Sprint(cres) || mres[1].Records != 502 || mres[1].Serial != 6 {
+		t.Errorf("results: moved %+v, copied %+v", mres, cres)
+	}
+	m, c := zoneContents(t, moved, "example.org."), zoneContents(t, copied, "example.org.")
+	if len(m) != 501 || fmt.Sprint(m) != fmt.Sprint(c) {
+		t.Errorf("the moved zone (%d names) differs from the copied one (%d)", len(m), len(c))
+		for k, v := range m {
+			if c[k] != v {
+				t.Errorf("%q: moved %x, copied %x", k, v, c[k])
+			}
+		}
+	}
+	for _, db := range []*bolt.DB{moved, copied} {
+		db.View(func(tx *bolt.Tx) error {
+			if Importing(Generation(tx), "example.org.") || Generation(tx).Bucket(bucketImports).Bucket([]byte("example.org.")) != nil {
+				t.Error("a staging bucket is left")
+			}
+			for err := range tx.Check() {
+				t.Errorf("bbolt's check: %v", err)
+			}
+			return nil
+		})
+	}
+	// A transaction that staged and rolled back leaves nothing the next
+	// one takes for its own.
+	db := openGeneration(t)
+	db.Update(func(tx *bolt.Tx) error {
+		noteStaged(Generation(tx), "example.org.")
+		return errors.New("roll back")
+	})
+	db.Update(func(tx *bolt.Tx) error {
+		if stagedHere(Generation(tx), "example.org.") {
+			t.Error("a rolled back transaction's staging counts in the next")
 		}
 		return nil
 	})
