@@ -221,6 +221,7 @@ func Open(cfg Config) (*Replica, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 		return nil, err
 	}
+	readAhead(filepath.Join(cfg.Dir, FileName))
 	db, err := bolt.Open(filepath.Join(cfg.Dir, FileName), 0o600, &bolt.Options{
 		Timeout:         5 * time.Second,
 		NoFreelistSync:  true,
