@@ -180,6 +180,15 @@ func (a *apiServer) existingZone(r *http.Request) (string, error) {
 }
 
 func (a *apiServer) listZones(w http.ResponseWriter, r *http.Request) {
+	// Every write acknowledged before the request is in the list, on a
+	// follower too (craftroute sums the shards' records from it right
+	// after an import): catch up with the group first (ReadIndex).
+	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
+	defer cancel()
+	if err := a.rep.Fresh(ctx); err != nil {
+		fail(w, err)
+		return
+	}
 	out := []zoneapi.ZoneInfo{}
 	for _, o := range a.rep.Zones() {
 		z := a.rep.Zone(o)
