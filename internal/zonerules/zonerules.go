@@ -233,15 +233,12 @@ func CheckZone(origin string, rrs []dns.RR) error {
 		h := rr.Header()
 		name := strings.ToLower(h.Name)
 		if h.Rrtype == dns.TypeSOA && name != origin {
-			return fmt.Errorf("SOA record at %q is not at the zone apex %q", h.Name, origin)
+			return SOABelowApex(h.Name, origin)
 		}
 		if h.Rrtype == dns.TypeCNAME || h.Rrtype == dns.TypeDNAME {
 			for _, other := range byName[name] {
 				if other.Header().Rrtype == h.Rrtype && !dns.IsDuplicate(other, rr) {
-					if h.Rrtype == dns.TypeCNAME {
-						return fmt.Errorf("two CNAME records at %q (RFC 2181 section 10.1: an alias has one canonical name)", h.Name)
-					}
-					return fmt.Errorf("two DNAME records at %q (RFC 6672 section 2.4: a name has one DNAME)", h.Name)
+					return TwoAliases(h.Name, h.Rrtype)
 				}
 			}
 		}
@@ -282,6 +279,21 @@ func CheckZone(origin string, rrs []dns.RR) error {
 		}
 	}
 	return nil
+}
+
+// SOABelowApex is CheckZone's refusal of an SOA record at name, below the
+// apex of zone origin.
+func SOABelowApex(name, origin string) error {
+	return fmt.Errorf("SOA record at %q is not at the zone apex %q", name, origin)
+}
+
+// TwoAliases is CheckZone's refusal of a second CNAME or DNAME (t) at
+// name.
+func TwoAliases(name string, t uint16) error {
+	if t == dns.TypeCNAME {
+		return fmt.Errorf("two CNAME records at %q (RFC 2181 section 10.1: an alias has one canonical name)", name)
+	}
+	return fmt.Errorf("two DNAME records at %q (RFC 6672 section 2.4: a name has one DNAME)", name)
 }
 
 // SerialAfter reports whether SOA serial a is after b (RFC 1982 section

@@ -95,7 +95,13 @@ func (im *Import) flush(ctx context.Context) error {
 	if len(im.chunk) == 0 {
 		return nil
 	}
+	check := func(b *bolt.Bucket) error { return fsm.CheckImportChunk(b, im.zone, im.chunk) }
 	if im.id == 0 {
+		// The first chunk is checked before anything is written: a
+		// zone refused there leaves no import to drop.
+		if err := ruleError(check(nil)); err != nil {
+			return err
+		}
 		id := im.r.nextID.Add(1) // import id: unique per proposer like proposal ids
 		pctx, cancel := im.proposeCtx(ctx)
 		_, err := im.r.propose(pctx, &fsm.Command{Op: fsm.OpImportBegin, Zone: im.zone, Import: id, Absent: im.absent})
@@ -104,8 +110,7 @@ func (im *Import) flush(ctx context.Context) error {
 			return err
 		}
 		im.id = id
-	}
-	if err := im.staged(func(b *bolt.Bucket) error { return fsm.CheckImportChunk(b, im.zone, im.chunk) }); err != nil {
+	} else if err := im.staged(check); err != nil {
 		return err
 	}
 	pctx, cancel := im.proposeCtx(ctx)
@@ -132,13 +137,19 @@ func (im *Import) staged(check func(b *bolt.Bucket) error) error {
 	if err != nil {
 		return err
 	}
-	if ruled != nil {
-		if _, ok := ruled.(*Error); ok {
-			return ruled
-		}
-		return Errorf(ErrInvalid, "%v", ruled)
+	return ruleError(ruled)
+}
+
+// ruleError is a check's error as the import's: a zone rule's is
+// ErrInvalid, the replica's own as it is.
+func ruleError(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	if _, ok := err.(*Error); ok {
+		return err
+	}
+	return Errorf(ErrInvalid, "%v", err)
 }
 
 // Stage proposes the last chunk and checks the whole staged zone; the
@@ -146,12 +157,15 @@ func (im *Import) staged(check func(b *bolt.Bucket) error) error {
 // commit (MapPart.Imports), superseded by another import of the zone. It
 // returns the import's ID.
 func (im *Import) Stage(ctx context.Context) (uint64, error) {
+	if im.id == 0 {
+		// A zone of one chunk, checked whole before anything is
+		// written (CheckZone's checks, the whole zone's included).
+		if err := ruleError(zonerules.CheckZone(im.zone, im.chunk)); err != nil {
+			return 0, err
+		}
+	}
 	if err := im.flush(ctx); err != nil {
 		return 0, err
-	}
-	if im.id == 0 {
-		// Nothing added: no SOA, no NS.
-		return 0, Errorf(ErrInvalid, "%v", zonerules.CheckApex(im.zone, nil))
 	}
 	if err := im.staged(func(b *bolt.Bucket) error { return fsm.CheckStagedApex(b, im.zone) }); err != nil {
 		return 0, err

@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,6 +102,30 @@ func TestImportStream(t *testing.T) {
 			if soa := r.Zone("example.org.").SOA(); soa == nil || soa.Serial != 10 {
 				t.Errorf("%s: member %d serves serial %v", bad.name, r.ID(), soa)
 			}
+		}
+	}
+
+	// A zone of one chunk, or one refused in its first, writes nothing:
+	// no import is begun.
+	for _, rrs := range [][]dns.RR{
+		append(importZone(t, 11, 3), mustRR(t, "h1.example.org. 300 IN CNAME h2.example.org.")),
+		append(importZone(t, 11, 3), mustRR(t, "x.example.net. 300 IN A 192.0.2.1")),
+		slices.Insert(importZone(t, 11, 2*importChunk), 2, mustRR(t, "x.example.net. 300 IN A 192.0.2.1")),
+		importZone(t, 11, 3)[2:],
+	} {
+		im := f.NewImport("example.org.", false, 0)
+		var err error
+		for _, rr := range rrs {
+			if err = im.Add(ctx(t), rr); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			_, err = im.Commit(ctx(t))
+		}
+		im.Abort()
+		if !errors.Is(err, ErrInvalid) || im.id != 0 {
+			t.Errorf("a zone refused in its first chunk: %v, import %d begun", err, im.id)
 		}
 	}
 

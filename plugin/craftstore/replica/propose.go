@@ -242,8 +242,9 @@ func (r *Replica) DeleteZone(ctx context.Context, zone string) error {
 // under the transport's frame limit and raft's MaxSizePerMsg batching.
 const importChunk = 4096
 
-// PutZone creates or replaces zone with rrs, checked as an Import checks
-// them. With absent set, an existing zone is left alone and
+// PutZone creates or replaces zone with rrs, a zone in hand, checked as
+// an Import checks them (the API, AXFR in and seeds feed an Import as they
+// read). With absent set, an existing zone is left alone and
 // Result.Skipped is set.
 func (r *Replica) PutZone(ctx context.Context, zone string, rrs []dns.RR, absent bool) (Result, error) {
 	im := r.NewImport(zone, absent, 0)
@@ -254,21 +255,6 @@ func (r *Replica) PutZone(ctx context.Context, zone string, rrs []dns.RR, absent
 		}
 	}
 	return im.Commit(ctx)
-}
-
-// StageZone stages rrs, a whole zone checked as for PutZone, as an
-// import that a shard map part commits (MapPart.Imports: a zone moved to
-// this shard); queries do not see it until then, and another import of
-// the zone supersedes it. It returns the import's ID.
-func (r *Replica) StageZone(ctx context.Context, zone string, rrs []dns.RR) (uint64, error) {
-	im := r.NewImport(zone, false, 0)
-	defer im.Abort()
-	for _, rr := range rrs {
-		if err := im.Add(ctx, rr); err != nil {
-			return 0, err
-		}
-	}
-	return im.Stage(ctx)
 }
 
 // AdvertiseSelf records this member's DNS and API addresses in the members

@@ -51,7 +51,7 @@ type MapPart struct {
 	Hold  []uint32 // partitions whose writes wait while the part is prepared
 	Moves []Move   // record changes that move names with the map, one per zone
 	Drop  bool     // delete, at commit, what only the held partitions' owner holds
-	// Imports are staged zones (StageZone) the part commits before its
+	// Imports are staged zones (Import.Stage) the part commits before its
 	// moves (key mode "zone": the zones a batch moves here).
 	Imports []Staged
 }

@@ -77,11 +77,7 @@ func newBlockNode(tail int, size uintptr) (*node, []byte) {
 // unpackRRs decodes w, RRs packed without their owners (a node's wire or
 // a run of it), as RRs owned by name, which they share.
 func unpackRRs(w []byte, name string) []dns.RR {
-	count := 0
-	for pos := 0; pos+10 <= len(w); pos += 10 + int(binary.BigEndian.Uint16(w[pos+8:])) {
-		count++
-	}
-	out := make([]dns.RR, 0, count)
+	out := make([]dns.RR, 0, wireCount(w))
 	for pos := 0; pos+10 <= len(w); {
 		h := dns.RR_Header{
 			Name:     name,
@@ -154,10 +150,15 @@ func (n *node) hasData() bool { return (n.rrs != nil && len(*n.rrs) > 0) || n.wl
 
 // count returns the number of RRs at n.
 func (n *node) count() int {
-	if n.rrs != nil || n.wlen == 0 {
-		return len(n.records())
+	if n.rrs != nil {
+		return len(*n.rrs)
 	}
-	w, c := n.wireOf(), 0
+	return wireCount(n.wireOf())
+}
+
+// wireCount returns the number of RRs packed in w.
+func wireCount(w []byte) int {
+	c := 0
 	for pos := 0; pos+10 <= len(w); pos += 10 + int(binary.BigEndian.Uint16(w[pos+8:])) {
 		c++
 	}

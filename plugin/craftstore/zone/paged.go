@@ -165,7 +165,7 @@ func (p *pager) apexView(r *pagedRead, v *view) {
 	if val != nil {
 		if rrs, err := p.decode(val); err == nil {
 			a.v.apex = &node{name: origin, rrs: &rrs, flags: nodeFlags(rrs, true)}
-			if d := dataNode(a.v.apex, newEdit()); d != nil {
+			if d := dataNode(a.v.apex, rrs, newEdit()); d != nil {
 				a.v.apex = d
 			}
 		}
@@ -252,7 +252,7 @@ func (r *pagedRead) lookup(name []byte) *node {
 		return nil
 	}
 	n := &node{name: string(name), rrs: &rrs, flags: nodeFlags(rrs, string(name) == r.origin)}
-	if d := dataNode(n, newEdit()); d != nil {
+	if d := dataNode(n, rrs, newEdit()); d != nil {
 		n = d // its RRs packed too, for AppendReply
 	}
 	r.p.cache.put(n.name, bytes.Clone(val), n)

@@ -94,6 +94,7 @@ func (z *Zone) Load(rrs []dns.RR) {
 			}
 			if n.flags&fLoading == 0 {
 				n.flags |= fLoading
+				n.setRecords(n.records()) // from its wire, which uncount drops
 				v.uncount(n)
 				touched = append(touched, n)
 			}
@@ -126,12 +127,11 @@ func (v *view) mine(key string) *node {
 	c := *n
 	c.ed = v.ed.id
 	c.flags &^= fBlock // a plain node, its wire and name in n's block
-	// The copy's own slice header (setRecords writes it), holding n's
-	// RRs, or those decoded from n's block; an append must not write into
-	// the original's array.
-	c.rrs = nil
-	if rrs := n.records(); rrs != nil {
-		rrs = rrs[:len(rrs):len(rrs)]
+	if n.rrs != nil {
+		// The copy's own slice header (setRecords writes it); an
+		// append must not write into the original's array. A block's
+		// copy has none: it decodes its RRs from n's block, as n does.
+		rrs := (*n.rrs)[:len(*n.rrs):len(*n.rrs)]
 		c.rrs = &rrs
 	}
 	v.names.set(v.ed, key, &c)
@@ -165,16 +165,17 @@ func (v *view) set(key string, rrs []dns.RR) {
 		v.names.set(v.ed, key, e)
 		return
 	}
-	draft := node{name: key, rrs: &rrs, ed: v.ed.id}
+	draft := node{name: key, ed: v.ed.id}
 	apex := old != nil && old == v.apex
 	if old != nil {
 		v.discount(old)
 		draft.kids, draft.flags = old.kids, old.flags&^fOwn
 	}
 	draft.flags |= nodeFlags(rrs, apex)
-	n := dataNode(&draft, v.ed)
+	n := dataNode(&draft, rrs, v.ed)
 	if n == nil {
-		c := draft // RRs that do not pack: a plain node
+		c, list := draft, rrs // RRs that do not pack: a plain node
+		c.rrs = &list
 		n = &c
 	}
 	switch {
@@ -196,8 +197,9 @@ func (v *view) count(n *node) {
 	if !n.hasData() {
 		return
 	}
-	n.flags |= nodeFlags(n.records(), n == v.apex)
-	if d := dataNode(n, v.ed); d != nil {
+	rrs := n.records()
+	n.flags |= nodeFlags(rrs, n == v.apex)
+	if d := dataNode(n, rrs, v.ed); d != nil {
 		v.names.set(v.ed, d.name, d)
 		if n == v.apex {
 			v.apex = d

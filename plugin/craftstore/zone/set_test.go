@@ -364,3 +364,31 @@ func TestWith(t *testing.T) {
 	z.Set([]NameRecords{{Name: "c.example.org.", RRs: rrs(t, "c.example.org. 3600 IN A 192.0.2.3")}})
 	check(t, w, []test.Case{nxdomain("c.example.org.")})
 }
+
+// TestMinedBlock: a name kept in a block whose node a write copies (a name
+// added below it changes its child count) keeps its RRs, decoded from the
+// block, and a Load that adds to that name keeps both the old and the new.
+func TestMinedBlock(t *testing.T) {
+	z := load(t, "example.org.", exampleOrg)
+	z.Load(rrs(t, "h.example.org. 300 IN A 192.0.2.1", "h.example.org. 300 IN AAAA 2001:db8::1"))
+	if n := z.load().names.get("h.example.org."); n == nil || n.flags&fBlock == 0 {
+		t.Fatal("h.example.org. is not a block")
+	}
+	records := z.Records()
+	z.Set([]NameRecords{{Name: "x.h.example.org.", RRs: rrs(t, "x.h.example.org. 300 IN A 192.0.2.2")}})
+	n := z.load().names.get("h.example.org.")
+	if n == nil || n.flags&fBlock != 0 || n.kids != 1 || n.rrs != nil {
+		t.Fatalf("the copy of h.example.org.: %+v", n)
+	}
+	if got := len(z.RRs("h.example.org.", 0)); got != 2 || z.Records() != records+1 {
+		t.Errorf("h.example.org. holds %d RRs, the zone %d records (want 2, %d)", got, z.Records(), records+1)
+	}
+	z.Load(rrs(t, "h.example.org. 300 IN TXT \"t\""))
+	var got []string
+	for _, rr := range z.RRs("h.example.org.", 0) {
+		got = append(got, dns.TypeToString[rr.Header().Rrtype])
+	}
+	if strings.Join(got, " ") != "A TXT AAAA" || z.Records() != records+2 {
+		t.Errorf("after the Load h.example.org. holds %v, the zone %d records (want A TXT AAAA, by type, %d)", got, z.Records(), records+2)
+	}
+}

@@ -90,12 +90,11 @@ func (z *Zone) AppendReplyFor(buf []byte, r *dns.Msg, size int, cl *policy.Clien
 	// the reply fills only after the loop: no buffer on the stack.
 	buf = grow(buf, 512)
 	for step := 0; ; step++ {
-		name := appendLower(buf[len(buf):len(buf)], target)
-		if targetWire != nil {
-			var plain bool
-			if name, plain = appendLowerWire(buf[len(buf):len(buf)], targetWire); !plain {
-				return buf, 0, false // a target that presentation form escapes: Lookup
-			}
+		var name []byte
+		if targetWire == nil {
+			name = appendLower(buf[len(buf):len(buf)], target)
+		} else if name, ok = appendLowerWire(buf[len(buf):len(buf)], targetWire); !ok {
+			return buf, 0, false // a target that presentation form escapes: Lookup
 		}
 		encl, off, in := v.closestEncloser(name)
 		if !in {
@@ -261,7 +260,7 @@ func (p *packer) pack(rrs []dns.RR) ([]byte, bool) {
 	return b[12:], true
 }
 
-// dataNode returns a copy of n (this write's, holding RRs) made for
+// dataNode returns a copy of n (this write's) holding rrs, made for
 // queries: n's fields, its packed RRs and its name after them, in one
 // allocation: a block (block.go), which keeps the RRs packed only, when
 // they are all of the common types, else a typed block holding a single
@@ -269,8 +268,7 @@ func (p *packer) pack(rrs []dns.RR) ([]byte, bool) {
 // the packed RRs from adjacent memory. The RRs a typed block keeps are
 // copies that share the node's name (withOwner); those given are left
 // alone. It returns nil when n's RRs do not pack (see above).
-func dataNode(n *node, ed *edit) *node {
-	rrs := n.records()
+func dataNode(n *node, rrs []dns.RR, ed *edit) *node {
 	if len(rrs) == 0 {
 		return nil
 	}
@@ -326,7 +324,7 @@ func dataNode(n *node, ed *edit) *node {
 		slot[0] = withOwner(rrs[0], b.name)
 		*list, b.rrs = slot[:], list
 	default:
-		// n's RRs are this write's own array (Set's sorted copy, Load's
+		// rrs is this write's own array (Set's sorted copy, Load's
 		// appends): its RRs can be replaced in place.
 		for i, rr := range rrs {
 			rrs[i] = withOwner(rr, b.name)

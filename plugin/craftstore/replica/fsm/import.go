@@ -3,7 +3,6 @@ package fsm
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"strings"
 	"sync"
 
@@ -292,7 +291,7 @@ func CheckImportChunk(b *bolt.Bucket, origin string, chunk []dns.RR) error {
 		h := rr.Header()
 		name := strings.ToLower(h.Name)
 		if h.Rrtype == dns.TypeSOA && name != origin {
-			return fmt.Errorf("SOA record at %q is not at the zone apex %q", h.Name, origin)
+			return zonerules.SOABelowApex(h.Name, origin)
 		}
 		rrs, ok := byName[name]
 		if !ok {
@@ -312,7 +311,7 @@ func CheckImportChunk(b *bolt.Bucket, origin string, chunk []dns.RR) error {
 		if h.Rrtype == dns.TypeCNAME || h.Rrtype == dns.TypeDNAME {
 			for _, other := range rrs {
 				if other.Header().Rrtype == h.Rrtype && !dns.IsDuplicate(other, rr) {
-					return twoSingletons(h.Name, h.Rrtype)
+					return zonerules.TwoAliases(h.Name, h.Rrtype)
 				}
 			}
 		}
@@ -335,14 +334,6 @@ func CheckImportChunk(b *bolt.Bucket, origin string, chunk []dns.RR) error {
 		}
 	}
 	return nil
-}
-
-// twoSingletons is CheckZone's error for a second CNAME or DNAME at name.
-func twoSingletons(name string, t uint16) error {
-	if t == dns.TypeCNAME {
-		return fmt.Errorf("two CNAME records at %q (RFC 2181 section 10.1: an alias has one canonical name)", name)
-	}
-	return fmt.Errorf("two DNAME records at %q (RFC 6672 section 2.4: a name has one DNAME)", name)
 }
 
 // CheckStagedApex checks the apex of zone origin as staged in b
