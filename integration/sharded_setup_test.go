@@ -59,6 +59,8 @@ type routerSpec struct {
 	noMap   bool
 	// nameFilters, when set, is the router's name_filters (MiB; "0": off).
 	nameFilters string
+	// slow adds fast_path off: every query takes the router's slow path.
+	slow bool
 }
 
 // router is one craftroute process.
@@ -152,6 +154,9 @@ func (s *sharded) routerCorefile(r *router) string {
 		b.WriteString("        shard_map off\n")
 	}
 	fmt.Fprintf(&b, "        key %s\n", r.spec.key)
+	if r.spec.slow {
+		b.WriteString("        fast_path off\n")
+	}
 	for _, kv := range [][2]string{{"timeout", r.spec.timeout}, {"down_for", r.spec.downFor}, {"probe", r.spec.probe}, {"name_filters", r.spec.nameFilters}} {
 		if kv[1] != "" {
 			fmt.Fprintf(&b, "        %s %s\n", kv[0], kv[1])

@@ -159,6 +159,21 @@ func SignAnswer(m *dns.Msg, k *Key) {
 	opt.Option = append(opt.Option, &dns.EDNS0_LOCAL{Code: AuthCode, Data: mac[:]})
 }
 
+// PartsSigned reports whether mac, the payload of an answer's MAC option,
+// signs index and serial, the payloads of its index and serial options
+// (nil when it has none), under k: AnswerSigned for an answer read in
+// wire form.
+func PartsSigned(k *Key, mac, index, serial []byte) bool {
+	var which byte
+	if index != nil {
+		which |= 1
+	}
+	if serial != nil {
+		which |= 2
+	}
+	return k.check(mac, labelAnswer, which, index, serial)
+}
+
 // AnswerSigned reports whether the applied index and zone serial response
 // m carries are signed under k (SignAnswer).
 func AnswerSigned(m *dns.Msg, k *Key) bool {

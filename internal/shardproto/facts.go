@@ -1,6 +1,7 @@
 package shardproto
 
 import (
+	"encoding/binary"
 	"errors"
 	"slices"
 
@@ -204,24 +205,70 @@ func Parse(m *dns.Msg) (Facts, error) {
 		if !ok || l.Code != Code {
 			continue
 		}
-		d := l.Data
-		if len(d) < 4 || d[0] != version {
-			return Facts{}, errors.New("shardproto: malformed or unknown option version")
-		}
-		f := Facts{Kind: Kind(d[1]), Labels: d[2], Wildcard: d[3]&flagWildcard != 0}
-		if f.Kind != Final && f.Kind != Absent {
-			return Facts{}, errors.New("shardproto: unknown kind")
-		}
-		if len(d) > 4 {
-			name, _, err := dns.UnpackDomainName(d, 4)
-			if err != nil {
-				return Facts{}, errors.New("shardproto: malformed origin")
-			}
-			f.Origin = name
-		}
-		return f, nil
+		return ParseData(l.Data)
 	}
 	return Facts{}, ErrMissing
+}
+
+// ParseData returns the facts in d, the payload of an answer's partition
+// option.
+func ParseData(d []byte) (Facts, error) {
+	f, err := parseKind(d)
+	if err != nil {
+		return Facts{}, err
+	}
+	if len(d) > 4 {
+		name, _, err := dns.UnpackDomainName(d, 4)
+		if err != nil {
+			return Facts{}, errors.New("shardproto: malformed origin")
+		}
+		f.Origin = name
+	}
+	return f, nil
+}
+
+// FinalData reports whether d, the payload of an answer's partition
+// option, is well formed and says Final (its origin is not unpacked: a
+// relayed answer needs no more).
+func FinalData(d []byte) bool {
+	f, err := parseKind(d)
+	if err != nil || f.Kind != Final {
+		return false
+	}
+	if len(d) > 4 {
+		if _, _, err := dns.UnpackDomainName(d, 4); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// parseKind reads the fixed part of a partition option's payload.
+func parseKind(d []byte) (Facts, error) {
+	if len(d) < 4 || d[0] != version {
+		return Facts{}, errors.New("shardproto: malformed or unknown option version")
+	}
+	f := Facts{Kind: Kind(d[1]), Labels: d[2], Wildcard: d[3]&flagWildcard != 0}
+	if f.Kind != Final && f.Kind != Absent {
+		return Facts{}, errors.New("shardproto: unknown kind")
+	}
+	return f, nil
+}
+
+// QueryData returns the payload of a query's partition option (Request,
+// RequestFresh) with a minimum index (SetMinIndex) when index is set,
+// appended to dst: what a router that builds the query's wire form
+// itself sends.
+func QueryData(dst []byte, fresh bool, index uint64, withIndex bool) []byte {
+	mode := byte(modeFacts)
+	if fresh {
+		mode = modeFresh
+	}
+	dst = append(dst, version, mode)
+	if withIndex {
+		dst = binary.BigEndian.AppendUint64(append(dst, 0), index)
+	}
+	return dst
 }
 
 // Strip removes the partition option, the applied index, the serial, the

@@ -52,11 +52,47 @@ func SerialOf(m *dns.Msg) (zone string, serial, base uint32, ok bool) {
 		if !isLocal || l.Code != SerialCode || len(l.Data) < 9 {
 			continue
 		}
-		name, off, err := dns.UnpackDomainName(l.Data, 8)
-		if err != nil || off != len(l.Data) {
+		zone, serial, base, ok := SerialData(l.Data)
+		if !ok {
 			return "", 0, 0, false
 		}
-		return name, binary.BigEndian.Uint32(l.Data), binary.BigEndian.Uint32(l.Data[4:]), true
+		return ZoneName(zone), serial, base, true
 	}
 	return "", 0, 0, false
+}
+
+// SerialData reads d, the payload of a serial option: the zone's name in
+// wire form (a slice of d; ZoneName makes it a string), its serial and
+// its base. It allocates nothing.
+func SerialData(d []byte) (zone []byte, serial, base uint32, ok bool) {
+	if len(d) < 9 || !wireName(d[8:]) {
+		return nil, 0, 0, false
+	}
+	return d[8:], binary.BigEndian.Uint32(d), binary.BigEndian.Uint32(d[4:]), true
+}
+
+// ZoneName returns the presentation form of name, a name in wire form as
+// SerialData returns it.
+func ZoneName(name []byte) string {
+	s, _, err := dns.UnpackDomainName(name, 0)
+	if err != nil {
+		return ""
+	}
+	return s
+}
+
+// wireName reports whether b is exactly one uncompressed name in wire form.
+func wireName(b []byte) bool {
+	off := 0
+	for off < len(b) && off < 255 {
+		c := int(b[off])
+		if c == 0 {
+			return off == len(b)-1
+		}
+		if c > 63 {
+			return false
+		}
+		off += c + 1
+	}
+	return false
 }

@@ -77,6 +77,19 @@ func newNegCache(max int) *negCache {
 // in front (the cache plugin) counts down itself. An entry for which valid (given
 // the canonical name and the entry's start) is false is dropped.
 func (nc *negCache) get(name string, qtype uint16, edns, do bool, valid func(name string, start uint64) bool) *dns.Msg {
+	if e := nc.lookup(name, qtype, edns, do, valid); e != nil {
+		return e.msg.Copy()
+	}
+	return nil
+}
+
+// has reports whether get would return an answer, without copying it.
+func (nc *negCache) has(name string, qtype uint16, edns, do bool, valid func(name string, start uint64) bool) bool {
+	return nc.lookup(name, qtype, edns, do, valid) != nil
+}
+
+// lookup returns get's entry, nil when there is none.
+func (nc *negCache) lookup(name string, qtype uint16, edns, do bool, valid func(name string, start uint64) bool) *negEntry {
 	if nc.c == nil {
 		return nil
 	}
@@ -97,7 +110,7 @@ func (nc *negCache) get(name string, qtype uint16, edns, do bool, valid func(nam
 			return nil
 		}
 	}
-	return e.msg.Copy()
+	return e
 }
 
 // put caches negative answer m, whose resolution began at start, for the

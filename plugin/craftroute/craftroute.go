@@ -67,6 +67,7 @@ type config struct {
 	seeds      map[string]string // zone → zone file, imported through the ring when no shard holds it
 	mapSeeds   []string          // shard_seed: member API URLs to learn the shard map from
 	mapMode    mapMode           // shard_map: whether the router routes by the agreed map
+	slowOnly   bool              // fast_path off: every query takes the slow path (fast.go)
 }
 
 // Craftroute is the plugin handler of one server block.
@@ -82,10 +83,11 @@ type Craftroute struct {
 	zones *zoneSet
 	neg   *negCache
 	// filters are the shards' existence filters (filter.go).
-	filters *nameFilters
-	soa     serials      // key mode name: one serial per zone
-	txc     *shardClient // transactions of UPDATEs that span shards (txn.go)
-	ex      exchanger    // tests: in-memory shards
+	filters   *nameFilters
+	soa       serials      // key mode name: one serial per zone
+	zoneNames zoneNames    // the last zone a relayed answer named (fast.go)
+	txc       *shardClient // transactions of UPDATEs that span shards (txn.go)
+	ex        exchanger    // tests: in-memory shards
 
 	leases     leaseHolder    // change leases on the members (lease.go)
 	changes    *changeTracker // the changes they notified
@@ -153,12 +155,17 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// and never sent on (a member's refusal is no failure of it).
 		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeNotSupported, "only class IN is served")
 	}
+	// The common case: the member's answer relayed as bytes (fast.go).
+	done, pre := c.serveFast(ctx, w, r)
+	if done {
+		return dns.RcodeSuccess, nil
+	}
 	// The members choose a policy's answer for the client (client.go).
 	q, added, err := withClient(r, w.RemoteAddr())
 	if err != nil {
 		return ede.Write(w, r, dns.RcodeFormatError, dns.ExtendedErrorCodeOther, err.Error()+" (RFC 7871)")
 	}
-	resp, err := c.resolve(ctx, q)
+	resp, err := c.resolve(ctx, q, pre)
 	if err != nil {
 		log.Warningf("%s/%s: %v", r.Question[0].Name, dns.TypeToString[r.Question[0].Qtype], err)
 		return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNoReachableAuthority, err.Error())

@@ -75,6 +75,7 @@ type Member struct {
 	API   string // base URL of its HTTP API (shard_api); "" when the router has none
 
 	proxy   *proxy.Proxy // persistent UDP and TCP connections; its health checker is not used
+	udp     *udpMux      // the fast path's connected UDP sockets (fast.go)
 	timeout time.Duration
 
 	alive  atomic.Int64 // unix nanoseconds: last known alive, or the end of a down period
@@ -102,6 +103,7 @@ func newMember(shard, addr string, timeout time.Duration) *Member {
 		Shard:   shard,
 		Addr:    addr,
 		proxy:   p,
+		udp:     newUDPMux(addr),
 		timeout: timeout,
 		down:    memberDown.WithLabelValues(shard, addr),
 	}
@@ -122,6 +124,7 @@ func (m *Member) stop() {
 		// twice panics: close them now and drop the finalizer.
 		runtime.SetFinalizer(m.proxy, nil)
 		m.proxy.GetTransport().Stop()
+		m.udp.close()
 	})
 }
 

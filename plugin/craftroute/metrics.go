@@ -64,6 +64,14 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "broadcasts_total",
 		Help: "Negative answers of an owner shard that were checked with every shard.",
 	})
+	fastRelayed = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "fast_relayed_total",
+		Help: "Queries answered on the fast path: a member's answer relayed as bytes.",
+	})
+	fastDeclined = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "fast_declined_total",
+		Help: "Queries sent on the fast path whose answer the router had to unpack and complete (merges, CNAME chains, serials, glue, truncation, other options).",
+	})
 	filterSkips = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "filter_skips_total",
 		Help: "Negative answers of an owner shard that the other shards' existence filters made final: no broadcast.",

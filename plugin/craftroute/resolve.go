@@ -35,18 +35,25 @@ func (e *errNoShard) Unwrap() error { return e.err }
 
 // resolve answers a single-question query. A member that fences the
 // router's map (fence.go) makes it read the map and resolve again, once.
-func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
-	resp, err := c.resolveOnce(ctx, r, c.routes())
+// pre, when not nil, is the owner's answer the fast path got (fast.go):
+// the first resolution starts from it.
+func (c *Craftroute) resolve(ctx context.Context, r *dns.Msg, pre *prefetch) (*dns.Msg, error) {
+	rt := c.routes()
+	if pre != nil {
+		rt = pre.rt
+	}
+	resp, err := c.resolveOnce(ctx, r, rt, pre)
 	for try := 0; try < fenceRetries && err != nil && c.refreshMap(ctx, err); try++ {
-		resp, err = c.resolveOnce(ctx, r, c.routes())
+		resp, err = c.resolveOnce(ctx, r, c.routes(), nil)
 	}
 	return resp, err
 }
 
 // resolveOnce answers a single-question query by routing rt, the one the
 // router used when the resolution began: its queries say rt's epoch, never
-// a newer one than the names were placed by.
-func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg, rt *routing) (*dns.Msg, error) {
+// a newer one than the names were placed by. pre, when not nil, holds the
+// owner's answer to r's question, asked by rt.
+func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg, rt *routing, pre *prefetch) (*dns.Msg, error) {
 	q := r.Question[0]
 	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
 		// The transfer plugin, when configured, runs before us and serves
@@ -56,11 +63,16 @@ func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg, rt *routing) (
 	if rt.key == keyZone {
 		// The whole zone is on one shard: its answer is final as it is.
 		s := rt.shard(rt.ring.Locate(c.keyOf(rt.key, dnsname.Lower(q.Name))))
-		req := forward(r)
-		rt.markEpoch(req, true)
-		resp, err := c.exchange(ctx, s, req, true)
-		if err != nil {
-			return nil, &errNoShard{s.Name, err}
+		var resp *dns.Msg
+		if pre != nil && pre.resp != nil {
+			resp = pre.resp
+		} else {
+			req := forward(r)
+			rt.markEpoch(req, true)
+			var err error
+			if resp, err = c.exchange(ctx, s, req, true); err != nil {
+				return nil, &errNoShard{s.Name, err}
+			}
 		}
 		resp.Id, resp.Question = r.Id, r.Question
 		shardproto.Strip(resp)
@@ -76,7 +88,10 @@ func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg, rt *routing) (
 	began := time.Now()
 	cacheOn := c.leases.valid(began)
 	start := c.changes.begin()
-	if cacheOn {
+	if pre != nil {
+		// The fast path looked in the cache before it asked the owner.
+		began, cacheOn, start = pre.began, pre.cacheOn, pre.start
+	} else if cacheOn {
 		if m := c.neg.get(q.Name, q.Qtype, edns, do, c.changes.valid); m != nil {
 			negCacheHits.Inc()
 			m.Id, m.Question = r.Id, r.Question
@@ -85,6 +100,10 @@ func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg, rt *routing) (
 		}
 	}
 	mk := marks{rt: rt}
+	if pre != nil && pre.resp != nil {
+		mk.first = pre.resp
+		mk.note(pre.resp)
+	}
 	ctx = context.WithValue(ctx, marksKey{}, &mk)
 	resp, broadcast, err := c.resolveName(ctx, r)
 	if err != nil {
@@ -174,29 +193,40 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg, owner
 		heldRetries.Inc()
 	}
 	if err == nil {
-		// What the router keeps of an answer, a higher index and a serial,
-		// only when the member signed it (partition/auth.go).
-		idx, raise := shardproto.IndexOf(resp)
-		raise = raise && idx > s.minIndex.Load()
-		zone, serial, base, observe := shardproto.SerialOf(resp)
-		if (raise || observe) && shardproto.AnswerSigned(resp, c.leases.key) {
-			if raise {
-				s.raise(idx) // this router's reads never go back
-			}
-			if observe {
-				c.soa.observe(dnsname.Lower(zone), s.Name, serial, base, time.Now())
-			}
-		}
-		if mk != nil {
-			if shardproto.Held(resp) {
-				mk.held.Store(true)
-			}
-			if e := ede.Of(resp); e != nil && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
-				mk.stale.Store(true)
-			}
-		}
+		c.learn(s, resp)
+		mk.note(resp)
 	}
 	return resp, err
+}
+
+// learn keeps what the router keeps of shard s's answer resp, a higher
+// index and a serial, when the member signed them (shardproto/auth.go).
+func (c *Craftroute) learn(s *Shard, resp *dns.Msg) {
+	idx, raise := shardproto.IndexOf(resp)
+	raise = raise && idx > s.minIndex.Load()
+	zone, serial, base, observe := shardproto.SerialOf(resp)
+	if (raise || observe) && shardproto.AnswerSigned(resp, c.leases.key) {
+		if raise {
+			s.raise(idx) // this router's reads never go back
+		}
+		if observe {
+			c.soa.observe(dnsname.Lower(zone), s.Name, serial, base, time.Now())
+		}
+	}
+}
+
+// note records in the resolution's marks (mk may be nil) what answer resp
+// says of the state it was read from.
+func (mk *marks) note(resp *dns.Msg) {
+	if mk == nil {
+		return
+	}
+	if shardproto.Held(resp) {
+		mk.held.Store(true)
+	}
+	if e := ede.Of(resp); e != nil && e.InfoCode == dns.ExtendedErrorCodeStaleAnswer {
+		mk.stale.Store(true)
+	}
 }
 
 // heldFor bounds how long a query waits for a transaction that holds its
@@ -216,6 +246,9 @@ type marks struct {
 	// rt is the routing the resolution started with: its queries say its
 	// epoch (fence.go).
 	rt *routing
+	// first is the owner's answer for the query's own name that the fast
+	// path got (fast.go): the first step takes it instead of asking.
+	first *dns.Msg
 }
 
 // resolving returns the routing the resolution of ctx started with (its
@@ -421,10 +454,14 @@ func suffix(name string, labels int) string {
 func (c *Craftroute) step(ctx context.Context, r *dns.Msg, name string, qtype uint16) (*step, error) {
 	rt := c.resolving(ctx)
 	owner := c.ownerIn(rt, name)
-	req := query(r, name, qtype)
-	resp, err := c.exchange(ctx, owner, req, true)
-	if err != nil {
-		return nil, &errNoShard{owner.Name, err}
+	var resp *dns.Msg
+	if mk, _ := ctx.Value(marksKey{}).(*marks); mk != nil && mk.first != nil {
+		resp, mk.first = mk.first, nil // steps run one after the other
+	} else {
+		var err error
+		if resp, err = c.exchange(ctx, owner, query(r, name, qtype), true); err != nil {
+			return nil, &errNoShard{owner.Name, err}
+		}
 	}
 	facts, err := shardproto.Parse(resp)
 	if err != nil || facts.Kind == shardproto.Final {

@@ -38,7 +38,7 @@ func presented(t *testing.T, c *Craftroute) []uint32 {
 	for _, name := range []string{"example.org.", "nx.example.org."} {
 		r := new(dns.Msg)
 		r.SetQuestion(name, dns.TypeSOA)
-		resp, err := c.resolve(context.Background(), r)
+		resp, err := c.resolve(context.Background(), r, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

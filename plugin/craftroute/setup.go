@@ -206,6 +206,18 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 				return c.Errf("shard_map must be on or off, not %q", v)
 			}
 		}
+	case "fast_path":
+		var v string
+		if v, err = one(); err == nil {
+			switch v {
+			case "on":
+				cfg.slowOnly = false
+			case "off":
+				cfg.slowOnly = true
+			default:
+				return c.Errf("fast_path must be on or off, not %q", v)
+			}
+		}
 	case "shard_seed":
 		if len(args) == 0 {
 			return c.Errf("shard_seed needs the API URL of at least one member")

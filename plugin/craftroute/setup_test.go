@@ -110,8 +110,14 @@ func TestSetup(t *testing.T) {
 		}
 	}
 	if cr.cfg.key != keyName || cr.cfg.timeout != defaultTimeout || cr.cfg.downFor != defaultDownFor ||
-		cr.cfg.probe != defaultProbe || cr.cfg.partitions != shardmap.DefaultPartitions || cr.cfg.negCache != defaultNegCache {
+		cr.cfg.probe != defaultProbe || cr.cfg.partitions != shardmap.DefaultPartitions || cr.cfg.negCache != defaultNegCache || cr.cfg.slowOnly {
 		t.Errorf("defaults: %+v", cr.cfg)
+	}
+	for conf, slow := range map[string]bool{"fast_path off": true, "fast_path on": false} {
+		cr, err := parse(caddy.NewTestController("dns", "craftroute {\nshard a 127.0.0.1:53\n"+conf+"\nrouter_key "+testSecret+"\n}"))
+		if err != nil || cr.cfg.slowOnly != slow {
+			t.Errorf("%q: %v, slow only %v", conf, err, cr != nil && cr.cfg.slowOnly)
+		}
 	}
 }
 
@@ -143,6 +149,7 @@ func TestSetupErrors(t *testing.T) {
 		{"craftroute {\nshard a 127.0.0.1\n}", "router_key is needed"},
 		{"craftroute {\nshard a 127.0.0.1\nrouter_key short\n}", "at least 32 characters"},
 		{"craftroute {\nshard a 127.0.0.1\nshard_map maybe\nrouter_key " + testSecret + "\n}", "on or off"},
+		{"craftroute {\nshard a 127.0.0.1\nfast_path fast\nrouter_key " + testSecret + "\n}", "fast_path must be on or off"},
 		{"craftroute {\nshard a 127.0.0.1\nshard_map on\nrouter_key " + testSecret + "\n}", "shard_map on needs"},
 		{"craftroute {\nshard_seed http://127.0.0.1:1\nshard_map off\nrouter_key " + testSecret + "\n}", "shard_map off turns off"},
 	} {

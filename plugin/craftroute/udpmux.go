@@ -1,0 +1,257 @@
+package craftroute
+
+import (
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+)
+
+// udpMux is a member's side of the forwarding fast path (fast.go): a few
+// connected UDP sockets to the member, each shared by every query the
+// router sends it at a time. A query takes a socket round robin, a message
+// ID free on it, and writes; one reader per socket takes the member's
+// answers in batches (recvmmsg, golang.org/x/net's ReadBatch) and hands
+// each to the query waiting for its ID. Under load a batch read brings
+// several answers for one system call, where a socket per query (the proxy
+// package's) reads each apart.
+//
+// A connected socket takes datagrams from the member's address only, and a
+// message ID is drawn at random among the free ones (math/rand/v2, seeded
+// by the runtime): an answer is taken only for a query in flight with its
+// ID. Anything that does not fit the buffer (maxFastAnswer) fails that
+// query, which the slow path then asks again (the proxy, TCP when
+// truncated).
+type udpMux struct {
+	addr string
+
+	mu     sync.Mutex
+	conns  []*muxConn // dialed on first use
+	closed bool
+	next   uint32
+}
+
+// maxFastAnswer bounds an answer the fast path takes over UDP (a relayed
+// answer is at most 1,220 bytes plus the private options): a longer one
+// fails the query, which the slow path asks again.
+const maxFastAnswer = 4096
+
+// muxBatch is how many answers one read takes at most.
+const muxBatch = 16
+
+type muxConn struct {
+	c       *net.UDPConn
+	mu      sync.Mutex
+	pending map[uint16]*waiter
+	closed  bool
+}
+
+// waiter is one query in flight: the reader copies its answer into buf and
+// sends the length on ch (-1: it failed). Reused through waiters.
+type waiter struct {
+	ch  chan int
+	t   *time.Timer
+	buf [maxFastAnswer]byte
+}
+
+var waiters = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &waiter{ch: make(chan int, 1), t: t}
+}}
+
+var (
+	errMuxClosed  = errors.New("member connection closed")
+	errMuxTimeout = errors.New("member did not answer in time")
+	errMuxFailed  = errors.New("member answer could not be read")
+	errMuxBusy    = errors.New("no free message ID")
+)
+
+func newUDPMux(addr string) *udpMux { return &udpMux{addr: addr} }
+
+// muxSockets is how many sockets a member gets: one per core, up to 4.
+func muxSockets() int { return min(max(runtime.GOMAXPROCS(0), 1), 4) }
+
+// conn returns the next socket, dialing them on first use.
+func (u *udpMux) conn() (*muxConn, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return nil, errMuxClosed
+	}
+	if u.conns == nil {
+		conns := make([]*muxConn, 0, muxSockets())
+		for range cap(conns) {
+			c, err := net.Dial("udp", u.addr)
+			if err != nil {
+				for _, mc := range conns {
+					mc.close()
+				}
+				return nil, err
+			}
+			mc := &muxConn{c: c.(*net.UDPConn), pending: map[uint16]*waiter{}}
+			conns = append(conns, mc)
+			go mc.read()
+		}
+		u.conns = conns
+	}
+	u.next++
+	return u.conns[u.next%uint32(len(u.conns))], nil
+}
+
+// close closes the sockets; queries in flight fail.
+func (u *udpMux) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.closed = true
+	for _, mc := range u.conns {
+		mc.close()
+	}
+	u.conns = nil
+}
+
+func (mc *muxConn) close() {
+	mc.mu.Lock()
+	mc.closed = true
+	mc.mu.Unlock()
+	mc.c.Close()
+	mc.failAll()
+}
+
+// exchange sends query q (its ID is set here) and returns the answer in
+// w.buf (its length), waiting at most timeout.
+func (u *udpMux) exchange(q []byte, w *waiter, timeout time.Duration) (int, error) {
+	mc, err := u.conn()
+	if err != nil {
+		return 0, err
+	}
+	id, err := mc.add(w)
+	if err != nil {
+		return 0, err
+	}
+	binary.BigEndian.PutUint16(q, id)
+	if _, err := mc.c.Write(q); err != nil {
+		mc.take(id, w)
+		return 0, err
+	}
+	w.t.Reset(timeout)
+	select {
+	case n := <-w.ch:
+		w.t.Stop()
+		if n < 0 {
+			return 0, errMuxFailed
+		}
+		return n, nil
+	case <-w.t.C:
+		if !mc.take(id, w) {
+			// The reader took it meanwhile: its send is on the way.
+			if n := <-w.ch; n >= 0 {
+				return n, nil
+			}
+		}
+		return 0, errMuxTimeout
+	}
+}
+
+// add registers w under a free random ID.
+func (mc *muxConn) add(w *waiter) (uint16, error) {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.closed {
+		return 0, errMuxClosed
+	}
+	for range 64 {
+		id := uint16(rand.Uint32())
+		if _, used := mc.pending[id]; !used {
+			mc.pending[id] = w
+			return id, nil
+		}
+	}
+	return 0, errMuxBusy
+}
+
+// take removes id's waiter w; false when the reader took it first.
+func (mc *muxConn) take(id uint16, w *waiter) bool {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	if mc.pending[id] == w {
+		delete(mc.pending, id)
+		return true
+	}
+	return false
+}
+
+// failAll fails every query in flight (the socket is closed, or the member
+// refused: ICMP port unreachable reaches a connected socket's next read).
+func (mc *muxConn) failAll() {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	for id, w := range mc.pending {
+		delete(mc.pending, id)
+		w.ch <- -1
+	}
+}
+
+// batchReader is ipv4's and ipv6's PacketConn (their Message is one type).
+type batchReader interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+// read takes the member's answers until the socket is closed.
+func (mc *muxConn) read() {
+	var br batchReader
+	if a, ok := mc.c.RemoteAddr().(*net.UDPAddr); ok && a.IP.To4() == nil {
+		br = ipv6.NewPacketConn(mc.c)
+	} else {
+		br = ipv4.NewPacketConn(mc.c)
+	}
+	ms := make([]ipv4.Message, muxBatch)
+	for i := range ms {
+		ms[i].Buffers = [][]byte{make([]byte, maxFastAnswer)}
+	}
+	for {
+		n, err := br.ReadBatch(ms, 0)
+		if err != nil {
+			mc.mu.Lock()
+			closed := mc.closed
+			mc.mu.Unlock()
+			if closed {
+				return
+			}
+			mc.failAll()
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				time.Sleep(10 * time.Millisecond) // not a busy loop on a persistent error
+			}
+			continue
+		}
+		for i := range ms[:n] {
+			m := &ms[i]
+			if m.N < 2 {
+				continue
+			}
+			b := m.Buffers[0][:m.N]
+			id := binary.BigEndian.Uint16(b)
+			mc.mu.Lock()
+			w := mc.pending[id]
+			if w != nil {
+				delete(mc.pending, id)
+			}
+			mc.mu.Unlock()
+			if w == nil {
+				continue // late (its query timed out), or not ours
+			}
+			if m.Flags&syscall.MSG_TRUNC != 0 {
+				w.ch <- -1
+				continue
+			}
+			w.ch <- copy(w.buf[:], b)
+		}
+	}
+}
