@@ -165,15 +165,17 @@ for f in craftroute:$route_dns dnsdist:$dd_dns forward:$fwd_dns; do
 	fi
 done
 
-# run NAME PORT PID ROUND QUERYFILE NXSHARE: one dnsperf run against a front;
-# appends "qps us_per_query cpu% others% completed" to $WORK/NAME.results.
+# run NAME PORT PID ROUND QUERYFILE NXSHARE [MODE]: one dnsperf run against a
+# front (MODE tcp: over TCP, each dnsperf client on one persistent
+# connection); appends "qps us_per_query cpu% others% completed" to
+# $WORK/NAME.results.
 run() {
-	local name=$1 port=$2 pid=$3 round=$4 qfile=$5 want=$6 out="$WORK/$1.$4.dnsperf"
+	local name=$1 port=$2 pid=$3 round=$4 qfile=$5 want=$6 mode=${7:-udp} out="$WORK/$1.$4.dnsperf"
 	local t0 t1 j0 j1
 	alive "$pid" "$name"
 	j0=$(cpu_jiffies "$SERVER_CPU")
 	t0=$(cpu_ticks "$pid")
-	taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "$port" -d "$qfile" -l "$DURATION" -n 50 \
+	taskset -c "$LOAD_CPU" dnsperf -s 127.0.0.1 -p "$port" -m "$mode" -d "$qfile" -l "$DURATION" -n 50 \
 		-c "$CLIENTS" -q "$OUTSTANDING" -t 2 >"$out" 2>&1 || {
 		cat "$out" >&2
 		die "dnsperf against $name failed"
@@ -209,6 +211,9 @@ for round in $(seq "$ROUNDS"); do
 	[ -z "${BASE_BINARY:-}" ] || run base "$base_dns" "$base_pid" "$round" "$WORK/queries" 0
 	run dnsdist "$dd_dns" "$dd_pid" "$round" "$WORK/queries" 0
 	run forward "$fwd_dns" "$fwd_pid" "$round" "$WORK/queries" 0
+	# TCP clients, each on one persistent connection.
+	run craftroute-tcp "$route_dns" "$route_pid" "$round" "$WORK/queries" 0 tcp
+	run dnsdist-tcp "$dd_dns" "$dd_pid" "$round" "$WORK/queries" 0 tcp
 done
 
 # Broadcasts: two shards of one member each, the zone split through the
@@ -288,7 +293,7 @@ b1=$(metric coredns_craftroute_broadcasts_total)
 existing_b=$((b1 - b0))
 
 col() { median $(awk -v c="$2" '{ print $c }' "$WORK/$1.results"); }
-for s in craftroute dnsdist forward craftroute-2; do
+for s in craftroute dnsdist forward craftroute-tcp dnsdist-tcp craftroute-2; do
 	v=${s//-/_}
 	eval "${v}_qps=\$(col $s 1) ${v}_us=\$(col $s 2) ${v}_cpu=\$(col $s 3) ${v}_other=\$(col $s 4)"
 done
@@ -297,10 +302,12 @@ bshare=$(median $(awk '{ printf "%.4f\n", $1 / $2 }' "$WORK/broadcasts"))
 echo
 echo "fronts, $RECORDS records, ${DURATION}s x $ROUNDS rounds, medians; front on CPU $SERVER_CPU, backend and dnsperf -c $CLIENTS -q $OUTSTANDING on CPU $LOAD_CPU"
 printf '%-24s %10s %14s %8s %9s %10s %12s\n' front qps 'us CPU/query' 'CPU %' 'others %' 'qps/dnsdist' 'CPU/dnsdist'
-for s in craftroute dnsdist forward craftroute-2; do
+for s in craftroute dnsdist forward craftroute-tcp dnsdist-tcp craftroute-2; do
 	v=${s//-/_}
 	label=$s
 	[ "$s" = craftroute-2 ] && label="craftroute 2 shards*"
+	[ "$s" = craftroute-tcp ] && label="craftroute TCP clients"
+	[ "$s" = dnsdist-tcp ] && label="dnsdist TCP clients"
 	eval "printf '%-24s %10.0f %14.2f %8.0f %9.0f %10s %12s\n' \"\$label\" \$${v}_qps \$${v}_us \$${v}_cpu \$${v}_other \
 		x\$(calc %.2f \"\$${v}_qps / \$dnsdist_qps\") x\$(calc %.2f \"\$${v}_us / \$dnsdist_us\")"
 done
@@ -309,6 +316,8 @@ if [ -n "${BASE_BINARY:-}" ]; then
 	printf '%-24s %10.0f %14.2f %8.0f %9.0f   craftroute/base CPU per query, per round: %s(median %s)\n' base \
 		"$(col base 1)" "$(col base 2)" "$(col base 3)" "$(col base 4)" "$ratios" "$(median $ratios)"
 fi
+printf '  TCP clients (persistent connections) / UDP, qps: craftroute %s, dnsdist %s\n' \
+	"x$(calc %.2f "$craftroute_tcp_qps / $craftroute_qps")" "x$(calc %.2f "$dnsdist_tcp_qps / $dnsdist_qps")"
 hshare=$(median $(awk '{ printf "%.4f\n", $3 / $2 }' "$WORK/broadcasts"))
 printf '* %s missing names; broadcast to both shards: %s of the queries (%s of the missing ones)\n' \
 	"$MISSING" "$bshare" "$(calc %.2f "$bshare / $nx_want")"

@@ -235,12 +235,7 @@ func FinalData(d []byte) bool {
 	if err != nil || f.Kind != Final {
 		return false
 	}
-	if len(d) > 4 {
-		if _, _, err := dns.UnpackDomainName(d, 4); err != nil {
-			return false
-		}
-	}
-	return true
+	return len(d) == 4 || wireName(d[4:])
 }
 
 // parseKind reads the fixed part of a partition option's payload.

@@ -7,10 +7,9 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/coredns/coredns/request"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/dnswire"
@@ -106,79 +105,133 @@ func fastOK(r *dns.Msg) bool {
 // serveFast answers client query r through the fast path when it can: it
 // reports whether it wrote the answer, and returns, when it did not, the
 // owner's answer it got (nil when it got none), which the slow path takes.
+//
+// It runs on the server's goroutine for the query, whose stack starts
+// small: its frame, live during the exchange (the deepest point of the
+// query's path), holds little, the rest is in the pooled fastQuery and in
+// frames of their own (fastAsk, fastAnswer), so that a query's stack does
+// not grow again there.
 func (c *Craftroute) serveFast(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (bool, *prefetch) {
 	if c.ex != nil || c.cfg.slowOnly || !fastOK(r) {
 		return false, nil
 	}
-	rs, ok := rawreply.Writer(w)
-	if !ok {
+	f := fastQueries.Get().(*fastQuery)
+	defer f.put()
+	if !c.fastAsk(ctx, f, w, r) {
 		return false, nil
+	}
+	return c.fastAnswer(f, w, r)
+}
+
+// fastQuery is the state of one query on the fast path, pooled.
+type fastQuery struct {
+	wt   *waiter
+	pre  prefetch
+	rs   rawreply.Recorders
+	m    *Member
+	n    int // the answer's length in wt.buf
+	qend int // where the query's question ends
+}
+
+var fastQueries = sync.Pool{New: func() any { return new(fastQuery) }}
+
+func (f *fastQuery) put() {
+	if f.wt != nil {
+		waiters.Put(f.wt)
+	}
+	*f = fastQuery{}
+	fastQueries.Put(f)
+}
+
+// fastAsk sends the query to the owner shard's first member and waits for
+// its answer (f.wt.buf[:f.n]); false when the fast path does not apply or
+// no answer came (a timeout marks the member failed: the slow path tries
+// the others first).
+//
+//go:noinline
+func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWriter, r *dns.Msg) bool {
+	var ok bool
+	if f.rs, ok = rawreply.Writer(w); !ok {
+		return false
 	}
 	rt := c.routes()
 	if rt == nil {
-		return false, nil
+		return false
 	}
 	q := r.Question[0]
-	opt := r.IsEdns0()
-	edns, do := opt != nil, opt != nil && opt.Do()
-	pre := &prefetch{rt: rt, began: time.Now()}
+	f.pre = prefetch{rt: rt, began: time.Now()}
 	named := rt.key == keyName
 	if named {
 		// As resolveOnce: the negative cache first (a hit is the slow
 		// path's to answer), and the notice count before any exchange.
-		pre.cacheOn = c.leases.valid(pre.began)
-		pre.start = c.changes.begin()
-		if pre.cacheOn && c.neg.has(q.Name, q.Qtype, edns, do, c.changes.valid) {
-			return false, nil
+		f.pre.cacheOn = c.leases.valid(f.pre.began)
+		f.pre.start = c.changes.begin()
+		if f.pre.cacheOn {
+			opt := r.IsEdns0()
+			if c.neg.has(q.Name, q.Qtype, opt != nil, opt != nil && opt.Do(), c.changes.valid) {
+				return false
+			}
 		}
 	}
 	s := rt.shard(rt.ring.Locate(c.keyOf(rt.key, dnsname.Lower(q.Name))))
 	if s == nil {
-		return false, nil
+		return false
 	}
-	pre.shard = s
+	f.pre.shard = s
 	var buf [8]*Member
-	order := s.Order(pre.began, buf[:0])
+	order := s.Order(f.pre.began, buf[:0])
 	if len(order) == 0 {
-		return false, nil
+		return false
 	}
-	m := order[0]
-	wt := waiters.Get().(*waiter)
-	defer waiters.Put(wt)
-	var qb [fastQueryMax]byte
+	f.m = order[0]
+	f.wt = waiters.Get().(*waiter)
 	var minIndex uint64
-	withIndex := c.leases.valid(pre.began)
+	withIndex := c.leases.valid(f.pre.began)
 	if withIndex {
 		minIndex = s.minIndex.Load()
 	}
-	query, qend, ok := appendFastQuery(qb[:0], r, clientAddr(w.RemoteAddr()), !named, minIndex, withIndex, rt.epoch())
+	query, qend, ok := appendFastQuery(f.wt.q[:0], r, clientAddr(w.RemoteAddr()), !named, minIndex, withIndex, rt.epoch())
 	if !ok {
-		return false, nil
+		return false
 	}
-	n, err := m.udp.exchange(query, wt, m.timeout)
+	f.qend = qend
+	n, err := f.m.udp.exchange(query, f.wt, f.m.timeout)
 	now := time.Now()
-	s.observeDuration(now.Sub(pre.began))
+	s.observeDuration(now.Sub(f.pre.began))
 	if err != nil {
 		if errors.Is(err, errMuxTimeout) && ctx.Err() == nil {
-			m.Failed(now, c.cfg.downFor) // the slow path tries the others first
+			f.m.Failed(now, c.cfg.downFor) // the slow path tries the others first
 		}
-		return false, nil
+		return false
 	}
-	ans := wt.buf[:n]
+	f.n = n
+	return true
+}
+
+// fastAnswer relays the member's answer f holds when judgeAnswer lets it,
+// and reports whether it did; else it returns the answer unpacked for the
+// slow path (nil when the slow path is to ask again).
+//
+//go:noinline
+func (c *Craftroute) fastAnswer(f *fastQuery, w dns.ResponseWriter, r *dns.Msg) (bool, *prefetch) {
+	ans, query := f.wt.buf[:f.n], f.wt.q[:]
 	h, ok := dnswire.ParseHeader(ans)
-	if !ok || !h.Response || h.Opcode != dns.OpcodeQuery || h.QD != 1 || !bytes.Equal(ans[dnswire.HeaderLen:min(qend, len(ans))], query[dnswire.HeaderLen:qend]) {
+	if !ok || !h.Response || h.Opcode != dns.OpcodeQuery || h.QD != 1 || len(ans) < f.qend ||
+		!bytes.Equal(ans[dnswire.HeaderLen:f.qend], query[dnswire.HeaderLen:f.qend]) {
 		return false, nil // not an answer to this question: the slow path asks again
 	}
 	if h.Rcode == dns.RcodeServerFailure {
 		return false, nil // Shard.Exchange judges it (held, not current, ...)
 	}
-	m.Succeeded(now)
-	m.count(int(h.Rcode))
-	size := clientSize(w, r)
-	out, rcode, rel, ok := judgeAnswer(ans, h, qend, named, edns, do, opt, size)
+	now := time.Now()
+	f.m.Succeeded(now)
+	f.m.count(int(h.Rcode))
+	s := f.pre.shard
+	opt := r.IsEdns0()
+	out, rcode, rel, ok := judgeAnswer(ans, h, f.qend, f.pre.rt.key == keyName, opt != nil, opt != nil && opt.Do(), opt, clientSize(w, r))
 	if ok {
 		c.learnWire(s, rel)
-		rs.SetRcode(rcode)
+		f.rs.SetRcode(rcode)
 		binary.BigEndian.PutUint16(out, r.Id)
 		w.Write(out)
 		fastRelayed.Inc()
@@ -196,8 +249,9 @@ func (c *Craftroute) serveFast(ctx context.Context, w dns.ResponseWriter, r *dns
 		return false, nil // fenced: the slow path asks again and reads the map
 	}
 	c.learn(s, resp)
+	pre := f.pre
 	pre.resp = resp
-	return false, pre
+	return false, &pre
 }
 
 // clientAddr returns the client's address as the slow path's withClient
@@ -215,10 +269,15 @@ func clientAddr(a net.Addr) netip.Addr {
 }
 
 // clientSize is the longest reply the client takes, as the server's
-// Scrub truncates to it.
+// Scrub truncates to it (request.Request.Size).
 func clientSize(w dns.ResponseWriter, r *dns.Msg) int {
-	state := request.Request{W: w, Req: r}
-	return state.Size()
+	if _, tcp := w.RemoteAddr().(*net.TCPAddr); tcp {
+		return dns.MaxMsgSize
+	}
+	if o := r.IsEdns0(); o != nil {
+		return max(dns.MinMsgSize, int(o.UDPSize()))
+	}
+	return dns.MinMsgSize
 }
 
 // appendFastQuery appends to b the wire form of the query the slow path

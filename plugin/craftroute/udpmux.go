@@ -59,6 +59,7 @@ type waiter struct {
 	ch  chan int
 	t   *time.Timer
 	buf [maxFastAnswer]byte
+	q   [fastQueryMax]byte // the query, written by fast.go
 }
 
 var waiters = sync.Pool{New: func() any {
