@@ -2,12 +2,14 @@ package craftroute
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,16 +145,77 @@ func (m *Member) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	return resp, err
 }
 
-// exchange is Exchange without the requests_total metric (probes count apart).
+// exchange is Exchange without the requests_total metric (probes count
+// apart). UDP goes through the member's connected sockets (udpmux.go),
+// TCP, for an answer too long for them, through the proxy's persistent
+// connections.
 func (m *Member) exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	r := new(dns.Msg)
-	*r = *req // Connect sets a random Id and restores it afterwards
+	*r = *req // the sockets and the proxy set a random Id
 	r.Extra = ownOPT(req.Extra)
-	resp, err := m.connect(ctx, r, proxy.Options{PreferUDP: true})
-	if err != nil || !resp.Truncated {
-		return resp, err
+	resp, err := m.udpExchange(ctx, r)
+	if errors.Is(err, errMuxTooLong) || (err == nil && resp.Truncated) {
+		return m.connect(ctx, r, proxy.Options{ForceTCP: true})
 	}
-	return m.connect(ctx, r, proxy.Options{ForceTCP: true})
+	return resp, err
+}
+
+// errMismatch is an answer to another question than the one asked.
+var errMismatch = errors.New("member answered another question")
+
+// udpExchange is one try of r over the member's UDP sockets, waiting at
+// most the member's timeout, or until ctx's deadline when that is sooner
+// (ctx.Err() then). The answer has r's Id. r is not modified.
+func (m *Member) udpExchange(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	timeout, cut := m.timeout, false
+	if d, ok := ctx.Deadline(); ok {
+		if left := time.Until(d); left < timeout {
+			if left <= 0 {
+				return nil, context.DeadlineExceeded
+			}
+			timeout, cut = left, true
+		}
+	}
+	wt := waiters.Get().(*waiter)
+	defer waiters.Put(wt)
+	id := r.Id
+	q, err := r.PackBuffer(wt.q[:])
+	if err != nil {
+		return nil, err
+	}
+	n, err := m.udp.exchange(q, wt, timeout)
+	if err != nil {
+		if errors.Is(err, errMuxTimeout) && cut {
+			// ctx's own timer ends it at the same moment: its error, so
+			// that the caller does not blame the member.
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	size := dns.MinMsgSize
+	if o := r.IsEdns0(); o != nil {
+		size = max(size, int(o.UDPSize()))
+	}
+	if n > size {
+		// More than the query allows over UDP (RFC 6891 §6.2.5): asked
+		// again over TCP, as a reader with a buffer of that size would.
+		return nil, errMuxTooLong
+	}
+	resp := new(dns.Msg)
+	if err := resp.Unpack(wt.buf[:n]); err != nil {
+		return nil, err
+	}
+	if len(resp.Question) != 1 || len(r.Question) != 1 || !resp.Response ||
+		!strings.EqualFold(resp.Question[0].Name, r.Question[0].Name) ||
+		resp.Question[0].Qtype != r.Question[0].Qtype || resp.Question[0].Qclass != r.Question[0].Qclass {
+		return nil, errMismatch
+	}
+	resp.Id = id
+	return resp, nil
 }
 
 // ownOPT returns extra with its OPT record copied: Msg.Pack writes the

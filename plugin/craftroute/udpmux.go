@@ -53,6 +53,10 @@ type muxConn struct {
 	closed  bool
 }
 
+// truncatedRead is what a waiter gets for an answer longer than its
+// buffer.
+const truncatedRead = -2
+
 // waiter is one query in flight: the reader copies its answer into buf and
 // sends the length on ch (-1: it failed). Reused through waiters.
 type waiter struct {
@@ -72,6 +76,7 @@ var (
 	errMuxClosed  = errors.New("member connection closed")
 	errMuxTimeout = errors.New("member did not answer in time")
 	errMuxFailed  = errors.New("member answer could not be read")
+	errMuxTooLong = errors.New("member answer longer than the fast path's buffer")
 	errMuxBusy    = errors.New("no free message ID")
 )
 
@@ -146,7 +151,10 @@ func (u *udpMux) exchange(q []byte, w *waiter, timeout time.Duration) (int, erro
 	select {
 	case n := <-w.ch:
 		w.t.Stop()
-		if n < 0 {
+		switch {
+		case n == truncatedRead:
+			return 0, errMuxTooLong
+		case n < 0:
 			return 0, errMuxFailed
 		}
 		return n, nil
@@ -249,7 +257,7 @@ func (mc *muxConn) read() {
 				continue // late (its query timed out), or not ours
 			}
 			if m.Flags&syscall.MSG_TRUNC != 0 {
-				w.ch <- -1
+				w.ch <- truncatedRead
 				continue
 			}
 			w.ch <- copy(w.buf[:], b)
