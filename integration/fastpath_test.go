@@ -28,7 +28,8 @@ import (
 // fast_path off, are asked the generator's queries (bench/zonegen: a
 // company's zone, 10% missing names) by clients of several kinds: no EDNS,
 // EDNS with and without DO, a cookie, a small buffer, an ECS option, TCP,
-// and a mixed-case name. Every answer must be the same bytes from both. The
+// and a mixed-case name; with two long RRsets (2 and 5 KB: TCP clients
+// get them relayed, over TCP to the member for the longer). Every answer must be the same bytes from both. The
 // fast router must have relayed most of them (its fast_relayed_total), the
 // slow one none.
 func TestFastPathEqualsSlowPath(t *testing.T) {
@@ -48,6 +49,17 @@ func TestFastPathEqualsSlowPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two long RRsets: 2 KB (over UDP to a member, beyond 1,220 bytes)
+	// and 5 KB (truncated over UDP, asked over TCP).
+	var big strings.Builder
+	big.Write(zone)
+	for i := range 300 {
+		if i < 120 {
+			fmt.Fprintf(&big, "big.example.org. 300 IN A 198.51.100.%d\n", i)
+		}
+		fmt.Fprintf(&big, "huge.example.org. 300 IN A 203.0.%d.%d\n", i/250, i%250)
+	}
+	zone = []byte(big.String())
 	zones := []string{"example.org."}
 	s := startSharded(t, wd, 2, 1, zones,
 		routerSpec{zones: zones, key: "name"},
@@ -89,7 +101,8 @@ func TestFastPathEqualsSlowPath(t *testing.T) {
 	// The apex, the delegation and its glue, a CNAME to a missing name.
 	questions = append(questions, question{"example.org.", dns.TypeSOA}, question{"example.org.", dns.TypeNS},
 		question{"example.org.", dns.TypeMX}, question{"host.sub.example.org.", dns.TypeA},
-		question{"example.org.", dns.TypeANY}, question{"nope.example.org.", dns.TypeAAAA})
+		question{"example.org.", dns.TypeANY}, question{"nope.example.org.", dns.TypeAAAA},
+		question{"big.example.org.", dns.TypeA}, question{"huge.example.org.", dns.TypeA})
 
 	type client struct {
 		name string

@@ -43,10 +43,10 @@ import (
 // Anything else takes the slow path (resolve.go): a member's answer that
 // is not final, or carries another option (an epoch notice, an Extended
 // DNS Error), a record type the path does not check, a compressed or
-// truncated answer, one longer than the client's buffer or 1,220 bytes
-// (the server's Scrub would compress it), SERVFAIL, a timeout; and a
-// client whose query carries other options, an ECS option, TSIG, or whose
-// reply goes through a plugin that needs the dns.Msg (rawreply). An answer
+// truncated answer, one longer than the client's buffer or, to a UDP
+// client, 1,220 bytes (the server's Scrub would compress it), SERVFAIL, a
+// timeout; and a client whose query carries other options, an ECS option,
+// TSIG, or whose reply goes through a plugin that needs the dns.Msg (rawreply). An answer
 // the member gave and the fast path declined is unpacked and handed to the
 // slow path as the owner's answer (prefetch), so that the member is not
 // asked twice; a failure leaves the slow path to start over (it fails over
@@ -129,8 +129,9 @@ type fastQuery struct {
 	pre  prefetch
 	rs   rawreply.Recorders
 	m    *Member
-	n    int // the answer's length in wt.buf
-	qend int // where the query's question ends
+	ans  []byte // the member's answer (in wt)
+	qend int    // where the query's question ends
+	tcp  bool   // the client asked over TCP
 }
 
 var fastQueries = sync.Pool{New: func() any { return new(fastQuery) }}
@@ -196,6 +197,17 @@ func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWr
 	}
 	f.qend = qend
 	n, err := f.m.udp.exchange(query, f.wt, f.m.timeout)
+	if err == nil {
+		f.ans = f.wt.buf[:n]
+	}
+	_, f.tcp = w.RemoteAddr().(*net.TCPAddr)
+	if errors.Is(err, errMuxTooLong) || (err == nil && (len(f.ans) > querySize(r) || len(f.ans) > 2 && f.ans[2]&(dnswire.FlagTC>>8) != 0)) {
+		// Asked again over TCP, as Member.exchange does: a TCP client
+		// gets the whole answer relayed, a UDP client's is truncated by
+		// the slow path (the member truncated its own to a size that
+		// counted the private options).
+		f.ans, err = f.m.tcp.exchange(query, f.wt, f.m.timeout)
+	}
 	now := time.Now()
 	s.observeDuration(now.Sub(f.pre.began))
 	if err != nil {
@@ -204,7 +216,6 @@ func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWr
 		}
 		return false
 	}
-	f.n = n
 	return true
 }
 
@@ -214,7 +225,7 @@ func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWr
 //
 //go:noinline
 func (c *Craftroute) fastAnswer(f *fastQuery, w dns.ResponseWriter, r *dns.Msg) (bool, *prefetch) {
-	ans, query := f.wt.buf[:f.n], f.wt.q[:]
+	ans, query := f.ans, f.wt.q[:]
 	h, ok := dnswire.ParseHeader(ans)
 	if !ok || !h.Response || h.Opcode != dns.OpcodeQuery || h.QD != 1 || len(ans) < f.qend ||
 		!bytes.Equal(ans[dnswire.HeaderLen:f.qend], query[dnswire.HeaderLen:f.qend]) {
@@ -228,7 +239,7 @@ func (c *Craftroute) fastAnswer(f *fastQuery, w dns.ResponseWriter, r *dns.Msg) 
 	f.m.count(int(h.Rcode))
 	s := f.pre.shard
 	opt := r.IsEdns0()
-	out, rcode, rel, ok := judgeAnswer(ans, h, f.qend, f.pre.rt.key == keyName, opt != nil, opt != nil && opt.Do(), opt, clientSize(w, r))
+	out, rcode, rel, ok := judgeAnswer(ans, h, f.qend, f.pre.rt.key == keyName, opt != nil, opt != nil && opt.Do(), opt, clientSize(w, r), f.tcp)
 	if ok {
 		c.learnWire(s, rel)
 		f.rs.SetRcode(rcode)
@@ -252,6 +263,15 @@ func (c *Craftroute) fastAnswer(f *fastQuery, w dns.ResponseWriter, r *dns.Msg) 
 	pre := f.pre
 	pre.resp = resp
 	return false, &pre
+}
+
+// querySize is the longest UDP answer the query for client query r
+// allows (its OPT record's size: the client's, else dns.DefaultMsgSize).
+func querySize(r *dns.Msg) int {
+	if o := r.IsEdns0(); o != nil {
+		return max(dns.MinMsgSize, int(o.UDPSize()))
+	}
+	return dns.DefaultMsgSize
 }
 
 // clientAddr returns the client's address as the slow path's withClient
@@ -360,10 +380,11 @@ type relayed struct {
 // is the caller's to set), its rcode and the private options the router
 // keeps. named is key mode "name" (the answer must be final and need
 // nothing of the router); edns, do and opt are the client's OPT record;
-// size is the client's buffer.
-func judgeAnswer(ans []byte, h dnswire.Header, qend int, named, edns, do bool, opt *dns.OPT, size int) ([]byte, int, relayed, bool) {
+// size is the client's buffer; tcp is set for a client over TCP (the
+// server's Scrub compresses no TCP answer).
+func judgeAnswer(ans []byte, h dnswire.Header, qend int, named, edns, do bool, opt *dns.OPT, size int, tcp bool) ([]byte, int, relayed, bool) {
 	var rel relayed
-	if h.Truncated || len(ans) > maxFastRelay {
+	if h.Truncated || (!tcp && len(ans) > maxFastRelay) {
 		return nil, 0, rel, false
 	}
 	rcode := int(h.Rcode)

@@ -193,7 +193,7 @@ func judge(ans []byte, r *dns.Msg, named bool, tcp bool) ([]byte, relayed, bool)
 	case opt != nil:
 		size = max(size, int(opt.UDPSize()))
 	}
-	out, _, rel, ok := judgeAnswer(ans, h, qend, named, opt != nil, opt != nil && opt.Do(), opt, size)
+	out, _, rel, ok := judgeAnswer(ans, h, qend, named, opt != nil, opt != nil && opt.Do(), opt, size, tcp)
 	if ok {
 		binary.BigEndian.PutUint16(out, r.Id)
 	}

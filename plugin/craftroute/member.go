@@ -5,18 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/coredns/coredns/plugin/pkg/proxy"
-	"github.com/coredns/coredns/plugin/pkg/transport"
-	"github.com/coredns/coredns/request"
 
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/shardproto"
@@ -76,8 +70,8 @@ type Member struct {
 	Addr  string // DNS address, host:port
 	API   string // base URL of its HTTP API (shard_api); "" when the router has none
 
-	proxy   *proxy.Proxy // persistent UDP and TCP connections; its health checker is not used
-	udp     *udpMux      // the fast path's connected UDP sockets (fast.go)
+	udp     *udpMux // connected UDP sockets, read in batches (udpmux.go)
+	tcp     *tcpMux // persistent TCP connections, pipelined (tcpmux.go)
 	timeout time.Duration
 
 	alive  atomic.Int64 // unix nanoseconds: last known alive, or the end of a down period
@@ -89,50 +83,36 @@ type Member struct {
 	stopOnce sync.Once
 }
 
-// proxyInterval is what the proxies are started with. It is the interval of
-// their health checker, which the router never starts: probe.go probes.
-const proxyInterval = 500 * time.Millisecond
-
 // newMember returns the member at addr (host:port) of shard; one try at it
-// waits at most timeout for a response. It starts nothing: see start.
+// waits at most timeout for a response. Its sockets are opened on first use.
 func newMember(shard, addr string, timeout time.Duration) *Member {
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	p := proxy.NewProxy("craftroute", addr, transport.DNS)
-	p.SetReadTimeout(timeout)
 	return &Member{
 		Shard:   shard,
 		Addr:    addr,
-		proxy:   p,
 		udp:     newUDPMux(addr),
+		tcp:     newTCPMux(addr),
 		timeout: timeout,
 		down:    memberDown.WithLabelValues(shard, addr),
 	}
 }
 
-// start starts the proxy's connection manager, which closes idle connections.
-func (m *Member) start() {
-	m.down.Set(0)
-	m.proxy.Start(proxyInterval)
-}
+// start makes the member's gauge say it is up.
+func (m *Member) start() { m.down.Set(0) }
 
 // stop closes the member's connections. The member must not be used after.
 func (m *Member) stop() {
 	m.stopOnce.Do(func() {
-		m.proxy.Stop()
-		// Proxy.Stop leaves the connections to the proxy's finalizer, which
-		// stops the transport when the proxy is collected, and stopping it
-		// twice panics: close them now and drop the finalizer.
-		runtime.SetFinalizer(m.proxy, nil)
-		m.proxy.GetTransport().Stop()
 		m.udp.close()
+		m.tcp.close()
 	})
 }
 
 // Exchange sends req to one member: UDP, TCP again when the answer is truncated.
 //
-// req is not modified (the proxy works on a copy, see ownOPT), so one
+// req is not modified (a copy is packed, see ownOPT), so one
 // request may be sent to several members at once. The response has req's Id. One
 // try waits at most the member's timeout; when ctx has an earlier deadline,
 // Exchange returns ctx.Err() at that deadline. A cancellation of ctx without
@@ -146,16 +126,16 @@ func (m *Member) Exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 }
 
 // exchange is Exchange without the requests_total metric (probes count
-// apart). UDP goes through the member's connected sockets (udpmux.go),
-// TCP, for an answer too long for them, through the proxy's persistent
-// connections.
+// apart): UDP through the member's connected sockets (udpmux.go), TCP
+// through its persistent connections (tcpmux.go) for an answer too long
+// for UDP.
 func (m *Member) exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	r := new(dns.Msg)
-	*r = *req // the sockets and the proxy set a random Id
+	*r = *req // the sockets set a random Id
 	r.Extra = ownOPT(req.Extra)
-	resp, err := m.udpExchange(ctx, r)
+	resp, err := m.try(ctx, r, false)
 	if errors.Is(err, errMuxTooLong) || (err == nil && resp.Truncated) {
-		return m.connect(ctx, r, proxy.Options{ForceTCP: true})
+		return m.try(ctx, r, true)
 	}
 	return resp, err
 }
@@ -163,10 +143,10 @@ func (m *Member) exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 // errMismatch is an answer to another question than the one asked.
 var errMismatch = errors.New("member answered another question")
 
-// udpExchange is one try of r over the member's UDP sockets, waiting at
-// most the member's timeout, or until ctx's deadline when that is sooner
-// (ctx.Err() then). The answer has r's Id. r is not modified.
-func (m *Member) udpExchange(ctx context.Context, r *dns.Msg) (*dns.Msg, error) {
+// try is one try of r over the member's UDP sockets or over TCP, waiting
+// at most the member's timeout, or until ctx's deadline when that is
+// sooner (ctx.Err() then). The answer has r's Id. r is not modified.
+func (m *Member) try(ctx context.Context, r *dns.Msg, tcp bool) (*dns.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -186,7 +166,15 @@ func (m *Member) udpExchange(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 	if err != nil {
 		return nil, err
 	}
-	n, err := m.udp.exchange(q, wt, timeout)
+	var ans []byte
+	if tcp {
+		ans, err = m.tcp.exchange(q, wt, timeout)
+	} else {
+		var n int
+		if n, err = m.udp.exchange(q, wt, timeout); err == nil {
+			ans = wt.buf[:n]
+		}
+	}
 	if err != nil {
 		if errors.Is(err, errMuxTimeout) && cut {
 			// ctx's own timer ends it at the same moment: its error, so
@@ -200,13 +188,13 @@ func (m *Member) udpExchange(ctx context.Context, r *dns.Msg) (*dns.Msg, error) 
 	if o := r.IsEdns0(); o != nil {
 		size = max(size, int(o.UDPSize()))
 	}
-	if n > size {
+	if !tcp && len(ans) > size {
 		// More than the query allows over UDP (RFC 6891 §6.2.5): asked
 		// again over TCP, as a reader with a buffer of that size would.
 		return nil, errMuxTooLong
 	}
 	resp := new(dns.Msg)
-	if err := resp.Unpack(wt.buf[:n]); err != nil {
+	if err := resp.Unpack(ans); err != nil {
 		return nil, err
 	}
 	if len(resp.Question) != 1 || len(r.Question) != 1 || !resp.Response ||
@@ -231,51 +219,6 @@ func ownOPT(extra []dns.RR) []dns.RR {
 	}
 	return extra
 }
-
-// connectSlack is what dialing and writing may take on top of the read timeout.
-const connectSlack = 10 * time.Millisecond
-
-// connect is one Proxy.Connect bounded by ctx's deadline. The proxy sets
-// its read deadline from its read timeout alone: when ctx ends sooner, the
-// answer is awaited in a goroutine that is abandoned at ctx's end (it ends
-// by itself at the read timeout).
-func (m *Member) connect(ctx context.Context, r *dns.Msg, opts proxy.Options) (*dns.Msg, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) >= m.timeout+connectSlack {
-		resp, _, _, err := m.proxy.Connect(ctx, request.Request{W: udpWriter, Req: r}, opts)
-		return resp, err
-	}
-
-	type result struct {
-		resp *dns.Msg
-		err  error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		resp, _, _, err := m.proxy.Connect(ctx, request.Request{W: udpWriter, Req: r}, opts)
-		ch <- result{resp, err}
-	}()
-	select {
-	case res := <-ch:
-		return res.resp, res.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// udpWriter stands in for the client's ResponseWriter in the request the
-// proxy gets: request.Request.Size asks it for the transport (a nil W
-// panics), and UDP makes the proxy size its UDP buffer from the request's
-// EDNS0 buffer size (512 without EDNS0). Nothing else of it is used.
-var udpWriter dns.ResponseWriter = udpOnly{}
-
-type udpOnly struct{ dns.ResponseWriter }
-
-func (udpOnly) RemoteAddr() net.Addr { return udpAddr }
-
-var udpAddr = &net.UDPAddr{IP: net.IPv4zero}
 
 // count counts an answer in requests_total.
 func (m *Member) count(rcode int) {

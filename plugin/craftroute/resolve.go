@@ -622,7 +622,7 @@ func withoutOPT(rrs []dns.RR) []dns.RR {
 
 func build(r *dns.Msg, name string, qtype uint16) *dns.Msg {
 	m := new(dns.Msg)
-	m.Id = r.Id // the proxy sends it with a fresh random ID and restores this one
+	m.Id = r.Id // the member sockets send it with a fresh random ID and restore this one
 	m.Opcode = dns.OpcodeQuery
 	m.RecursionDesired = r.RecursionDesired
 	m.CheckingDisabled = r.CheckingDisabled

@@ -63,8 +63,8 @@ func TestSetup(t *testing.T) {
 	}
 	for _, s := range cfg.shards { // timeout comes after the shards: every member has it
 		for _, m := range s.Members {
-			if m.timeout != 300*time.Millisecond || m.proxy == nil {
-				t.Errorf("member %s of shard %s: timeout %v, proxy %v", m.Addr, s.Name, m.timeout, m.proxy)
+			if m.timeout != 300*time.Millisecond || m.udp == nil || m.tcp == nil {
+				t.Errorf("member %s of shard %s: timeout %v, sockets %v %v", m.Addr, s.Name, m.timeout, m.udp, m.tcp)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,7 +36,6 @@ type udpMux struct {
 	mu     sync.Mutex
 	conns  []*muxConn // dialed on first use
 	closed bool
-	next   uint32
 }
 
 // maxFastAnswer bounds an answer the fast path takes over UDP (a relayed
@@ -47,11 +47,16 @@ const maxFastAnswer = 4096
 const muxBatch = 16
 
 type muxConn struct {
-	c       *net.UDPConn
-	mu      sync.Mutex
-	pending map[uint16]*waiter
-	closed  bool
+	c        *net.UDPConn
+	mu       sync.Mutex
+	pending  map[uint16]*waiter
+	closed   bool
+	inflight atomic.Int32 // len(pending), read without the lock
 }
+
+// muxPerSocket is how many queries in flight a socket takes before the
+// next one is used.
+const muxPerSocket = 64
 
 // truncatedRead is what a waiter gets for an answer longer than its
 // buffer.
@@ -63,6 +68,7 @@ type waiter struct {
 	ch  chan int
 	t   *time.Timer
 	buf [maxFastAnswer]byte
+	big []byte             // a TCP answer longer than buf (tcpmux.go)
 	q   [fastQueryMax]byte // the query, written by fast.go
 }
 
@@ -82,8 +88,16 @@ var (
 
 func newUDPMux(addr string) *udpMux { return &udpMux{addr: addr} }
 
-// muxSockets is how many sockets a member gets: one per core, up to 4.
-func muxSockets() int { return min(max(runtime.GOMAXPROCS(0), 1), 4) }
+// muxSockets is how many sockets a member gets: 4, or one per core up to
+// 16. Every answer in flight waits in a socket's receive buffer until its
+// reader takes it, and a full buffer drops answers (the query then waits
+// for its timeout): spread over several sockets, each with a receive
+// buffer of muxReadBuffer, a router's queries in flight to one member fit.
+func muxSockets() int { return min(max(runtime.GOMAXPROCS(0), 4), 16) }
+
+// muxReadBuffer is the receive buffer asked for each socket (SO_RCVBUF;
+// the kernel caps it at net.core.rmem_max, 208 KiB by default on Linux).
+const muxReadBuffer = 4 << 20
 
 // conn returns the next socket, dialing them on first use.
 func (u *udpMux) conn() (*muxConn, error) {
@@ -102,14 +116,28 @@ func (u *udpMux) conn() (*muxConn, error) {
 				}
 				return nil, err
 			}
-			mc := &muxConn{c: c.(*net.UDPConn), pending: map[uint16]*waiter{}}
+			uc := c.(*net.UDPConn)
+			uc.SetReadBuffer(muxReadBuffer) // best effort: capped by the kernel
+			mc := &muxConn{c: uc, pending: map[uint16]*waiter{}}
 			conns = append(conns, mc)
 			go mc.read()
 		}
 		u.conns = conns
 	}
-	u.next++
-	return u.conns[u.next%uint32(len(u.conns))], nil
+	// The first socket with room: few queries in flight share one
+	// socket, so that its reader takes their answers together; more
+	// spill over to the next, so that no receive buffer overflows.
+	best := u.conns[0]
+	for _, mc := range u.conns {
+		n := mc.inflight.Load()
+		if n < muxPerSocket {
+			return mc, nil
+		}
+		if n < best.inflight.Load() {
+			best = mc
+		}
+	}
+	return best, nil
 }
 
 // close closes the sockets; queries in flight fail.
@@ -180,6 +208,7 @@ func (mc *muxConn) add(w *waiter) (uint16, error) {
 		id := uint16(rand.Uint32())
 		if _, used := mc.pending[id]; !used {
 			mc.pending[id] = w
+			mc.inflight.Add(1)
 			return id, nil
 		}
 	}
@@ -192,6 +221,7 @@ func (mc *muxConn) take(id uint16, w *waiter) bool {
 	defer mc.mu.Unlock()
 	if mc.pending[id] == w {
 		delete(mc.pending, id)
+		mc.inflight.Add(-1)
 		return true
 	}
 	return false
@@ -204,6 +234,7 @@ func (mc *muxConn) failAll() {
 	defer mc.mu.Unlock()
 	for id, w := range mc.pending {
 		delete(mc.pending, id)
+		mc.inflight.Add(-1)
 		w.ch <- -1
 	}
 }
@@ -251,6 +282,7 @@ func (mc *muxConn) read() {
 			w := mc.pending[id]
 			if w != nil {
 				delete(mc.pending, id)
+				mc.inflight.Add(-1)
 			}
 			mc.mu.Unlock()
 			if w == nil {
