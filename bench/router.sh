@@ -13,6 +13,8 @@
 # (seconds per run, 10), ROUNDS (3), CLIENTS (dnsperf -c, 4), OUTSTANDING
 # (dnsperf -q, 200), SERVER_CPU (0), LOAD_CPU (1), COREDNS_BINARY, KEEP=1,
 # MAP=1 (the craftroute fronts route by the agreed shard map: shard_seed),
+# MULTISOCKET=N (the craftroute fronts listen on N sockets: the multisocket
+# plugin; give them as many CPUs in SERVER_CPU),
 # BASE_BINARY (another build: its craftroute, in front of a backend of the
 # same build, runs in every round right after craftroute, and the table
 # gives craftroute/base per round: two builds side by side in one run).
@@ -95,9 +97,12 @@ front() {
 		mapl="        shard_api a http://127.0.0.1:$api
         shard_seed http://127.0.0.1:$api"
 	fi
+	local ms=""
+	[ -z "${MULTISOCKET:-}" ] || ms="    multisocket $MULTISOCKET"
 	cat >"$WORK/$name.Corefile" <<EOF
 example.org:$dns {
     bind 127.0.0.1
+$ms
     craftroute {
         shard a 127.0.0.1:$backend
 $mapl

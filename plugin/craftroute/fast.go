@@ -524,7 +524,10 @@ func plainRdata(msg []byte, rr dnswire.RR) bool {
 
 // learnWire keeps, from a relayed answer, what exchange keeps of one:
 // an applied index above the shard's and the zone's serial, when the
-// member signed them.
+// member signed them. A serial the shard's last relayed answer carried
+// already is passed by, MAC and all: a relayed answer presents no serial,
+// and a resolution that presents one asks the shards it has not heard
+// from since it began (serials.current), which this answer predates.
 func (c *Craftroute) learnWire(s *Shard, rel relayed) {
 	if rel.mac == nil || (rel.index == nil && rel.serial == nil) {
 		return
@@ -538,6 +541,9 @@ func (c *Craftroute) learnWire(s *Shard, rel relayed) {
 		raise = idx > s.minIndex.Load()
 	}
 	zone, serial, base, observe := shardproto.SerialData(rel.serial)
+	if last := s.lastSerial.Load(); observe && last != nil && bytes.Equal(*last, rel.serial) {
+		observe = false
+	}
 	if !raise && !observe {
 		return
 	}
@@ -549,6 +555,8 @@ func (c *Craftroute) learnWire(s *Shard, rel relayed) {
 	}
 	if observe {
 		c.soa.observe(c.zoneNames.name(zone), s.Name, serial, base, time.Now())
+		kept := bytes.Clone(rel.serial)
+		s.lastSerial.Store(&kept)
 	}
 }
 

@@ -308,3 +308,56 @@ func FuzzRelay(f *testing.F) {
 		}
 	})
 }
+
+// TestLearnWire: a relayed answer's index and serial are kept when the
+// member signed them, and only then; a serial the shard's last answer
+// carried already is passed by.
+func TestLearnWire(t *testing.T) {
+	key := shardproto.NewKey("fast-path-test-key-0123456789abcdef")
+	client := &net.UDPAddr{IP: net.IPv4(10, 240, 0, 1), Port: 40212}
+	r := fastClients()[1]
+	ans := memberAnswer(t, r, client, key, true, func(m *dns.Msg) {
+		m.Answer = append(m.Answer, test.A(m.Question[0].Name+" 300 IN A 192.0.2.1"))
+	}, nil)
+	_, rel, ok := judge(ans, r, true, false)
+	if !ok {
+		t.Fatal("not relayed")
+	}
+	c := &Craftroute{}
+	c.leases.key = key
+	s := &Shard{Name: "s0"}
+	serialOf := func() (uint32, bool) {
+		c.soa.mu.Lock()
+		defer c.soa.mu.Unlock()
+		z := c.soa.m["example.org."]
+		if z == nil {
+			return 0, false
+		}
+		sh, ok := z.shards["s0"]
+		return sh.serial, ok
+	}
+
+	// Forged: the serial changed under the member's MAC.
+	forged := rel
+	forged.serial = bytes.Clone(rel.serial)
+	forged.serial[3] = 9
+	forged.index = binary.BigEndian.AppendUint64(nil, 99)
+	c.learnWire(s, forged)
+	if _, ok := serialOf(); ok || s.minIndex.Load() != 0 {
+		t.Fatalf("a forged answer was kept: serial known %v, index %d", ok, s.minIndex.Load())
+	}
+	c.learnWire(s, rel)
+	if got, ok := serialOf(); !ok || got != 7 || s.minIndex.Load() != 42 {
+		t.Fatalf("signed answer: serial %d (%v), index %d; want 7 and 42", got, ok, s.minIndex.Load())
+	}
+	if s.lastSerial.Load() == nil || !bytes.Equal(*s.lastSerial.Load(), rel.serial) {
+		t.Fatal("the shard's last serial was not kept")
+	}
+	// The same again is passed by; a forged new serial still is not kept.
+	c.learnWire(s, rel)
+	forged.index = rel.index
+	c.learnWire(s, forged)
+	if got, _ := serialOf(); got != 7 {
+		t.Fatalf("serial %d after a forged one, want 7", got)
+	}
+}

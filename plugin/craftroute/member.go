@@ -35,6 +35,9 @@ type Shard struct {
 	next atomic.Pointer[Shard]
 	// duration is the shard's request_duration_seconds, made on first use.
 	duration atomic.Value // prometheus.Observer
+	// lastSerial is the serial option of the last relayed answer whose
+	// serial the router observed (fast.go's learnWire).
+	lastSerial atomic.Pointer[[]byte]
 }
 
 // observeDuration records the time of one query to the shard.
