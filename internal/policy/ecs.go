@@ -36,7 +36,7 @@ func ECS(r *dns.Msg) *dns.EDNS0_SUBNET {
 func ClientOf(r *dns.Msg, src net.Addr) (Client, *dns.EDNS0_SUBNET, error) {
 	e := ECS(r)
 	if e == nil {
-		a := addrOf(src)
+		a := AddrOf(src)
 		return Client{Addr: a, Source: uint8(a.BitLen())}, nil, nil
 	}
 	if e.SourceScope != 0 {
@@ -79,7 +79,9 @@ func ClientOf(r *dns.Msg, src net.Addr) (Client, *dns.EDNS0_SUBNET, error) {
 	return Client{Addr: a, Source: e.SourceNetmask}, e, nil
 }
 
-func addrOf(a net.Addr) netip.Addr {
+// AddrOf returns the IP address of a (a client's: UDP, TCP, or any address
+// whose String is host:port), unmapped; the zero Addr when it has none.
+func AddrOf(a net.Addr) netip.Addr {
 	switch a := a.(type) {
 	case *net.UDPAddr:
 		ip, _ := netip.AddrFromSlice(a.IP)

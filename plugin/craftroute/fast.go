@@ -13,6 +13,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/dnswire"
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/rawreply"
 	"github.com/craftdns/craftdns/internal/shardproto"
 
@@ -191,7 +192,7 @@ func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWr
 	if withIndex {
 		minIndex = s.minIndex.Load()
 	}
-	query, qend, ok := appendFastQuery(f.wt.q[:0], r, clientAddr(w.RemoteAddr()), !named, minIndex, withIndex, rt.epoch())
+	query, qend, ok := appendFastQuery(f.wt.q[:0], r, policy.AddrOf(w.RemoteAddr()), !named, minIndex, withIndex, rt.epoch())
 	if !ok {
 		return false
 	}
@@ -272,20 +273,6 @@ func querySize(r *dns.Msg) int {
 		return max(dns.MinMsgSize, int(o.UDPSize()))
 	}
 	return dns.DefaultMsgSize
-}
-
-// clientAddr returns the client's address as the slow path's withClient
-// reads it.
-func clientAddr(a net.Addr) netip.Addr {
-	switch a := a.(type) {
-	case *net.UDPAddr:
-		ip, _ := netip.AddrFromSlice(a.IP)
-		return ip.Unmap()
-	case *net.TCPAddr:
-		ip, _ := netip.AddrFromSlice(a.IP)
-		return ip.Unmap()
-	}
-	return netip.Addr{}
 }
 
 // clientSize is the longest reply the client takes, as the server's

@@ -12,6 +12,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnswire"
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/shardproto"
 
 	"github.com/miekg/dns"
@@ -85,7 +86,7 @@ func TestFastQueryEqualsSlowQuery(t *testing.T) {
 				index, epoch     uint64
 			}{{false, true, 12345, 3}, {false, false, 0, 0}, {true, true, 7, 0}, {true, false, 0, 9}} {
 				var qb [fastQueryMax]byte
-				got, qend, ok := appendFastQuery(qb[:0], r, clientAddr(client), v.fresh, v.index, v.withIndex, v.epoch)
+				got, qend, ok := appendFastQuery(qb[:0], r, policy.AddrOf(client), v.fresh, v.index, v.withIndex, v.epoch)
 				if !ok {
 					t.Fatalf("%v: not written", r.Question[0])
 				}

@@ -161,6 +161,20 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 	return cr, nil
 }
 
+// onOff reads the one argument of property prop, "on" or "off".
+func onOff(c *caddy.Controller, prop string, one func() (string, error)) (bool, error) {
+	v, err := one()
+	switch {
+	case err != nil:
+		return false, err
+	case v == "on":
+		return true, nil
+	case v == "off":
+		return false, nil
+	}
+	return false, c.Errf("%s must be on or off, not %q", prop, v)
+}
+
 func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string) error {
 	cfg := &cr.cfg
 	a := corefile.NextArgs(c)
@@ -195,28 +209,17 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 			apis[args[0]] = append(apis[args[0]], strings.TrimRight(u, "/"))
 		}
 	case "shard_map":
-		var v string
-		if v, err = one(); err == nil {
-			switch v {
-			case "on":
+		var on bool
+		if on, err = onOff(c, a.Prop, one); err == nil {
+			cfg.mapMode = mapOff
+			if on {
 				cfg.mapMode = mapOn
-			case "off":
-				cfg.mapMode = mapOff
-			default:
-				return c.Errf("shard_map must be on or off, not %q", v)
 			}
 		}
 	case "fast_path":
-		var v string
-		if v, err = one(); err == nil {
-			switch v {
-			case "on":
-				cfg.slowOnly = false
-			case "off":
-				cfg.slowOnly = true
-			default:
-				return c.Errf("fast_path must be on or off, not %q", v)
-			}
+		var on bool
+		if on, err = onOff(c, a.Prop, one); err == nil {
+			cfg.slowOnly = !on
 		}
 	case "shard_seed":
 		if len(args) == 0 {

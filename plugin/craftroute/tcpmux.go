@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -39,10 +38,8 @@ const (
 type tcpConn struct {
 	c        net.Conn
 	wmu      sync.Mutex // one message written at a time
-	mu       sync.Mutex
-	pending  map[uint16]*waiter
-	dead     bool
-	lastUsed time.Time // under tcpMux.mu
+	lastUsed time.Time  // under tcpMux.mu
+	pending
 }
 
 var errTCPLost = errors.New("member closed the TCP connection")
@@ -64,9 +61,7 @@ func (u *tcpMux) conn() (*tcpConn, error) {
 	tc := u.conns[i]
 	now := time.Now()
 	if tc != nil {
-		tc.mu.Lock()
-		dead := tc.dead || (len(tc.pending) == 0 && now.Sub(tc.lastUsed) > tcpIdle)
-		tc.mu.Unlock()
+		dead := tc.isClosed() || (tc.inflight.Load() == 0 && now.Sub(tc.lastUsed) > tcpIdle)
 		if !dead {
 			tc.lastUsed = now
 			return tc, nil
@@ -78,7 +73,7 @@ func (u *tcpMux) conn() (*tcpConn, error) {
 		u.conns[i] = nil
 		return nil, err
 	}
-	tc = &tcpConn{c: c, pending: map[uint16]*waiter{}, lastUsed: now}
+	tc = &tcpConn{c: c, lastUsed: now}
 	u.conns[i] = tc
 	go tc.read()
 	return tc, nil
@@ -99,19 +94,12 @@ func (u *tcpMux) close() {
 
 // close marks the connection dead, closes it and fails its queries.
 func (tc *tcpConn) close(why error) {
-	tc.mu.Lock()
-	tc.dead = true
-	pending := tc.pending
-	tc.pending = map[uint16]*waiter{}
-	tc.mu.Unlock()
-	tc.c.Close()
 	code := -1
 	if errors.Is(why, errTCPLost) {
 		code = lostRead
 	}
-	for _, w := range pending {
-		w.ch <- code
-	}
+	tc.fail(code, true)
+	tc.c.Close()
 }
 
 // lostRead is what a waiter gets when the member closed the connection.
@@ -135,7 +123,7 @@ func (u *tcpMux) exchangeOnce(q []byte, w *waiter, timeout time.Duration) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	id, err := tc.add(w)
+	id, err := tc.add(w, errTCPLost)
 	if err != nil {
 		return nil, err
 	}
@@ -180,32 +168,6 @@ func (w *waiter) result(n int) ([]byte, error) {
 	return w.buf[:n], nil
 }
 
-func (tc *tcpConn) add(w *waiter) (uint16, error) {
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
-	if tc.dead {
-		return 0, errTCPLost
-	}
-	for range 64 {
-		id := uint16(rand.Uint32())
-		if _, used := tc.pending[id]; !used {
-			tc.pending[id] = w
-			return id, nil
-		}
-	}
-	return 0, errMuxBusy
-}
-
-func (tc *tcpConn) take(id uint16, w *waiter) bool {
-	tc.mu.Lock()
-	defer tc.mu.Unlock()
-	if tc.pending[id] == w {
-		delete(tc.pending, id)
-		return true
-	}
-	return false
-}
-
 // read takes the member's answers until the connection ends.
 func (tc *tcpConn) read() {
 	buf := make([]byte, 0xFFFF)
@@ -221,13 +183,7 @@ func (tc *tcpConn) read() {
 			tc.close(errTCPLost)
 			return
 		}
-		id := binary.BigEndian.Uint16(msg)
-		tc.mu.Lock()
-		w := tc.pending[id]
-		if w != nil {
-			delete(tc.pending, id)
-		}
-		tc.mu.Unlock()
+		w := tc.pop(binary.BigEndian.Uint16(msg))
 		if w == nil {
 			continue // late (its query timed out)
 		}

@@ -98,3 +98,39 @@ func TestTCPMuxPipelined(t *testing.T) {
 	l.Close()
 	conns.Wait()
 }
+
+// TestWaiterEmptyAfterRefused: queries to a member that is gone fail, and
+// their waiters go back to the pool with nothing left in their channels
+// (a left-over code would fail the next query that takes the waiter, and
+// the router would mark a live member down).
+func TestWaiterEmptyAfterRefused(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := pc.LocalAddr().String()
+	pc.Close() // nobody listens: ICMP port unreachable
+	u := newUDPMux(addr)
+	defer u.close()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				w := &waiter{ch: make(chan int, 1), t: time.NewTimer(time.Hour)}
+				q := []byte{0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+				if _, err := u.exchange(q, w, 200*time.Millisecond); err == nil {
+					t.Error("an answer from nobody")
+				}
+				select {
+				case n := <-w.ch:
+					t.Errorf("waiter left with %d in its channel", n)
+					return
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -47,11 +47,83 @@ const maxFastAnswer = 4096
 const muxBatch = 16
 
 type muxConn struct {
-	c        *net.UDPConn
+	c *net.UDPConn
+	pending
+}
+
+// pending are the queries in flight on one socket or connection, by
+// message ID.
+type pending struct {
 	mu       sync.Mutex
-	pending  map[uint16]*waiter
+	m        map[uint16]*waiter
 	closed   bool
-	inflight atomic.Int32 // len(pending), read without the lock
+	inflight atomic.Int32 // len(m), read without the lock
+}
+
+// add registers w under a free random ID; err when closed.
+func (p *pending) add(w *waiter, closed error) (uint16, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0, closed
+	}
+	if p.m == nil {
+		p.m = map[uint16]*waiter{}
+	}
+	for range 64 {
+		id := uint16(rand.Uint32())
+		if _, used := p.m[id]; !used {
+			p.m[id] = w
+			p.inflight.Add(1)
+			return id, nil
+		}
+	}
+	return 0, errMuxBusy
+}
+
+// take removes id's waiter w; false when the reader took it first.
+func (p *pending) take(id uint16, w *waiter) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m[id] == w {
+		delete(p.m, id)
+		p.inflight.Add(-1)
+		return true
+	}
+	return false
+}
+
+// pop removes and returns id's waiter (the reader's), nil when there is
+// none.
+func (p *pending) pop(id uint16) *waiter {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := p.m[id]
+	if w != nil {
+		delete(p.m, id)
+		p.inflight.Add(-1)
+	}
+	return w
+}
+
+// fail hands code to every query in flight, and takes no more when
+// closing.
+func (p *pending) fail(code int, closing bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = p.closed || closing
+	for id, w := range p.m {
+		delete(p.m, id)
+		p.inflight.Add(-1)
+		w.ch <- code
+	}
+}
+
+// isClosed reports whether fail closed it.
+func (p *pending) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // muxPerSocket is how many queries in flight a socket takes before the
@@ -77,6 +149,11 @@ var waiters = sync.Pool{New: func() any {
 	t.Stop()
 	return &waiter{ch: make(chan int, 1), t: t}
 }}
+
+// Every path of udpMux.exchange and tcpMux.exchange that registered a
+// waiter either takes it back from the pending set or receives the one
+// code the reader (or a failure) sends it: a waiter returns to the pool
+// with nothing in its channel (TestWaiterEmptyAfterRefused).
 
 var (
 	errMuxClosed  = errors.New("member connection closed")
@@ -118,7 +195,7 @@ func (u *udpMux) conn() (*muxConn, error) {
 			}
 			uc := c.(*net.UDPConn)
 			uc.SetReadBuffer(muxReadBuffer) // best effort: capped by the kernel
-			mc := &muxConn{c: uc, pending: map[uint16]*waiter{}}
+			mc := &muxConn{c: uc}
 			conns = append(conns, mc)
 			go mc.read()
 		}
@@ -152,11 +229,8 @@ func (u *udpMux) close() {
 }
 
 func (mc *muxConn) close() {
-	mc.mu.Lock()
-	mc.closed = true
-	mc.mu.Unlock()
+	mc.fail(-1, true)
 	mc.c.Close()
-	mc.failAll()
 }
 
 // exchange sends query q (its ID is set here) and returns the answer in
@@ -166,13 +240,19 @@ func (u *udpMux) exchange(q []byte, w *waiter, timeout time.Duration) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	id, err := mc.add(w)
+	id, err := mc.add(w, errMuxClosed)
 	if err != nil {
 		return 0, err
 	}
 	binary.BigEndian.PutUint16(q, id)
 	if _, err := mc.c.Write(q); err != nil {
-		mc.take(id, w)
+		// A member that is gone: ICMP port unreachable is reported to
+		// the next call on the socket, this write or the reader's read,
+		// which then fails every query on it, this one too: its code is
+		// taken here, so that the waiter goes back to the pool empty.
+		if !mc.take(id, w) {
+			<-w.ch
+		}
 		return 0, err
 	}
 	w.t.Reset(timeout)
@@ -197,48 +277,6 @@ func (u *udpMux) exchange(q []byte, w *waiter, timeout time.Duration) (int, erro
 	}
 }
 
-// add registers w under a free random ID.
-func (mc *muxConn) add(w *waiter) (uint16, error) {
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-	if mc.closed {
-		return 0, errMuxClosed
-	}
-	for range 64 {
-		id := uint16(rand.Uint32())
-		if _, used := mc.pending[id]; !used {
-			mc.pending[id] = w
-			mc.inflight.Add(1)
-			return id, nil
-		}
-	}
-	return 0, errMuxBusy
-}
-
-// take removes id's waiter w; false when the reader took it first.
-func (mc *muxConn) take(id uint16, w *waiter) bool {
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-	if mc.pending[id] == w {
-		delete(mc.pending, id)
-		mc.inflight.Add(-1)
-		return true
-	}
-	return false
-}
-
-// failAll fails every query in flight (the socket is closed, or the member
-// refused: ICMP port unreachable reaches a connected socket's next read).
-func (mc *muxConn) failAll() {
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
-	for id, w := range mc.pending {
-		delete(mc.pending, id)
-		mc.inflight.Add(-1)
-		w.ch <- -1
-	}
-}
-
 // batchReader is ipv4's and ipv6's PacketConn (their Message is one type).
 type batchReader interface {
 	ReadBatch(ms []ipv4.Message, flags int) (int, error)
@@ -259,13 +297,12 @@ func (mc *muxConn) read() {
 	for {
 		n, err := br.ReadBatch(ms, 0)
 		if err != nil {
-			mc.mu.Lock()
-			closed := mc.closed
-			mc.mu.Unlock()
-			if closed {
+			if mc.isClosed() {
 				return
 			}
-			mc.failAll()
+			// ICMP port unreachable reaches a connected socket's next
+			// read: the member is not there, every query fails.
+			mc.fail(-1, false)
 			if !errors.Is(err, syscall.ECONNREFUSED) {
 				time.Sleep(10 * time.Millisecond) // not a busy loop on a persistent error
 			}
@@ -277,14 +314,7 @@ func (mc *muxConn) read() {
 				continue
 			}
 			b := m.Buffers[0][:m.N]
-			id := binary.BigEndian.Uint16(b)
-			mc.mu.Lock()
-			w := mc.pending[id]
-			if w != nil {
-				delete(mc.pending, id)
-				mc.inflight.Add(-1)
-			}
-			mc.mu.Unlock()
+			w := mc.pop(binary.BigEndian.Uint16(b))
 			if w == nil {
 				continue // late (its query timed out), or not ours
 			}
