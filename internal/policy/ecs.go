@@ -143,6 +143,22 @@ func ForClient(a netip.Addr) *dns.EDNS0_SUBNET {
 	return &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 2, SourceNetmask: 128, Address: net.IP(b[:])}
 }
 
+// AppendClientECS appends to b the option ForClient makes for a, in wire
+// form (code, length, family, prefix lengths 32 or 128 and 0, the
+// address); nothing for an invalid address, as ForClient makes none.
+func AppendClientECS(b []byte, a netip.Addr) []byte {
+	a = a.Unmap()
+	switch {
+	case !a.IsValid():
+		return b
+	case a.Is4():
+		v := a.As4()
+		return append(append(b, 0, dns.EDNS0SUBNET, 0, 8, 0, 1, 32, 0), v[:]...)
+	}
+	v := a.As16()
+	return append(append(b, 0, dns.EDNS0SUBNET, 0, 20, 0, 2, 128, 0), v[:]...)
+}
+
 // AppendECS appends to b the ECS option (RFC 7871 section 6: code,
 // length, family, source and scope prefix lengths, the address's octets
 // the source prefix covers) that answers query option q with scope.

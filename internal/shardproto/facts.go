@@ -100,8 +100,7 @@ func request(m *dns.Msg, mode byte) {
 	}
 	// Room for the flags and a minimum index (SetMinIndex) without growing,
 	// and for the map epoch the router adds (epoch.go).
-	data := make([]byte, 2, 3+8)
-	data[0], data[1] = version, mode
+	data := queryData(make([]byte, 0, 3+8), mode, 0, false)
 	opt.Option = append(slices.Grow(opt.Option, 2), &dns.EDNS0_LOCAL{Code: Code, Data: data})
 }
 
@@ -250,18 +249,36 @@ func parseKind(d []byte) (Facts, error) {
 	return f, nil
 }
 
-// QueryData returns the payload of a query's partition option (Request,
-// RequestFresh) with a minimum index (SetMinIndex) when index is set,
-// appended to dst: what a router that builds the query's wire form
-// itself sends.
-func QueryData(dst []byte, fresh bool, index uint64, withIndex bool) []byte {
+// queryData appends the payload of a query's partition option in mode,
+// with a minimum index (SetMinIndex) when withIndex.
+func queryData(dst []byte, mode byte, index uint64, withIndex bool) []byte {
+	dst = append(dst, version, mode)
+	if withIndex {
+		dst = binary.BigEndian.AppendUint64(append(dst, 0), index)
+	}
+	return dst
+}
+
+// AppendRouted appends to dst, the RDATA of a query's OPT record being
+// written, the options a router's query carries: the partition option
+// (Request, or RequestFresh when fresh) with the index to wait for when
+// withIndex (SetMinIndex), and the map epoch when it is not 0, sent to
+// the name's owner (SetEpoch): the bytes the dns.Msg built with those
+// calls packs to, for a router that writes its query's wire form itself.
+func AppendRouted(dst []byte, fresh bool, index uint64, withIndex bool, epoch uint64) []byte {
 	mode := byte(modeFacts)
 	if fresh {
 		mode = modeFresh
 	}
-	dst = append(dst, version, mode)
-	if withIndex {
-		dst = binary.BigEndian.AppendUint64(append(dst, 0), index)
+	dst = binary.BigEndian.AppendUint16(dst, Code)
+	at := len(dst)
+	dst = queryData(append(dst, 0, 0), mode, index, withIndex)
+	binary.BigEndian.PutUint16(dst[at:], uint16(len(dst)-at-2))
+	if epoch != 0 {
+		dst = binary.BigEndian.AppendUint16(dst, EpochCode)
+		dst = append(dst, 0, 9)
+		dst = binary.BigEndian.AppendUint64(dst, epoch)
+		dst = append(dst, flagOwner)
 	}
 	return dst
 }

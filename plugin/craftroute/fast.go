@@ -47,16 +47,16 @@ import (
 // truncated answer, one longer than the client's buffer or, to a UDP
 // client, 1,220 bytes (the server's Scrub would compress it), SERVFAIL, a
 // timeout; and a client whose query carries other options, an ECS option,
-// TSIG, or whose reply goes through a plugin that needs the dns.Msg (rawreply). An answer
-// the member gave and the fast path declined is unpacked and handed to the
-// slow path as the owner's answer (prefetch), so that the member is not
-// asked twice; a failure leaves the slow path to start over (it fails over
-// to the next member).
+// TSIG, or whose reply goes through a plugin that needs the dns.Msg
+// (rawreply). An answer the member gave and the fast path declined is
+// unpacked and handed to the slow path as the owner's answer (prefetch),
+// so that the member is not asked twice; a failure leaves the slow path to
+// start over (it fails over to the next member).
 //
 // The relayed bytes are the slow path's byte for byte: the member packs its
 // answer uncompressed (it is short), and a router that unpacked and packed
-// it again, as the slow path does, writes the same bytes (TestFastRelay's
-// fuzz target and the integration tests' differential test check it).
+// it again, as the slow path does, writes the same bytes (FuzzRelay and
+// the integration tests' TestFastPathEqualsSlowPath check it).
 
 // maxFastRelay is the longest answer the fast path relays: the server's
 // Scrub compresses longer UDP answers for IPv6 clients (NSD's limit).
@@ -71,7 +71,6 @@ const fastQueryMax = 512
 // asked and declined: the slow path continues from it.
 type prefetch struct {
 	rt      *routing
-	shard   *Shard
 	resp    *dns.Msg // as exchange returns it (learned from: learn)
 	began   time.Time
 	cacheOn bool
@@ -129,10 +128,12 @@ type fastQuery struct {
 	wt   *waiter
 	pre  prefetch
 	rs   rawreply.Recorders
+	s    *Shard
 	m    *Member
-	ans  []byte // the member's answer (in wt)
-	qend int    // where the query's question ends
-	tcp  bool   // the client asked over TCP
+	ans  []byte    // the member's answer (in wt)
+	at   time.Time // when it came
+	qend int       // where the query's question ends
+	tcp  bool      // the client asked over TCP
 }
 
 var fastQueries = sync.Pool{New: func() any { return new(fastQuery) }}
@@ -146,7 +147,7 @@ func (f *fastQuery) put() {
 }
 
 // fastAsk sends the query to the owner shard's first member and waits for
-// its answer (f.wt.buf[:f.n]); false when the fast path does not apply or
+// its answer (f.ans); false when the fast path does not apply or
 // no answer came (a timeout marks the member failed: the slow path tries
 // the others first).
 //
@@ -156,6 +157,8 @@ func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWr
 	if f.rs, ok = rawreply.Writer(w); !ok {
 		return false
 	}
+	client := w.RemoteAddr()
+	_, f.tcp = client.(*net.TCPAddr)
 	rt := c.routes()
 	if rt == nil {
 		return false
@@ -179,7 +182,7 @@ func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWr
 	if s == nil {
 		return false
 	}
-	f.pre.shard = s
+	f.s = s
 	var buf [8]*Member
 	order := s.Order(f.pre.began, buf[:0])
 	if len(order) == 0 {
@@ -192,7 +195,7 @@ func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWr
 	if withIndex {
 		minIndex = s.minIndex.Load()
 	}
-	query, qend, ok := appendFastQuery(f.wt.q[:0], r, policy.AddrOf(w.RemoteAddr()), !named, minIndex, withIndex, rt.epoch())
+	query, qend, ok := appendFastQuery(f.wt.q[:0], r, policy.AddrOf(client), !named, minIndex, withIndex, rt.epoch())
 	if !ok {
 		return false
 	}
@@ -201,7 +204,6 @@ func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWr
 	if err == nil {
 		f.ans = f.wt.buf[:n]
 	}
-	_, f.tcp = w.RemoteAddr().(*net.TCPAddr)
 	if errors.Is(err, errMuxTooLong) || (err == nil && (len(f.ans) > querySize(r) || len(f.ans) > 2 && f.ans[2]&(dnswire.FlagTC>>8) != 0)) {
 		// Asked again over TCP, as Member.exchange does: a TCP client
 		// gets the whole answer relayed, a UDP client's is truncated by
@@ -209,11 +211,11 @@ func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWr
 		// counted the private options).
 		f.ans, err = f.m.tcp.exchange(query, f.wt, f.m.timeout)
 	}
-	now := time.Now()
-	s.observeDuration(now.Sub(f.pre.began))
+	f.at = time.Now()
+	s.observeDuration(f.at.Sub(f.pre.began))
 	if err != nil {
 		if errors.Is(err, errMuxTimeout) && ctx.Err() == nil {
-			f.m.Failed(now, c.cfg.downFor) // the slow path tries the others first
+			f.m.Failed(f.at, c.cfg.downFor) // the slow path tries the others first
 		}
 		return false
 	}
@@ -235,12 +237,15 @@ func (c *Craftroute) fastAnswer(f *fastQuery, w dns.ResponseWriter, r *dns.Msg) 
 	if h.Rcode == dns.RcodeServerFailure {
 		return false, nil // Shard.Exchange judges it (held, not current, ...)
 	}
-	now := time.Now()
-	f.m.Succeeded(now)
+	f.m.Succeeded(f.at)
 	f.m.count(int(h.Rcode))
-	s := f.pre.shard
+	s := f.s
 	opt := r.IsEdns0()
-	out, rcode, rel, ok := judgeAnswer(ans, h, f.qend, f.pre.rt.key == keyName, opt != nil, opt != nil && opt.Do(), opt, clientSize(w, r), f.tcp)
+	size := dns.MaxMsgSize // the server's Scrub: a TCP client takes any answer
+	if !f.tcp {
+		size = udpSize(r)
+	}
+	out, rcode, rel, ok := judgeAnswer(ans, h, f.qend, f.pre.rt.key == keyName, opt != nil, opt != nil && opt.Do(), opt, size, f.tcp)
 	if ok {
 		c.learnWire(s, rel)
 		f.rs.SetRcode(rcode)
@@ -266,25 +271,24 @@ func (c *Craftroute) fastAnswer(f *fastQuery, w dns.ResponseWriter, r *dns.Msg) 
 	return false, &pre
 }
 
-// querySize is the longest UDP answer the query for client query r
-// allows (its OPT record's size: the client's, else dns.DefaultMsgSize).
-func querySize(r *dns.Msg) int {
-	if o := r.IsEdns0(); o != nil {
-		return max(dns.MinMsgSize, int(o.UDPSize()))
-	}
-	return dns.DefaultMsgSize
-}
-
-// clientSize is the longest reply the client takes, as the server's
-// Scrub truncates to it (request.Request.Size).
-func clientSize(w dns.ResponseWriter, r *dns.Msg) int {
-	if _, tcp := w.RemoteAddr().(*net.TCPAddr); tcp {
-		return dns.MaxMsgSize
-	}
-	if o := r.IsEdns0(); o != nil {
+// udpSize is the longest UDP message m's sender takes (RFC 6891 §6.2.5:
+// its OPT record's size, at least 512 bytes; 512 without one), as the
+// server's Scrub truncates a reply to it (request.Request.Size).
+func udpSize(m *dns.Msg) int {
+	if o := m.IsEdns0(); o != nil {
 		return max(dns.MinMsgSize, int(o.UDPSize()))
 	}
 	return dns.MinMsgSize
+}
+
+// querySize is the longest UDP answer the member query for client query r
+// allows: the client's size, or dns.DefaultMsgSize in the OPT record the
+// router adds for a client without one.
+func querySize(r *dns.Msg) int {
+	if r.IsEdns0() == nil {
+		return dns.DefaultMsgSize
+	}
+	return udpSize(r)
 }
 
 // appendFastQuery appends to b the wire form of the query the slow path
@@ -327,30 +331,8 @@ func appendFastQuery(b []byte, r *dns.Msg, client netip.Addr, fresh bool, index 
 	b = binary.BigEndian.AppendUint32(b, ttl)
 	rdlen := len(b)
 	b = append(b, 0, 0)
-	// policy.ForClient's option: the whole address, scope 0.
-	if client.IsValid() {
-		if client.Is4() {
-			a := client.As4()
-			b = append(b, 0, byte(dns.EDNS0SUBNET), 0, 8, 0, 1, 32, 0)
-			b = append(b, a[:]...)
-		} else {
-			a := client.As16()
-			b = append(b, 0, byte(dns.EDNS0SUBNET), 0, 20, 0, 2, 128, 0)
-			b = append(b, a[:]...)
-		}
-	}
-	b = binary.BigEndian.AppendUint16(b, shardproto.Code)
-	lenAt := len(b)
-	b = append(b, 0, 0)
-	b = shardproto.QueryData(b, fresh, index, withIndex)
-	binary.BigEndian.PutUint16(b[lenAt:], uint16(len(b)-lenAt-2))
-	if epoch != 0 {
-		// routing.markEpoch's option, sent to the owner.
-		b = binary.BigEndian.AppendUint16(b, shardproto.EpochCode)
-		b = append(b, 0, 9)
-		b = binary.BigEndian.AppendUint64(b, epoch)
-		b = append(b, 1)
-	}
+	b = policy.AppendClientECS(b, client) // withClient's option
+	b = shardproto.AppendRouted(b, fresh, index, withIndex, epoch)
 	binary.BigEndian.PutUint16(b[rdlen:], uint16(len(b)-rdlen-2))
 	return b, qend, true
 }

@@ -187,11 +187,7 @@ func (m *Member) try(ctx context.Context, r *dns.Msg, tcp bool) (*dns.Msg, error
 		}
 		return nil, err
 	}
-	size := dns.MinMsgSize
-	if o := r.IsEdns0(); o != nil {
-		size = max(size, int(o.UDPSize()))
-	}
-	if !tcp && len(ans) > size {
+	if !tcp && len(ans) > udpSize(r) {
 		// More than the query allows over UDP (RFC 6891 §6.2.5): asked
 		// again over TCP, as a reader with a buffer of that size would.
 		return nil, errMuxTooLong

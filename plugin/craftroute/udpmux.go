@@ -31,10 +31,10 @@ import (
 // query, which the slow path then asks again (the proxy, TCP when
 // truncated).
 type udpMux struct {
-	addr string
+	addr  string
+	conns atomic.Pointer[[]*muxConn] // dialed on first use, nil once closed
 
-	mu     sync.Mutex
-	conns  []*muxConn // dialed on first use
+	mu     sync.Mutex // dialing and closing
 	closed bool
 }
 
@@ -176,36 +176,22 @@ func muxSockets() int { return min(max(runtime.GOMAXPROCS(0), 4), 16) }
 // the kernel caps it at net.core.rmem_max, 208 KiB by default on Linux).
 const muxReadBuffer = 4 << 20
 
-// conn returns the next socket, dialing them on first use.
+// conn returns the socket for the next query, dialing them on first use.
+// A query takes no lock here once they are dialed.
 func (u *udpMux) conn() (*muxConn, error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.closed {
-		return nil, errMuxClosed
-	}
-	if u.conns == nil {
-		conns := make([]*muxConn, 0, muxSockets())
-		for range cap(conns) {
-			c, err := net.Dial("udp", u.addr)
-			if err != nil {
-				for _, mc := range conns {
-					mc.close()
-				}
-				return nil, err
-			}
-			uc := c.(*net.UDPConn)
-			uc.SetReadBuffer(muxReadBuffer) // best effort: capped by the kernel
-			mc := &muxConn{c: uc}
-			conns = append(conns, mc)
-			go mc.read()
+	p := u.conns.Load()
+	if p == nil {
+		var err error
+		if p, err = u.dial(); err != nil {
+			return nil, err
 		}
-		u.conns = conns
 	}
+	conns := *p
 	// The first socket with room: few queries in flight share one
 	// socket, so that its reader takes their answers together; more
 	// spill over to the next, so that no receive buffer overflows.
-	best := u.conns[0]
-	for _, mc := range u.conns {
+	best := conns[0]
+	for _, mc := range conns {
 		n := mc.inflight.Load()
 		if n < muxPerSocket {
 			return mc, nil
@@ -217,15 +203,46 @@ func (u *udpMux) conn() (*muxConn, error) {
 	return best, nil
 }
 
+// dial opens the sockets, unless another query did or they were closed.
+func (u *udpMux) dial() (*[]*muxConn, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return nil, errMuxClosed
+	}
+	if p := u.conns.Load(); p != nil {
+		return p, nil
+	}
+	conns := make([]*muxConn, 0, muxSockets())
+	for range cap(conns) {
+		c, err := net.Dial("udp", u.addr)
+		if err != nil {
+			for _, mc := range conns {
+				mc.close()
+			}
+			return nil, err
+		}
+		uc := c.(*net.UDPConn)
+		uc.SetReadBuffer(muxReadBuffer) // best effort: capped by the kernel
+		mc := &muxConn{c: uc}
+		conns = append(conns, mc)
+		go mc.read()
+	}
+	u.conns.Store(&conns)
+	return &conns, nil
+}
+
 // close closes the sockets; queries in flight fail.
 func (u *udpMux) close() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.closed = true
-	for _, mc := range u.conns {
-		mc.close()
+	if p := u.conns.Swap(nil); p != nil {
+		// A query that loaded them before finds them closed (pending.add).
+		for _, mc := range *p {
+			mc.close()
+		}
 	}
-	u.conns = nil
 }
 
 func (mc *muxConn) close() {

@@ -84,16 +84,7 @@ func TestImportStream(t *testing.T) {
 			rrs = append(rrs, importZone(t, 11, importChunk+1)[2:]...)
 		}
 		im := f.NewImport("example.org.", false, 0)
-		var err error
-		for _, rr := range rrs {
-			if err = im.Add(ctx(t), rr); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			_, err = im.Commit(ctx(t))
-		}
-		im.Abort()
+		err := feedImport(t, im, rrs)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: got %v, want an invalid zone (%s)", bad.name, err, bad.want)
 		}
@@ -114,16 +105,7 @@ func TestImportStream(t *testing.T) {
 		importZone(t, 11, 3)[2:],
 	} {
 		im := f.NewImport("example.org.", false, 0)
-		var err error
-		for _, rr := range rrs {
-			if err = im.Add(ctx(t), rr); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			_, err = im.Commit(ctx(t))
-		}
-		im.Abort()
+		err := feedImport(t, im, rrs)
 		if !errors.Is(err, ErrInvalid) || im.id != 0 {
 			t.Errorf("a zone refused in its first chunk: %v, import %d begun", err, im.id)
 		}
@@ -159,4 +141,21 @@ func TestImportStream(t *testing.T) {
 	if soa := f.Zone("example.org.").SOA(); soa == nil || soa.Serial != 14 {
 		t.Errorf("serial %v after the superseded import, want 14", soa)
 	}
+}
+
+// feedImport adds rrs to im and commits it, stopping at the first error,
+// then aborts it (a no-op after a commit) and returns the error.
+func feedImport(t *testing.T, im *Import, rrs []dns.RR) error {
+	t.Helper()
+	var err error
+	for _, rr := range rrs {
+		if err = im.Add(ctx(t), rr); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		_, err = im.Commit(ctx(t))
+	}
+	im.Abort()
+	return err
 }
