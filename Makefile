@@ -4,7 +4,7 @@
 #   make run        build and start one member from Corefile.examples/single.Corefile
 #   make run-cluster  three members on loopback from Corefile.examples/cluster/
 #   make image      the container image craftdns:dev (deploy/docker/Dockerfile) with this machine's Docker
-#   make run-tls    three members whose Raft transport is mutual TLS (Corefile.examples/tls/)
+#   make run-tls    three members whose Raft transport is mutual TLS, and a router asking them over DNS over TLS (Corefile.examples/tls/)
 #   make run-sharded  two shards of three members and a craftroute router (Corefile.examples/sharded/)
 #   make test       unit and integration tests (with the nested test modules integration/acme and deploy/kubernetes/check),
 #                   after .ci/deps installs the tools they need (as root; SKIP_DEPS=1 skips that)
@@ -90,6 +90,7 @@ run-tls: coredns
 	mkdir -p data/tls
 	@pids=; trap 'trap - INT TERM; kill $$pids 2>/dev/null; wait; exit 0' INT TERM; \
 	for i in 1 2 3; do ./coredns -conf Corefile.examples/tls/member$$i.Corefile -pidfile data/tls/member$$i.pid & pids="$$pids $$!"; done; \
+	./coredns -conf Corefile.examples/tls/router.Corefile -pidfile data/tls/router.pid & pids="$$pids $$!"; \
 	wait
 
 # Six members (shards a and b) and the router; the router imports

@@ -13,6 +13,8 @@ import (
 
 	"github.com/craftdns/craftdns/integration/harness"
 	"github.com/craftdns/craftdns/internal/certs"
+
+	"github.com/miekg/dns"
 )
 
 // tlsStatus is what a member's /v1/cluster says of the group.
@@ -34,7 +36,8 @@ func tlsCluster(t *testing.T, i int) tlsStatus {
 }
 
 // TestTLSExample runs Corefile.examples/tls/ (make run-tls): three members
-// whose Raft transport is mutual TLS with the example's certificates. They
+// whose Raft transport is mutual TLS with the example's certificates, and
+// the router that asks them over DNS over TLS (routerOverTLS). They
 // elect a leader and replicate writes; two intruders, one with a
 // certificate from another CA (and trusting both CAs), one without TLS,
 // each posing as a member of the group and campaigning for its
@@ -64,6 +67,7 @@ func TestTLSExample(t *testing.T) {
 		}
 	}
 	write(2, "tls1.example.org.")
+	routerOverTLS(t, wd, procs)
 
 	// The Raft port speaks TLS only: the plain protocol gets no reply.
 	c, err := net.Dial("tcp", "127.0.0.1:7081")
@@ -236,4 +240,138 @@ func TestTLSExample(t *testing.T) {
 	})
 	write(1, "tls4.example.org.")
 	write(3, "tls5.example.org.")
+}
+
+// routerOverTLS runs the example's router (router.Corefile), which asks the
+// members over DNS over TLS with a client certificate from the group's CA:
+// its answers (positive, NXDOMAIN, a long TXT RRset, a name just written)
+// equal a member's own, relayed on the fast path too, and every request
+// went to a tls:// address; with one member stopped the others answer. A
+// router whose certificate is from another CA, and one that trusts only
+// the system's CAs, get no answer from the members (SERVFAIL): the
+// members' TLS port takes only the group's routers, and a router takes
+// only the group's members.
+func routerOverTLS(t *testing.T, wd string, members []*harness.Proc) {
+	t.Helper()
+	rp := harness.Start(t, "router", wd, "Corefile.examples/tls/router.Corefile")
+	harness.WaitReady(t, "http://127.0.0.1:8294/ready", rp)
+	r := &router{name: "router", dns: 1084, metrics: 9184, p: rp}
+	long := make([]string, 40)
+	for i := range long {
+		long[i] = fmt.Sprintf(`long.example.org. 60 IN TXT "%s %02d"`, strings.Repeat("x", 90), i)
+	}
+	if code, err := tlsAPI(1).Do("POST", "/v1/zones/example.org/records", map[string]any{"add": long}, nil); err != nil || code != http.StatusOK {
+		t.Fatalf("write long.example.org: %d %v", code, err)
+	}
+	same := func(name string, qtype uint16, tcp bool) {
+		t.Helper()
+		var got, want *dns.Msg
+		harness.Eventually(t, fmt.Sprintf("%s %s through the router like member 1", name, dns.TypeToString[qtype]), 20*time.Second, func() bool {
+			q := new(dns.Msg)
+			q.SetQuestion(name, qtype)
+			q.SetEdns0(1232, false)
+			c := &dns.Client{Timeout: 5 * time.Second}
+			if tcp {
+				c.Net = "tcp"
+			}
+			var err error
+			if got, _, err = c.Exchange(q, r.addr()); err != nil {
+				return false
+			}
+			if want, _, err = c.Exchange(q, "127.0.0.1:1081"); err != nil {
+				return false
+			}
+			got.Id, want.Id = 0, 0
+			return got.String() == want.String()
+		})
+		if got.Rcode == dns.RcodeServerFailure {
+			t.Errorf("%s: SERVFAIL from both", name)
+		}
+	}
+	same("www.example.org.", dns.TypeA, false)
+	same("missing.example.org.", dns.TypeA, false)
+	same("example.org.", dns.TypeNS, false)
+	same("long.example.org.", dns.TypeTXT, false) // truncated for UDP
+	same("long.example.org.", dns.TypeTXT, true)
+	same("tls1.example.org.", dns.TypeA, true)
+	m := routerMetrics(t, r)
+	if n := metricSum(t, m, "coredns_craftroute_fast_relayed_total"); n == 0 {
+		t.Error("no answer relayed on the fast path over TLS")
+	}
+	if plain, all := metricSum(t, m, "coredns_craftroute_requests_total", `member="127.0.0.1`),
+		metricSum(t, m, "coredns_craftroute_requests_total"); plain != 0 || all == 0 {
+		t.Errorf("requests to members: %v in all, %v not over TLS", all, plain)
+	}
+
+	// One member stopped: the others answer.
+	members[0].Signal(syscall.SIGSTOP)
+	for i := 0; i < 20; i++ {
+		if !harness.HasA(r.addr(), "www.example.org.", "192.0.2.10") {
+			t.Errorf("query %d with member 1 stopped: no answer through the router", i)
+			break
+		}
+	}
+	members[0].Signal(syscall.SIGCONT)
+
+	// Routers the members do not know, and that do not know them.
+	certDir := filepath.Join(wd, "router-certs")
+	os.MkdirAll(certDir, 0o755)
+	other, err := certs.NewAuthority("another CA", time.Now().Add(24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := other.WriteMember(certDir, "stranger", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA, err := other.WriteCA(certDir, "other-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := filepath.Join(certDir, "both.pem")
+	exampleCA, _ := os.ReadFile(filepath.Join(harness.Repo, "Corefile.examples/tls/certs/ca.pem"))
+	otherPEM, _ := os.ReadFile(otherCA)
+	os.WriteFile(both, append(exampleCA, otherPEM...), 0o644)
+	text, err := os.ReadFile(filepath.Join(harness.Repo, "Corefile.examples/tls/router.Corefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsLine := "tls Corefile.examples/tls/certs/router.pem Corefile.examples/tls/certs/router-key.pem Corefile.examples/tls/certs/ca.pem"
+	if !strings.Contains(string(text), tlsLine) {
+		t.Fatalf("router.Corefile has no line %q", tlsLine)
+	}
+	for n, line := range []string{
+		fmt.Sprintf("tls %s %s %s", cert, key, both), // a certificate the members refuse
+		"tls " + otherCA, // no certificate, and members it cannot verify
+		"",               // the system's CAs, which did not sign the members'
+	} {
+		dnsPort, readyPort := harness.ListenPort(t), harness.ListenPort(t)
+		c := strings.Replace(string(text), tlsLine, line, 1)
+		c = strings.Replace(c, "example.org:1084", fmt.Sprintf("example.org:%d", dnsPort), 1)
+		c = strings.Replace(c, "127.0.0.1:8294", fmt.Sprintf("127.0.0.1:%d", readyPort), 1)
+		c = strings.Replace(c, "    prometheus 127.0.0.1:9184\n", "", 1)
+		name := fmt.Sprintf("stranger%d", n)
+		os.WriteFile(filepath.Join(wd, name+".Corefile"), []byte(c), 0o644)
+		sp := harness.Start(t, name, wd, name+".Corefile")
+		// It never becomes ready (no member answers its probes).
+		var resp *dns.Msg
+		harness.Eventually(t, name+" answering", 20*time.Second, func() bool {
+			resp, err = harness.Query(fmt.Sprintf("127.0.0.1:%d", dnsPort), "www.example.org.", dns.TypeA)
+			return err == nil
+		})
+		if resp.Rcode != dns.RcodeServerFailure || len(resp.Answer) != 0 {
+			t.Errorf("%s: expected SERVFAIL without an answer, got %s", name, resp)
+		}
+		if ready, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", readyPort)); err == nil {
+			ready.Body.Close()
+			if ready.StatusCode == http.StatusOK {
+				t.Errorf("%s is ready", name)
+			}
+		}
+		if logs := sp.Logs(); n > 0 && (!strings.Contains(logs, "member tls://127.0.0.1:853") || !strings.Contains(logs, "certificate signed by unknown authority")) {
+			t.Errorf("%s: expected a log line naming a member and the certificate it refused, got:\n%s", name, logs)
+		}
+		sp.Kill()
+	}
+	rp.Kill()
 }

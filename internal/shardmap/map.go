@@ -280,11 +280,27 @@ func checkName(name string) error {
 	return nil
 }
 
-// checkAddr: a member's DNS address is host:port with a port.
+// TLSScheme begins the address of a member that routers ask over DNS over
+// TLS (RFC 7858): tls://host:port. An address without it is plain DNS,
+// UDP and TCP.
+const TLSScheme = "tls://"
+
+// SplitAddr returns the host:port of a member's DNS address and whether
+// routers ask it over TLS.
+func SplitAddr(a string) (hostport string, overTLS bool) {
+	if h, ok := strings.CutPrefix(a, TLSScheme); ok {
+		return h, true
+	}
+	return a, false
+}
+
+// checkAddr: a member's DNS address is host:port with a port, tls:// before
+// it when the member is asked over TLS.
 func checkAddr(a string) error {
-	host, port, err := net.SplitHostPort(a)
-	if err != nil || host == "" || port == "" || strings.ContainsAny(a, " /") {
-		return fmt.Errorf("member %q: not host:port", a)
+	hp, _ := SplitAddr(a)
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil || host == "" || port == "" || strings.ContainsAny(hp, " /") {
+		return fmt.Errorf("member %q: not host:port or tls://host:port", a)
 	}
 	return nil
 }

@@ -315,7 +315,7 @@ func (ff fakeFleet) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Ms
 // apiMember is a member of shard whose API is at url (its DNS address is
 // not used: the fake fleet answers queries).
 func apiMember(shard, url string) *Member {
-	m := newMember(shard, "127.0.0.1:1", 0)
+	m := newMember(shard, "127.0.0.1:1", 0, nil)
 	m.API = url
 	return m
 }
@@ -754,7 +754,7 @@ func TestAPIFailover(t *testing.T) {
 
 func TestAPIShards(t *testing.T) {
 	c, _, base := apiRouter(t, keyZone, 2, "")
-	c.shards()[0].Members = []*Member{newMember("s0", "127.0.0.1:1", 0)}
+	c.shards()[0].Members = []*Member{newMember("s0", "127.0.0.1:1", 0, nil)}
 	c.shards()[0].Members[0].Failed(time.Now(), time.Minute)
 	status, body := call(t, "GET", base+"/v1/shards", "", "")
 	if status != http.StatusOK {

@@ -23,6 +23,7 @@ package craftroute
 
 import (
 	"context"
+	"crypto/tls"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,7 @@ type config struct {
 	mapSeeds   []string          // shard_seed: member API URLs to learn the shard map from
 	mapMode    mapMode           // shard_map: whether the router routes by the agreed map
 	slowOnly   bool              // fast_path off: every query takes the slow path (fast.go)
+	tls        *tls.Config       // tls, tls_servername: for members at tls:// addresses; nil: the system's CAs
 }
 
 // Craftroute is the plugin handler of one server block.

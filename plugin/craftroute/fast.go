@@ -200,11 +200,16 @@ func (c *Craftroute) fastAsk(ctx context.Context, f *fastQuery, w dns.ResponseWr
 		return false
 	}
 	f.qend = qend
-	n, err := f.m.udp.exchange(query, f.wt, f.m.timeout)
-	if err == nil {
+	var err error
+	if f.m.udp == nil {
+		// A member asked over TLS: its connections take every query.
+		f.ans, err = f.m.tcp.exchange(query, f.wt, f.m.timeout)
+	} else if n, uerr := f.m.udp.exchange(query, f.wt, f.m.timeout); uerr != nil {
+		err = uerr
+	} else {
 		f.ans = f.wt.buf[:n]
 	}
-	if errors.Is(err, errMuxTooLong) || (err == nil && (len(f.ans) > querySize(r) || len(f.ans) > 2 && f.ans[2]&(dnswire.FlagTC>>8) != 0)) {
+	if f.m.udp != nil && (errors.Is(err, errMuxTooLong) || (err == nil && (len(f.ans) > querySize(r) || len(f.ans) > 2 && f.ans[2]&(dnswire.FlagTC>>8) != 0))) {
 		// Asked again over TCP, as Member.exchange does: a TCP client
 		// gets the whole answer relayed, a UDP client's is truncated by
 		// the slow path (the member truncated its own to a size that

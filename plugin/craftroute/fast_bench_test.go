@@ -105,7 +105,7 @@ func BenchmarkServe(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			c := &Craftroute{Zones: []string{"example.org."}, cfg: config{key: keyName, slowOnly: slow, downFor: time.Second}}
 			c.leases.key = key
-			m := newMember("s0", cm.pc.LocalAddr().String(), time.Second)
+			m := newMember("s0", cm.pc.LocalAddr().String(), time.Second, nil)
 			m.start()
 			b.Cleanup(m.stop)
 			c.route(b, &Shard{Name: "s0", Members: []*Member{m}})

@@ -2,6 +2,7 @@ package craftroute
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/ede"
+	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
 
@@ -70,11 +72,13 @@ func (s *Shard) APIs() []string {
 // members of its shard.
 type Member struct {
 	Shard string
-	Addr  string // DNS address, host:port
+	Addr  string // DNS address, host:port, or tls://host:port when asked over TLS
 	API   string // base URL of its HTTP API (shard_api); "" when the router has none
 
-	udp     *udpMux // connected UDP sockets, read in batches (udpmux.go)
-	tcp     *tcpMux // persistent TCP connections, pipelined (tcpmux.go)
+	dial    string      // Addr's host:port
+	tls     *tls.Config // when asked over TLS; nil: plain DNS
+	udp     *udpMux     // connected UDP sockets, read in batches (udpmux.go); nil over TLS
+	tcp     *tcpMux     // persistent TCP (or TLS) connections, pipelined (tcpmux.go)
 	timeout time.Duration
 
 	alive  atomic.Int64 // unix nanoseconds: last known alive, or the end of a down period
@@ -86,20 +90,38 @@ type Member struct {
 	stopOnce sync.Once
 }
 
-// newMember returns the member at addr (host:port) of shard; one try at it
-// waits at most timeout for a response. Its sockets are opened on first use.
-func newMember(shard, addr string, timeout time.Duration) *Member {
+// newMember returns the member at addr (host:port, or tls://host:port) of
+// shard; one try at it waits at most timeout for a response. A member at a
+// tls:// address is asked every query over TLS with tc (the system's CAs
+// when nil). Its sockets are opened on first use.
+func newMember(shard, addr string, timeout time.Duration, tc *tls.Config) *Member {
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	return &Member{
+	m := &Member{
 		Shard:   shard,
 		Addr:    addr,
-		udp:     newUDPMux(addr),
-		tcp:     newTCPMux(addr),
 		timeout: timeout,
 		down:    memberDown.WithLabelValues(shard, addr),
 	}
+	var overTLS bool
+	m.dial, overTLS = shardmap.SplitAddr(addr)
+	if overTLS {
+		if tc == nil {
+			tc = defaultTLS()
+		}
+		m.tls = tc
+	} else {
+		m.udp = newUDPMux(m.dial)
+	}
+	m.tcp = newTCPMux(m.dial, m.tls)
+	return m
+}
+
+// defaultTLS is the configuration of a router without a tls property:
+// the system's CAs, no client certificate.
+func defaultTLS() *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(0)}
 }
 
 // start makes the member's gauge say it is up.
@@ -108,7 +130,9 @@ func (m *Member) start() { m.down.Set(0) }
 // stop closes the member's connections. The member must not be used after.
 func (m *Member) stop() {
 	m.stopOnce.Do(func() {
-		m.udp.close()
+		if m.udp != nil {
+			m.udp.close()
+		}
 		m.tcp.close()
 	})
 }
@@ -136,6 +160,9 @@ func (m *Member) exchange(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	r := new(dns.Msg)
 	*r = *req // the sockets set a random Id
 	r.Extra = ownOPT(req.Extra)
+	if m.udp == nil {
+		return m.try(ctx, r, true) // over TLS
+	}
 	resp, err := m.try(ctx, r, false)
 	if errors.Is(err, errMuxTooLong) || (err == nil && resp.Truncated) {
 		return m.try(ctx, r, true)

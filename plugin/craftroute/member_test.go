@@ -113,7 +113,7 @@ func startTarget(t testing.TB, mode targetMode) *target {
 
 // targetMember is a started member for f, stopped at the end of the test.
 func targetMember(t *testing.T, shard string, f *target, timeout time.Duration) *Member {
-	m := newMember(shard, f.addr, timeout)
+	m := newMember(shard, f.addr, timeout, nil)
 	m.start()
 	t.Cleanup(m.stop)
 	return m
@@ -223,7 +223,7 @@ func TestMemberTimeout(t *testing.T) {
 
 func TestMemberStop(t *testing.T) {
 	f := startTarget(t, targetAnswer)
-	m := newMember("member-stop", f.addr, time.Second)
+	m := newMember("member-stop", f.addr, time.Second, nil)
 	m.start()
 	if _, err := m.Exchange(context.Background(), targetQuery(1)); err != nil {
 		t.Fatal(err)
@@ -239,7 +239,7 @@ func TestMemberStop(t *testing.T) {
 }
 
 func TestMemberLiveness(t *testing.T) {
-	m := newMember("member-liveness", "127.0.0.1:1", time.Second)
+	m := newMember("member-liveness", "127.0.0.1:1", time.Second, nil)
 	now := time.Now()
 	down := func() float64 { return memberMetric(memberDown.WithLabelValues(m.Shard, m.Addr)) }
 
@@ -278,10 +278,10 @@ func TestMemberLiveness(t *testing.T) {
 
 func TestShardOrder(t *testing.T) {
 	ms := []*Member{
-		newMember("order", "127.0.0.1:1", time.Second),
-		newMember("order", "127.0.0.1:2", time.Second),
-		newMember("order", "127.0.0.1:3", time.Second),
-		newMember("order", "127.0.0.1:4", time.Second),
+		newMember("order", "127.0.0.1:1", time.Second, nil),
+		newMember("order", "127.0.0.1:2", time.Second, nil),
+		newMember("order", "127.0.0.1:3", time.Second, nil),
+		newMember("order", "127.0.0.1:4", time.Second, nil),
 	}
 	s := &Shard{Name: "order", Members: ms}
 	now := time.Now()
@@ -516,8 +516,8 @@ func TestShardExchangeNoAnswer(t *testing.T) {
 func BenchmarkShardExchange(b *testing.B) {
 	f := startTarget(b, targetAnswer)
 	s := &Shard{Name: "bench", Members: []*Member{
-		newMember("bench", f.addr, time.Second),
-		newMember("bench", f.addr, time.Second),
+		newMember("bench", f.addr, time.Second, nil),
+		newMember("bench", f.addr, time.Second, nil),
 	}}
 	for _, m := range s.Members {
 		m.start()

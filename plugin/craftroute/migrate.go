@@ -257,7 +257,7 @@ func (c *Craftroute) mapParts(m, next *shardmap.Map) map[*Shard]txn.Prepare {
 		add(s)
 	}
 	if g := m.Migration; g != nil && c.shard(g.Shard.Name) == nil {
-		add(shardFromMap(g.Shard, c.cfg.timeout))
+		add(shardFromMap(g.Shard, c.cfg.timeout, c.cfg.tls))
 	}
 	return parts
 }
@@ -452,7 +452,7 @@ func (c *Craftroute) endedMigration(ctx context.Context, g *shardmap.Migration) 
 		log.Infof("shard %s added: the migration ended", g.Shard.Name)
 		return
 	}
-	gone := shardFromMap(g.Shard, c.cfg.timeout)
+	gone := shardFromMap(g.Shard, c.cfg.timeout, c.cfg.tls)
 	lists, errs := c.txc.zoneListsOf(ctx, []*Shard{gone})
 	if errs[0] != nil {
 		log.Warningf("shard %s removed; its zones were not deleted: %v", g.Shard.Name, errs[0])

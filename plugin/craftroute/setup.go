@@ -2,6 +2,7 @@ package craftroute
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
+	pkgtls "github.com/coredns/coredns/plugin/pkg/tls"
 	"github.com/coredns/coredns/plugin/pkg/transport"
 
 	"github.com/craftdns/craftdns/internal/corefile"
@@ -108,7 +110,7 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 	// The members, now that the whole block (timeout included) is read.
 	for _, s := range cr.cfg.shards {
 		for i, m := range s.Members {
-			s.Members[i] = newMember(s.Name, m.Addr, cr.cfg.timeout)
+			s.Members[i] = newMember(s.Name, m.Addr, cr.cfg.timeout, cr.cfg.tls)
 			if urls := apis[s.Name]; urls != nil {
 				s.Members[i].API = urls[i]
 			}
@@ -198,6 +200,33 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 			s.Members = append(s.Members, &Member{Addr: addr})
 		}
 		cfg.shards = append(cfg.shards, s)
+	case "tls":
+		// As forward's: no argument (the system's CAs), CA, CERT KEY
+		// (a client certificate, the system's CAs) or CERT KEY CA.
+		if len(args) > 3 {
+			return c.Errf("tls takes at most a certificate, its key and a CA: tls [CERT KEY] [CA]")
+		}
+		files := make([]string, len(args))
+		for i, f := range args {
+			files[i] = corefile.Rooted(c, f)
+		}
+		name := ""
+		if cfg.tls != nil {
+			name = cfg.tls.ServerName
+		}
+		if cfg.tls, err = pkgtls.NewTLSConfigFromArgs(files...); err != nil {
+			return c.Errf("tls: %v", err)
+		}
+		cfg.tls.ServerName = name
+		cfg.tls.ClientSessionCache = tls.NewLRUClientSessionCache(0)
+	case "tls_servername":
+		if len(args) != 1 {
+			return c.Errf("tls_servername needs the name the members' certificates carry")
+		}
+		if cfg.tls == nil {
+			cfg.tls = defaultTLS()
+		}
+		cfg.tls.ServerName = args[0]
 	case "shard_api":
 		if len(args) < 2 {
 			return c.Errf("shard_api needs a shard name and at least one URL")
@@ -297,14 +326,25 @@ func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string
 }
 
 // memberAddr normalises a member address: host:port, port 53 by default.
+// memberAddr is a shard line's member address as the router keeps it:
+// IP:port (port 53 when left out), or tls://IP:port for a member asked over
+// TLS (port 853 when left out).
 func memberAddr(s string) (string, error) {
-	if _, _, err := net.SplitHostPort(s); err == nil {
+	hp, overTLS := shardmap.SplitAddr(s)
+	scheme, port := "", "53"
+	if overTLS {
+		scheme, port = shardmap.TLSScheme, "853"
+	}
+	if strings.Contains(hp, "://") {
+		return "", fmt.Errorf("member %q: the only scheme a member address takes is tls://", s)
+	}
+	if host, _, err := net.SplitHostPort(hp); err == nil && host != "" {
 		return s, nil
 	}
-	if net.ParseIP(strings.Trim(s, "[]")) == nil {
-		return "", fmt.Errorf("member %q: not an IP address or IP:port", s)
+	if net.ParseIP(strings.Trim(hp, "[]")) == nil {
+		return "", fmt.Errorf("member %q: not an IP address or IP:port (tls:// before it for a member asked over TLS)", s)
 	}
-	return net.JoinHostPort(strings.Trim(s, "[]"), "53"), nil
+	return scheme + net.JoinHostPort(strings.Trim(hp, "[]"), port), nil
 }
 
 func loopback(addr string) bool {

@@ -2,6 +2,7 @@ package craftroute
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -282,7 +283,7 @@ func (c *Craftroute) changeMap(ctx context.Context, m *shardmap.Map) error {
 	}
 	for _, ms := range m.Shards {
 		if c.shard(ms.Name) == nil {
-			parts[shardFromMap(ms, c.cfg.timeout)] = txn.Prepare{Map: m, Shard: ms.Name}
+			parts[shardFromMap(ms, c.cfg.timeout, c.cfg.tls)] = txn.Prepare{Map: m, Shard: ms.Name}
 		}
 	}
 	res := c.txc.runTx(ctx, "", parts)
@@ -307,10 +308,10 @@ func (c *Craftroute) changeMap(ctx context.Context, m *shardmap.Map) error {
 var errMapRefused = errors.New("refused the map")
 
 // shardFromMap makes the shard ms describes, its members not started.
-func shardFromMap(ms shardmap.Shard, timeout time.Duration) *Shard {
+func shardFromMap(ms shardmap.Shard, timeout time.Duration, tc *tls.Config) *Shard {
 	s := &Shard{Name: ms.Name}
 	for i, addr := range ms.Members {
-		m := newMember(ms.Name, addr, timeout)
+		m := newMember(ms.Name, addr, timeout, tc)
 		m.API = ms.API[i]
 		s.Members = append(s.Members, m)
 	}
@@ -357,7 +358,7 @@ func (c *Craftroute) adopt(m *shardmap.Map) error {
 			shards = append(shards, old)
 			continue
 		}
-		s := shardFromMap(ms, c.cfg.timeout)
+		s := shardFromMap(ms, c.cfg.timeout, c.cfg.tls)
 		if old != nil {
 			// The same Raft group with other members: the members it keeps
 			// keep their health and connections, and the group's index

@@ -1,6 +1,7 @@
 package craftroute
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -15,7 +16,8 @@ import (
 // length-prefixed message, and one reader per connection hands each answer
 // to the query waiting for its ID, in whatever order the member answers.
 // The router asks over TCP when an answer does not fit UDP (truncated, or
-// longer than the query's buffer).
+// longer than the query's buffer); a member at a tls:// address it asks
+// every query over TLS (RFC 7858), on the same connections.
 //
 // A connection unused for tcpIdle is closed and dialed anew before the
 // member's own idle timeout (CoreDNS's: 10 s) can close it under a query;
@@ -23,11 +25,13 @@ import (
 // once on a new one.
 type tcpMux struct {
 	addr string
+	tls  *tls.Config // nil: plain TCP
 
-	mu     sync.Mutex
-	conns  []*tcpConn // up to muxSockets, dialed on use
-	closed bool
-	next   uint32
+	mu      sync.Mutex
+	conns   []*tcpConn // up to muxSockets, dialed on use
+	closed  bool
+	next    uint32
+	dialErr string // the last dial's error, logged when it changes; "" after a dial that worked
 }
 
 const (
@@ -44,7 +48,19 @@ type tcpConn struct {
 
 var errTCPLost = errors.New("member closed the TCP connection")
 
-func newTCPMux(addr string) *tcpMux { return &tcpMux{addr: addr} }
+// newTCPMux returns the mux of the member at addr (host:port), whose
+// connections are TLS when tc is not nil.
+func newTCPMux(addr string, tc *tls.Config) *tcpMux { return &tcpMux{addr: addr, tls: tc} }
+
+// dial opens one connection: TCP, and the TLS handshake when the member
+// is asked over TLS, within tcpDialWait in all.
+func (u *tcpMux) dial() (net.Conn, error) {
+	d := &net.Dialer{Timeout: tcpDialWait}
+	if u.tls == nil {
+		return d.Dial("tcp", u.addr)
+	}
+	return (&tls.Dialer{NetDialer: d, Config: u.tls}).Dial("tcp", u.addr)
+}
 
 // conn returns a live connection, dialing one when needed.
 func (u *tcpMux) conn() (*tcpConn, error) {
@@ -68,11 +84,18 @@ func (u *tcpMux) conn() (*tcpConn, error) {
 		}
 		tc.close(errMuxClosed)
 	}
-	c, err := net.DialTimeout("tcp", u.addr, tcpDialWait)
+	c, err := u.dial()
 	if err != nil {
 		u.conns[i] = nil
+		if e := err.Error(); e != u.dialErr && u.tls != nil {
+			// A TLS handshake that fails (a certificate either end
+			// refuses) fails every query: said once, not per query.
+			log.Warningf("member tls://%s: %v", u.addr, err)
+			u.dialErr = e
+		}
 		return nil, err
 	}
+	u.dialErr = ""
 	tc = &tcpConn{c: c, lastUsed: now}
 	u.conns[i] = tc
 	go tc.read()

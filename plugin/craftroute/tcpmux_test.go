@@ -55,7 +55,7 @@ func TestTCPMuxPipelined(t *testing.T) {
 			}()
 		}
 	}()
-	u := newTCPMux(l.Addr().String())
+	u := newTCPMux(l.Addr().String(), nil)
 	defer u.close()
 	if n := muxSockets(); n < 1 {
 		t.Fatal("no sockets")

@@ -312,12 +312,18 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 	if e := c.writeEpoch(ctx); e != 0 {
 		shardproto.SetEpoch(m, e, true) // the shard owns what it is sent
 	}
-	cl := &dns.Client{
-		Net:          "tcp",
-		DialTimeout:  c.cfg.timeout,
-		WriteTimeout: updateTimeout,
-		ReadTimeout:  updateTimeout,
-		TsigSecret:   map[string]string{key: secret},
+	client := func(mem *Member) *dns.Client {
+		cl := &dns.Client{
+			Net:          "tcp",
+			DialTimeout:  c.cfg.timeout,
+			WriteTimeout: updateTimeout,
+			ReadTimeout:  updateTimeout,
+			TsigSecret:   map[string]string{key: secret},
+		}
+		if mem.tls != nil {
+			cl.Net, cl.TLSConfig = "tcp-tls", mem.tls
+		}
+		return cl
 	}
 	var (
 		lastErr error
@@ -326,7 +332,8 @@ func (c *Craftroute) forwardUpdate(ctx context.Context, s *Shard, r *dns.Msg, ke
 		uerr    *updateError
 	)
 	_, cerr := s.failover(ctx, nil, func(_ int, mem *Member) bool {
-		conn, err := cl.DialContext(ctx, mem.Addr)
+		cl := client(mem)
+		conn, err := cl.DialContext(ctx, mem.dial)
 		if err != nil {
 			mem.Failed(time.Now(), c.cfg.downFor)
 			lastErr = fmt.Errorf("member %s: %w", mem.Addr, err)

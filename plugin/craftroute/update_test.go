@@ -127,7 +127,7 @@ func updateRouter(t *testing.T, key string, members ...[]*fakeMember) *Craftrout
 	c.cfg.timeout, c.cfg.downFor = time.Second, time.Minute
 	for i, s := range c.shards() {
 		for _, fm := range members[i] {
-			s.Members = append(s.Members, newMember(s.Name, fm.addr, time.Second))
+			s.Members = append(s.Members, newMember(s.Name, fm.addr, time.Second, nil))
 		}
 	}
 	rrs, err := zoneapi.ParseZone(splitOrigin, splitZone())
