@@ -204,7 +204,8 @@ func (m *Map) validateShards() (map[string]bool, error) {
 			if err := checkURL(s.API[i]); err != nil {
 				return nil, fmt.Errorf("shard %q: %w", s.Name, err)
 			}
-			for _, k := range []string{a, s.API[i]} {
+			hp, _ := SplitAddr(a) // one host:port is one member, over TLS or not
+			for _, k := range []string{hp, s.API[i]} {
 				if other, dup := addrs[k]; dup {
 					return nil, fmt.Errorf("%s is a member of shard %q and of shard %q", k, other, s.Name)
 				}

@@ -17,6 +17,11 @@ func TestValidate(t *testing.T) {
 	if err := testMap().Validate(); err != nil {
 		t.Fatalf("a good map: %v", err)
 	}
+	m := testMap()
+	m.Shards[1].Members[0] = "tls://[::1]:853"
+	if err := m.Validate(); err != nil {
+		t.Fatalf("a map with a member asked over TLS: %v", err)
+	}
 	for _, c := range []struct {
 		name   string
 		change func(m *Map)
@@ -36,6 +41,9 @@ func TestValidate(t *testing.T) {
 		{"a member twice in one shard", func(m *Map) { m.Shards[0].Members[1] = "127.0.0.1:1053" }, "of shard \"a\" and of shard \"a\""},
 		{"an API in two shards", func(m *Map) { m.Shards[1].API[0] = "http://127.0.0.1:8080" }, "of shard \"a\" and of shard \"b\""},
 		{"an address without a port", func(m *Map) { m.Shards[0].Members[0] = "127.0.0.1" }, "host:port"},
+		{"a TLS address without a port", func(m *Map) { m.Shards[0].Members[0] = "tls://127.0.0.1" }, "host:port"},
+		{"another scheme", func(m *Map) { m.Shards[0].Members[0] = "https://127.0.0.1:443" }, "host:port"},
+		{"a member over TLS and not", func(m *Map) { m.Shards[1].Members[0] = "tls://127.0.0.2:1053" }, "of shard \"a\" and of shard \"b\""},
 		{"an API that is no URL", func(m *Map) { m.Shards[0].API[0] = "127.0.0.1:8080" }, "base URL"},
 		{"an API with a path", func(m *Map) { m.Shards[0].API[0] = "http://127.0.0.1:8080/v1" }, "base URL"},
 		{"owners for fewer partitions", func(m *Map) { m.Owners = []string{"a", "b"} }, "2 partition owners"},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coredns/caddy"
 
+	"github.com/craftdns/craftdns/internal/certs"
 	"github.com/craftdns/craftdns/internal/shardmap"
 
 	"github.com/miekg/dns"
@@ -113,6 +114,41 @@ func TestSetup(t *testing.T) {
 		cr.cfg.probe != defaultProbe || cr.cfg.partitions != shardmap.DefaultPartitions || cr.cfg.negCache != defaultNegCache || cr.cfg.slowOnly {
 		t.Errorf("defaults: %+v", cr.cfg)
 	}
+	// Members asked over TLS: the system's CAs by default, a CA file, a
+	// server name.
+	ca := filepath.Join(dir, "ca.pem")
+	authority, err := certs.NewAuthority("test CA", time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ca, authority.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for conf, want := range map[string]struct {
+		roots bool
+		name  string
+	}{
+		"shard a tls://127.0.0.1 127.0.0.2":                                           {},
+		"shard a tls://127.0.0.1 127.0.0.2\ntls " + ca:                                {roots: true},
+		"shard a tls://127.0.0.1 127.0.0.2\ntls_servername m.example\ntls " + ca:      {roots: true, name: "m.example"},
+		"shard a tls://127.0.0.1 127.0.0.2\ntls " + ca + "\ntls_servername m.example": {roots: true, name: "m.example"},
+	} {
+		cr, err := parse(caddy.NewTestController("dns", "craftroute {\n"+conf+"\nrouter_key "+testSecret+"\n}"))
+		if err != nil {
+			t.Fatalf("%q: %v", conf, err)
+		}
+		m, plain := cr.cfg.shards[0].Members[0], cr.cfg.shards[0].Members[1]
+		if m.Addr != "tls://127.0.0.1:853" || m.dial != "127.0.0.1:853" || m.udp != nil || m.tls == nil || m.tcp.tls != m.tls {
+			t.Errorf("%q: member %s (%s), udp %v, tls %v", conf, m.Addr, m.dial, m.udp, m.tls)
+			continue
+		}
+		if (m.tls.RootCAs != nil) != want.roots || m.tls.ServerName != want.name || m.tls.ClientSessionCache == nil {
+			t.Errorf("%q: CAs %v, server name %q, session cache %v", conf, m.tls.RootCAs != nil, m.tls.ServerName, m.tls.ClientSessionCache)
+		}
+		if plain.Addr != "127.0.0.2:53" || plain.udp == nil || plain.tls != nil || plain.tcp.tls != nil {
+			t.Errorf("%q: the plain member %s: udp %v, tls %v", conf, plain.Addr, plain.udp, plain.tls)
+		}
+	}
 	for conf, slow := range map[string]bool{"fast_path off": true, "fast_path on": false} {
 		cr, err := parse(caddy.NewTestController("dns", "craftroute {\nshard a 127.0.0.1:53\n"+conf+"\nrouter_key "+testSecret+"\n}"))
 		if err != nil || cr.cfg.slowOnly != slow {
@@ -127,6 +163,11 @@ func TestSetupErrors(t *testing.T) {
 		{"craftroute {\nshard a\n}", "at least one member"},
 		{"craftroute {\nshard a 127.0.0.1\nshard a 127.0.0.2\n}", "twice"},
 		{"craftroute {\nshard a nothere.example\n}", "not an IP"},
+		{"craftroute {\nshard a tls://nothere.example\n}", "not an IP"},
+		{"craftroute {\nshard a https://127.0.0.1\n}", "the only scheme"},
+		{"craftroute {\nshard a tls://127.0.0.1\ntls a b c d\n}", "at most"},
+		{"craftroute {\nshard a tls://127.0.0.1\ntls /nonexistent.pem\n}", "nonexistent.pem"},
+		{"craftroute {\nshard a tls://127.0.0.1\ntls_servername\n}", "tls_servername needs"},
 		{"craftroute {\nshard a 127.0.0.1\nshard_api b http://127.0.0.1:1\n}", "unknown shard"},
 		{"craftroute {\nshard a 127.0.0.1\nshard_api a 127.0.0.1:1\n}", "not an http"},
 		{"craftroute {\nshard a 127.0.0.1 127.0.0.2\nshard_api a http://127.0.0.1:1\n}", "1 URLs for 2 members"},

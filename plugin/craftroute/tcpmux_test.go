@@ -1,31 +1,54 @@
 package craftroute
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"io"
 	"net"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/craftdns/craftdns/internal/certs"
 )
 
 // TestTCPMuxPipelined: queries share one connection, the answers come
 // back in another order than the queries went (RFC 7766 §6.2.1.1), one
 // longer than a waiter's buffer; a connection the member closes is dialed
-// anew for the next query.
+// anew for the next query. The same over TLS (a member at a tls://
+// address), where the new connection resumes the first one's session.
 func TestTCPMuxPipelined(t *testing.T) {
+	t.Run("tcp", func(t *testing.T) { testTCPMuxPipelined(t, false) })
+	t.Run("tls", func(t *testing.T) { testTCPMuxPipelined(t, true) })
+}
+
+func testTCPMuxPipelined(t *testing.T, overTLS bool) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	var client *tls.Config
+	if overTLS {
+		var server *tls.Config
+		server, client = testTLSPair(t)
+		l = tls.NewListener(l, server)
+	}
 	var conns sync.WaitGroup
 	accepted := make(chan int, 8)
+	resumed := make(chan bool, 8)
 	go func() {
 		for n := 0; ; n++ {
 			c, err := l.Accept()
 			if err != nil {
 				return
+			}
+			if tc, ok := c.(*tls.Conn); ok {
+				if err := tc.Handshake(); err != nil {
+					t.Errorf("connection %d: %v", n, err)
+				}
+				resumed <- tc.ConnectionState().DidResume
 			}
 			accepted <- n
 			conns.Add(1)
@@ -55,7 +78,7 @@ func TestTCPMuxPipelined(t *testing.T) {
 			}()
 		}
 	}()
-	u := newTCPMux(l.Addr().String(), nil)
+	u := newTCPMux(l.Addr().String(), client)
 	defer u.close()
 	if n := muxSockets(); n < 1 {
 		t.Fatal("no sockets")
@@ -95,8 +118,34 @@ func TestTCPMuxPipelined(t *testing.T) {
 	if n := <-accepted; n != 1 {
 		t.Fatalf("the second round used connection %d, want a new one", n)
 	}
+	if overTLS && (<-resumed || !<-resumed) {
+		t.Error("expected a full handshake first, then a resumed session")
+	}
 	l.Close()
 	conns.Wait()
+}
+
+// testTLSPair returns a member's TLS configuration, with a certificate for
+// 127.0.0.1 from a new CA, and a router's that trusts that CA.
+func testTLSPair(t *testing.T) (server, client *tls.Config) {
+	t.Helper()
+	ca, err := certs.NewAuthority("test CA", time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.Issue("member", time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	client = defaultTLS()
+	client.RootCAs = pool
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, client
 }
 
 // TestWaiterEmptyAfterRefused: queries to a member that is gone fail, and

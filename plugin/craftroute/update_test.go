@@ -2,6 +2,7 @@ package craftroute
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"strings"
 	"sync"
@@ -29,8 +30,9 @@ const (
 // verifies the TSIG, records what it got and answers signed.
 type fakeMember struct {
 	addr     string
-	close    bool // close the connection instead of answering
-	notReady bool // answer SERVFAIL, Not Ready, as a stopping member does
+	client   *tls.Config // the router's, for a member at a tls:// address
+	close    bool        // close the connection instead of answering
+	notReady bool        // answer SERVFAIL, Not Ready, as a stopping member does
 
 	mu   sync.Mutex
 	got  []*dns.Msg
@@ -45,6 +47,23 @@ func startFakeMember(t *testing.T, closeConn bool) *fakeMember {
 	}
 	fm := &fakeMember{addr: ln.Addr().String(), close: closeConn}
 	srv := &dns.Server{Listener: ln, Net: "tcp", TsigSecret: map[string]string{updKey: updSecret},
+		Handler: dns.HandlerFunc(fm.serve), MsgAcceptFunc: acceptAll}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	return fm
+}
+
+// startFakeMemberTLS is startFakeMember speaking only DNS over TLS, at a
+// tls:// address.
+func startFakeMemberTLS(t *testing.T) *fakeMember {
+	t.Helper()
+	server, client := testTLSPair(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm := &fakeMember{addr: "tls://" + ln.Addr().String(), client: client}
+	srv := &dns.Server{Listener: ln, Net: "tcp-tls", TsigSecret: map[string]string{updKey: updSecret},
 		Handler: dns.HandlerFunc(fm.serve), MsgAcceptFunc: acceptAll}
 	go srv.ActivateAndServe()
 	t.Cleanup(func() { srv.Shutdown() })
@@ -127,7 +146,7 @@ func updateRouter(t *testing.T, key string, members ...[]*fakeMember) *Craftrout
 	c.cfg.timeout, c.cfg.downFor = time.Second, time.Minute
 	for i, s := range c.shards() {
 		for _, fm := range members[i] {
-			s.Members = append(s.Members, newMember(s.Name, fm.addr, time.Second, nil))
+			s.Members = append(s.Members, newMember(s.Name, fm.addr, time.Second, fm.client))
 		}
 	}
 	rrs, err := zoneapi.ParseZone(splitOrigin, splitZone())
@@ -181,6 +200,23 @@ func total(fms ...*fakeMember) int {
 		n += len(got)
 	}
 	return n
+}
+
+// TestUpdateOverTLS: an UPDATE for a member at a tls:// address goes over
+// TLS (the member speaks nothing else), signed for it, and its answer
+// comes back.
+func TestUpdateOverTLS(t *testing.T) {
+	a := startFakeMemberTLS(t)
+	c := updateRouter(t, keyZone, []*fakeMember{a})
+	front := updateFront(t, c)
+	resp := sendUpdate(t, front, updKey, updSecret, "www.example.org. 300 IN A 192.0.2.1")
+	if resp.Rcode != dns.RcodeSuccess {
+		t.Fatalf("expected NOERROR, got %s (%v)", dns.RcodeToString[resp.Rcode], ede.Of(resp))
+	}
+	got, status := a.received()
+	if len(got) != 1 || status[0] != nil {
+		t.Fatalf("the member got %d updates (TSIG %v)", len(got), status)
+	}
 }
 
 func TestUpdateZoneMode(t *testing.T) {
