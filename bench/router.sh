@@ -17,7 +17,11 @@
 # plugin; give them as many CPUs in SERVER_CPU),
 # BASE_BINARY (another build: its craftroute, in front of a backend of the
 # same build, runs in every round right after craftroute, and the table
-# gives craftroute/base per round: two builds side by side in one run).
+# gives craftroute/base per round: two builds side by side in one run),
+# MEMBER_TLS=1 (the backend serves DNS over TLS too, with a certificate from
+# a CA made for the run, and the three fronts ask it over TLS: craftroute's
+# tls:// member, dnsdist's tls="openssl" backend, forward's tls://; the
+# 2-shard part stays plain; a BASE_BINARY must know tls:// members).
 #
 # It fails when a server does not start or load the zone, when any answer
 # has an unexpected rcode, or when over 1% of the queries are lost.
@@ -49,14 +53,28 @@ echo "# zone of $RECORDS records, $QUERIES queries (none and $MISSING for missin
 	-nqueries "$QUERIES" -missing "$MISSING"
 nx_lines=$(grep -c '^nx-' "$WORK/queries.missing")
 
+if [ "${MEMBER_TLS:-0}" = 1 ]; then
+	"$GO" run "$BENCH/../internal/certs/gen" -dir "$WORK/certs" -members 1 -years 1
+fi
+
 # member NAME [BINARY]: a lone craftstore member on CPU $LOAD_CPU (of this
-# build, or of BINARY); sets NAME_dns, NAME_api, NAME_pid.
+# build, or of BINARY); sets NAME_dns, NAME_api, NAME_pid, and NAME_addr
+# (the address fronts ask it at: tls://127.0.0.1:PORT with MEMBER_TLS=1).
 member() {
-	local name=$1 bin=${2:-$COREDNS} dns api ready
+	local name=$1 bin=${2:-$COREDNS} dns api ready tls keys tlsl=""
 	dns=$(free_port) api=$(free_port) ready=$(free_port)
+	keys="example.org:$dns"
+	eval "${name}_addr=127.0.0.1:$dns"
+	if [ "${MEMBER_TLS:-0}" = 1 ]; then
+		tls=$(free_port)
+		keys="$keys tls://example.org:$tls"
+		tlsl="    tls $WORK/certs/member1.pem $WORK/certs/member1-key.pem"
+		eval "${name}_addr=tls://127.0.0.1:$tls ${name}_tls=$tls"
+	fi
 	cat >"$WORK/$name.Corefile" <<EOF
-example.org:$dns {
+$keys {
     bind 127.0.0.1
+$tlsl
     craftstore {
         cluster $name
         data $WORK/$name
@@ -85,8 +103,8 @@ member backend
 put backend "http://127.0.0.1:$backend_api"
 wait_dns "$backend_pid" backend "$backend_dns" host-1.example.org A
 
-# front NAME BACKEND_DNS BINARY BACKEND_API: a craftroute of BINARY in key
-# mode name, one shard whose only member is BACKEND_DNS, on CPU
+# front NAME BACKEND_ADDR BINARY BACKEND_API: a craftroute of BINARY in key
+# mode name, one shard whose only member is BACKEND_ADDR, on CPU
 # $SERVER_CPU; sets NAME_dns and NAME_pid. With MAP=1 it routes by the
 # agreed shard map (shard_api, shard_seed: it seeds epoch 1 on the
 # backend), and its queries carry the map's epoch for the member to check.
@@ -97,14 +115,16 @@ front() {
 		mapl="        shard_api a http://127.0.0.1:$api
         shard_seed http://127.0.0.1:$api"
 	fi
-	local ms=""
+	local ms="" tlsl=""
 	[ -z "${MULTISOCKET:-}" ] || ms="    multisocket $MULTISOCKET"
+	[ "${MEMBER_TLS:-0}" != 1 ] || tlsl="        tls $WORK/certs/ca.pem"
 	cat >"$WORK/$name.Corefile" <<EOF
 example.org:$dns {
     bind 127.0.0.1
 $ms
     craftroute {
-        shard a 127.0.0.1:$backend
+        shard a $backend
+$tlsl
 $mapl
 $(router_key "$bin")
         key name
@@ -116,7 +136,7 @@ EOF
 }
 
 # (a) craftroute: one shard, the backend its only member.
-front craftroute "$backend_dns" "$COREDNS" "$backend_api"
+front craftroute "$backend_addr" "$COREDNS" "$backend_api"
 route_dns=$craftroute_dns route_pid=$craftroute_pid
 
 # (a') BASE_BINARY: the same front and backend from another build.
@@ -126,7 +146,7 @@ if [ -n "${BASE_BINARY:-}" ]; then
 	member backendbase "$WORK/coredns.base"
 	put backendbase "http://127.0.0.1:$backendbase_api"
 	wait_dns "$backendbase_pid" backendbase "$backendbase_dns" host-1.example.org A
-	front base "$backendbase_dns" "$WORK/coredns.base" "$backendbase_api"
+	front base "$backendbase_addr" "$WORK/coredns.base" "$backendbase_api"
 	wait_dns "$base_pid" base "$base_dns" host-1.example.org A
 fi
 
@@ -135,7 +155,11 @@ dd_dns=$(free_port)
 cat >"$WORK/dnsdist.conf" <<EOF
 setLocal("127.0.0.1:$dd_dns")
 setSecurityPollSuffix("")
-newServer({address="127.0.0.1:$backend_dns", name="backend"})
+$(if [ "${MEMBER_TLS:-0}" = 1 ]; then
+		echo "newServer({address=\"127.0.0.1:$backend_tls\", name=\"backend\", tls=\"openssl\", subjectName=\"localhost\", caStore=\"$WORK/certs/ca.pem\", validateCertificates=true})"
+	else
+		echo "newServer({address=\"127.0.0.1:$backend_dns\", name=\"backend\"})"
+	fi)
 EOF
 taskset -c "$SERVER_CPU" dnsdist --supervised --disable-syslog -C "$WORK/dnsdist.conf" >"$WORK/dnsdist.log" 2>&1 &
 dd_pid=$!
@@ -146,7 +170,7 @@ fwd_dns=$(free_port)
 cat >"$WORK/forward.Corefile" <<EOF
 example.org:$fwd_dns {
     bind 127.0.0.1
-    forward . 127.0.0.1:$backend_dns
+    forward . $backend_addr$([ "${MEMBER_TLS:-0}" != 1 ] || printf ' {\n        tls %s\n        tls_servername localhost\n    }' "$WORK/certs/ca.pem")
 }
 EOF
 start forward "$SERVER_CPU"
@@ -305,7 +329,7 @@ done
 bshare=$(median $(awk '{ printf "%.4f\n", $1 / $2 }' "$WORK/broadcasts"))
 
 echo
-echo "fronts, $RECORDS records, ${DURATION}s x $ROUNDS rounds, medians; front on CPU $SERVER_CPU, backend and dnsperf -c $CLIENTS -q $OUTSTANDING on CPU $LOAD_CPU"
+echo "fronts, $RECORDS records, ${DURATION}s x $ROUNDS rounds, medians; front on CPU $SERVER_CPU, backend and dnsperf -c $CLIENTS -q $OUTSTANDING on CPU $LOAD_CPU$([ "${MEMBER_TLS:-0}" != 1 ] || echo "; the fronts ask the backend over TLS")"
 printf '%-24s %10s %14s %8s %9s %10s %12s\n' front qps 'us CPU/query' 'CPU %' 'others %' 'qps/dnsdist' 'CPU/dnsdist'
 for s in craftroute dnsdist forward craftroute-tcp dnsdist-tcp craftroute-2; do
 	v=${s//-/_}
