@@ -4,7 +4,8 @@
 # dnsperf's queries to it: craftroute (one shard of that one member, key
 # mode name), dnsdist (no packet cache) and CoreDNS's forward plugin. Each
 # front runs alone on CPU $SERVER_CPU; the backend and dnsperf share CPU
-# $LOAD_CPU. Then a craftroute with two shards of one member each gets a
+# $LOAD_CPU. CoreDNS's whoami on the same CPU gives the floor: the server's
+# own cost per query, with nothing looked up or forwarded. Then a craftroute with two shards of one member each gets a
 # query file with 10% missing names: the share of queries it broadcast to
 # every shard, and checks that names that exist never are. See
 # bench/README.md.
@@ -176,9 +177,24 @@ EOF
 start forward "$SERVER_CPU"
 fwd_pid=$LAST_PID
 
+# (d) CoreDNS's whoami: no front, the floor under them all: the server's
+# own path (read, unpack, plugin chain, pack, write) with no lookup and no
+# forwarding. A front in a CoreDNS server block cannot cost less than this
+# plus its exchange with the member.
+who_dns=$(free_port)
+cat >"$WORK/whoami.Corefile" <<EOF
+example.org:$who_dns {
+    bind 127.0.0.1
+    whoami
+}
+EOF
+start whoami "$SERVER_CPU"
+who_pid=$LAST_PID
+
 wait_dns "$route_pid" craftroute "$route_dns" host-1.example.org A
 wait_dns "$dd_pid" dnsdist "$dd_dns" host-1.example.org A
 wait_dns "$fwd_pid" forward "$fwd_dns" host-1.example.org A
+wait_dns "$who_pid" whoami "$who_dns" host-1.example.org A
 
 # The same answers through every front as from the backend (rcode and answer
 # section of a sample of the queries with missing names).
@@ -240,6 +256,7 @@ for round in $(seq "$ROUNDS"); do
 	[ -z "${BASE_BINARY:-}" ] || run base "$base_dns" "$base_pid" "$round" "$WORK/queries" 0
 	run dnsdist "$dd_dns" "$dd_pid" "$round" "$WORK/queries" 0
 	run forward "$fwd_dns" "$fwd_pid" "$round" "$WORK/queries" 0
+	run whoami "$who_dns" "$who_pid" "$round" "$WORK/queries" 0
 	# TCP clients, each on one persistent connection.
 	run craftroute-tcp "$route_dns" "$route_pid" "$round" "$WORK/queries" 0 tcp
 	run dnsdist-tcp "$dd_dns" "$dd_pid" "$round" "$WORK/queries" 0 tcp
@@ -247,7 +264,7 @@ done
 
 # Broadcasts: two shards of one member each, the zone split through the
 # router's API; the fronts of the first part are stopped.
-for p in "$route_pid" "$dd_pid" "$fwd_pid" "$backend_pid" ${base_pid:-} ${backendbase_pid:-}; do kill "$p"; done
+for p in "$route_pid" "$dd_pid" "$fwd_pid" "$who_pid" "$backend_pid" ${base_pid:-} ${backendbase_pid:-}; do kill "$p"; done
 member sha
 member shb
 split_dns=$(free_port) split_api=$(free_port) split_metrics=$(free_port)
@@ -322,7 +339,7 @@ b1=$(metric coredns_craftroute_broadcasts_total)
 existing_b=$((b1 - b0))
 
 col() { median $(awk -v c="$2" '{ print $c }' "$WORK/$1.results"); }
-for s in craftroute dnsdist forward craftroute-tcp dnsdist-tcp craftroute-2; do
+for s in craftroute dnsdist forward whoami craftroute-tcp dnsdist-tcp craftroute-2; do
 	v=${s//-/_}
 	eval "${v}_qps=\$(col $s 1) ${v}_us=\$(col $s 2) ${v}_cpu=\$(col $s 3) ${v}_other=\$(col $s 4)"
 done
@@ -331,10 +348,11 @@ bshare=$(median $(awk '{ printf "%.4f\n", $1 / $2 }' "$WORK/broadcasts"))
 echo
 echo "fronts, $RECORDS records, ${DURATION}s x $ROUNDS rounds, medians; front on CPU $SERVER_CPU, backend and dnsperf -c $CLIENTS -q $OUTSTANDING on CPU $LOAD_CPU$([ "${MEMBER_TLS:-0}" != 1 ] || echo "; the fronts ask the backend over TLS")"
 printf '%-24s %10s %14s %8s %9s %10s %12s\n' front qps 'us CPU/query' 'CPU %' 'others %' 'qps/dnsdist' 'CPU/dnsdist'
-for s in craftroute dnsdist forward craftroute-tcp dnsdist-tcp craftroute-2; do
+for s in craftroute dnsdist forward whoami craftroute-tcp dnsdist-tcp craftroute-2; do
 	v=${s//-/_}
 	label=$s
 	[ "$s" = craftroute-2 ] && label="craftroute 2 shards*"
+	[ "$s" = whoami ] && label="whoami (no forwarding)"
 	[ "$s" = craftroute-tcp ] && label="craftroute TCP clients"
 	[ "$s" = dnsdist-tcp ] && label="dnsdist TCP clients"
 	eval "printf '%-24s %10.0f %14.2f %8.0f %9.0f %10s %12s\n' \"\$label\" \$${v}_qps \$${v}_us \$${v}_cpu \$${v}_other \
