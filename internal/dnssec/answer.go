@@ -1,0 +1,280 @@
+package dnssec
+
+import (
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Keys are a signed zone's keys as the answers use them: Signing keys sign
+// (the key-signing keys the DNSKEY, CDS and CDNSKEY RRsets, the
+// zone-signing keys every other RRset; a combined key, flags 257, signs
+// both), Published keys are in the DNSKEY RRset without signing (a new key
+// before it is used, an old one after: a rollover's pre-publication).
+type Keys struct {
+	Zone      string // canonical
+	Signing   []*Key
+	Published []*Key
+	// DS are the key-signing keys the parent's DS should list (CDS,
+	// CDNSKEY); none: the zone publishes neither.
+	DS     []*Key
+	TTL    uint32        // of DNSKEY, CDS and CDNSKEY
+	Period time.Duration // signatures' windows (WindowAt); 0: DefaultPeriod
+}
+
+// ksks and zsks are the signing keys of each kind: a zone with only
+// key-signing keys (a combined key) signs everything with them.
+func (k *Keys) ksks() []*Key { return k.signers(true) }
+func (k *Keys) zsks() []*Key { return k.signers(false) }
+
+func (k *Keys) signers(ksk bool) []*Key {
+	var out, all []*Key
+	for _, key := range k.Signing {
+		all = append(all, key)
+		if (key.DNSKEY.Flags&dns.SEP != 0) == ksk {
+			out = append(out, key)
+		}
+	}
+	if len(out) == 0 {
+		return all // a combined key (CSK) signs both
+	}
+	return out
+}
+
+// DNSKEYs is the zone's DNSKEY RRset: the signing and published keys.
+func (k *Keys) DNSKEYs() []dns.RR {
+	var out []dns.RR
+	for _, key := range append(append([]*Key(nil), k.Signing...), k.Published...) {
+		d := *key.DNSKEY
+		d.Hdr.Name, d.Hdr.Ttl = k.Zone, k.TTL
+		out = append(out, &d)
+	}
+	return out
+}
+
+// CDS and CDNSKEY are the RRsets the zone asks its parent for (RFC 7344):
+// those of the keys in DS.
+func (k *Keys) CDS() []dns.RR {
+	var out []dns.RR
+	for _, key := range k.DS {
+		c := key.CDS(k.TTL)
+		c.Hdr.Name = k.Zone
+		out = append(out, c)
+	}
+	return out
+}
+
+// CDNSKEY: see CDS.
+func (k *Keys) CDNSKEY() []dns.RR {
+	var out []dns.RR
+	for _, key := range k.DS {
+		c := key.CDNSKEY(k.TTL)
+		c.Hdr.Name = k.Zone
+		out = append(out, c)
+	}
+	return out
+}
+
+// Denial is what SignAnswer needs to know of a negative answer that the
+// message does not say.
+type Denial struct {
+	// Exists: the name exists (NODATA, an empty non-terminal included);
+	// Types are the types it has. Not Exists: NXDOMAIN.
+	Exists bool
+	Types  []uint16
+}
+
+// Answer is what SignAnswer needs to know of an answer besides the message.
+type Answer struct {
+	// Negative: the answer denies the query's name or type (NXDOMAIN or
+	// NODATA); nil for a positive answer or a referral.
+	Negative *Denial
+	// Glue reports whether a record's owner is at or below a zone cut of
+	// the zone (delegation glue, not signed); nil: none is.
+	Glue func(name string) bool
+}
+
+// ErrNoKeys is a zone without a signing key.
+var ErrNoKeys = errors.New("the zone has no signing key")
+
+// SignAnswer turns m, zone k's unsigned answer to a query with DO set, into
+// the signed one (RFC 4035 §3.1): an RRSIG after every RRset of the zone's
+// data it carries (not delegation NS records, glue, or CNAMEs a DNAME
+// synthesized), and RFC 9824's compact denial: an NXDOMAIN becomes NOERROR
+// with an NSEC of type NXNAME at the query's name, a NODATA gets the NSEC
+// of the name's types, a referral without DS the NSEC that proves it has
+// none (an insecure delegation). Signatures are made for now's window.
+func (s *Signer) SignAnswer(m *dns.Msg, k *Keys, now time.Time, a Answer) error {
+	if len(k.Signing) == 0 {
+		return ErrNoKeys
+	}
+	period := k.Period
+	if period <= 0 {
+		period = DefaultPeriod
+	}
+	w := WindowAt(now, period)
+	if a.Negative != nil && len(m.Question) == 1 {
+		if err := s.deny(m, k, w, a.Negative); err != nil {
+			return err
+		}
+	} else if referral(m, k.Zone) {
+		if err := s.insecureCut(m, k, w); err != nil {
+			return err
+		}
+	}
+	var err error
+	if m.Answer, err = s.signSection(m.Answer, k, w, a.Glue, dnameCuts(m.Answer)); err != nil {
+		return err
+	}
+	if m.Ns, err = s.signSection(m.Ns, k, w, a.Glue, nil); err != nil {
+		return err
+	}
+	if m.Extra, err = s.signSection(m.Extra, k, w, a.Glue, nil); err != nil {
+		return err
+	}
+	return nil
+}
+
+// deny adds the compact denial NSEC of the query's name to m's authority
+// section, and makes an NXDOMAIN NOERROR.
+func (s *Signer) deny(m *dns.Msg, k *Keys, w Window, d *Denial) error {
+	ttl := uint32(0)
+	for _, rr := range m.Ns {
+		if soa, ok := rr.(*dns.SOA); ok {
+			ttl = min(soa.Hdr.Ttl, soa.Minttl)
+		}
+	}
+	nsec, err := CompactNSEC(m.Question[0].Name, d.Types, d.Exists, ttl)
+	if err != nil {
+		return err
+	}
+	if !d.Exists && m.Rcode == dns.RcodeNameError {
+		m.Rcode = dns.RcodeSuccess
+	}
+	m.Ns = append(m.Ns, nsec)
+	return nil
+}
+
+// referral reports whether m is a referral out of zone: not authoritative,
+// no answer, and NS records below the apex in its authority section.
+func referral(m *dns.Msg, zone string) bool {
+	if m.Authoritative || len(m.Answer) > 0 {
+		return false
+	}
+	for _, rr := range m.Ns {
+		if rr.Header().Rrtype == dns.TypeNS && !strings.EqualFold(rr.Header().Name, zone) {
+			return true
+		}
+	}
+	return false
+}
+
+// insecureCut adds, to a referral without DS, the NSEC at the cut whose
+// bitmap (NS, no DS) proves the delegation insecure.
+func (s *Signer) insecureCut(m *dns.Msg, k *Keys, w Window) error {
+	var cut string
+	var ttl uint32
+	for _, rr := range m.Ns {
+		switch rr.Header().Rrtype {
+		case dns.TypeDS:
+			return nil // a secure delegation: its DS is signed
+		case dns.TypeNS:
+			cut, ttl = rr.Header().Name, rr.Header().Ttl
+		}
+	}
+	nsec, err := CompactNSEC(cut, []uint16{dns.TypeNS}, true, ttl)
+	if err != nil {
+		return err
+	}
+	m.Ns = append(m.Ns, nsec)
+	return nil
+}
+
+// dnameCuts returns the owners of the DNAME records of an answer section:
+// the CNAMEs below them are synthesized, and not signed (RFC 6672 §5.3).
+func dnameCuts(rrs []dns.RR) []string {
+	var out []string
+	for _, rr := range rrs {
+		if rr.Header().Rrtype == dns.TypeDNAME {
+			out = append(out, rr.Header().Name)
+		}
+	}
+	return out
+}
+
+// signSection returns rrs with an RRSIG after each RRset of the zone's own
+// data, RRsets kept in the order of their first record.
+func (s *Signer) signSection(rrs []dns.RR, k *Keys, w Window, glue func(string) bool, dnames []string) ([]dns.RR, error) {
+	type set struct {
+		rrs  []dns.RR
+		sign bool
+	}
+	var sets []*set
+	for _, rr := range rrs {
+		h := rr.Header()
+		var cur *set
+		for _, st := range sets {
+			f := st.rrs[0].Header()
+			if f.Rrtype == h.Rrtype && f.Class == h.Class && strings.EqualFold(f.Name, h.Name) {
+				cur = st
+				break
+			}
+		}
+		if cur == nil {
+			cur = &set{sign: s.signs(rr, k, glue, dnames)}
+			sets = append(sets, cur)
+		}
+		cur.rrs = append(cur.rrs, rr)
+	}
+	out := make([]dns.RR, 0, len(rrs)+len(sets))
+	for _, st := range sets {
+		out = append(out, st.rrs...)
+		if !st.sign {
+			continue
+		}
+		keys := k.zsks()
+		switch st.rrs[0].Header().Rrtype {
+		case dns.TypeDNSKEY, dns.TypeCDS, dns.TypeCDNSKEY:
+			keys = k.ksks()
+		}
+		for _, key := range keys {
+			sig, err := s.Sign(key, st.rrs, w)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, sig)
+		}
+	}
+	return out, nil
+}
+
+// signs reports whether rr's RRset is signed: the zone's data, not an
+// RRSIG, OPT or TSIG, not delegation NS records or glue, not a CNAME a
+// DNAME synthesized.
+func (s *Signer) signs(rr dns.RR, k *Keys, glue func(string) bool, dnames []string) bool {
+	h := rr.Header()
+	switch h.Rrtype {
+	case dns.TypeRRSIG, dns.TypeOPT, dns.TypeTSIG, dns.TypeSIG:
+		return false
+	}
+	if !dns.IsSubDomain(k.Zone, h.Name) {
+		return false
+	}
+	apex := strings.EqualFold(h.Name, k.Zone)
+	if h.Rrtype == dns.TypeNS && !apex {
+		return false // a delegation: the child signs its NS
+	}
+	if glue != nil && !apex && h.Rrtype != dns.TypeDS && h.Rrtype != dns.TypeNSEC && glue(h.Name) {
+		return false
+	}
+	if h.Rrtype == dns.TypeCNAME {
+		for _, d := range dnames {
+			if !strings.EqualFold(d, h.Name) && dns.IsSubDomain(d, h.Name) {
+				return false
+			}
+		}
+	}
+	return true
+}
