@@ -80,10 +80,45 @@ func (k *Keys) CDNSKEY() []dns.RR {
 // Denial is what SignAnswer needs to know of a negative answer that the
 // message does not say.
 type Denial struct {
+	// Name is the name denied: the last of the answer's CNAME chain
+	// (Denied); "" for the query's.
+	Name string
 	// Exists: the name exists (NODATA, an empty non-terminal included);
 	// Types are the types it has. Not Exists: NXDOMAIN.
 	Exists bool
 	Types  []uint16
+}
+
+// Denied reports whether m, an authoritative answer, is negative (NXDOMAIN
+// or NODATA: its authority section has the zone's SOA) and for which name:
+// the query's, or the last name of the CNAME (and DNAME) chain its answer
+// section follows from it (RFC 6604).
+func Denied(m *dns.Msg) (name string, negative bool) {
+	if len(m.Question) != 1 {
+		return "", false
+	}
+	soa := false
+	for _, rr := range m.Ns {
+		soa = soa || rr.Header().Rrtype == dns.TypeSOA
+	}
+	if !soa || (m.Rcode != dns.RcodeSuccess && m.Rcode != dns.RcodeNameError) {
+		return "", false
+	}
+	name = m.Question[0].Name
+	for range len(m.Answer) + 1 {
+		next := ""
+		for _, rr := range m.Answer {
+			if c, ok := rr.(*dns.CNAME); ok && strings.EqualFold(c.Hdr.Name, name) {
+				next = c.Target
+				break
+			}
+		}
+		if next == "" {
+			break
+		}
+		name = next
+	}
+	return name, true
 }
 
 // Answer is what SignAnswer needs to know of an answer besides the message.
@@ -146,7 +181,11 @@ func (s *Signer) deny(m *dns.Msg, k *Keys, w Window, d *Denial) error {
 			ttl = min(soa.Hdr.Ttl, soa.Minttl)
 		}
 	}
-	nsec, err := CompactNSEC(m.Question[0].Name, d.Types, d.Exists, ttl)
+	name := d.Name
+	if name == "" {
+		name = m.Question[0].Name
+	}
+	nsec, err := CompactNSEC(name, d.Types, d.Exists, ttl)
 	if err != nil {
 		return err
 	}
