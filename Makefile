@@ -5,6 +5,7 @@
 #   make run-cluster  three members on loopback from Corefile.examples/cluster/
 #   make image      the container image craftdns:dev (deploy/docker/Dockerfile) with this machine's Docker
 #   make run-tls    three members whose Raft transport is mutual TLS, and a router asking them over DNS over TLS (Corefile.examples/tls/)
+#   make run-dnssec one member signing example.org online: DNS 127.0.0.1:1093, API 127.0.0.1:8093 (Corefile.examples/dnssec.Corefile)
 #   make run-sharded  two shards of three members and a craftroute router (Corefile.examples/sharded/)
 #   make test       unit and integration tests (with the nested test modules integration/acme and deploy/kubernetes/check),
 #                   after .ci/deps installs the tools they need (as root; SKIP_DEPS=1 skips that)
@@ -38,7 +39,7 @@ FUZZTIME ?= 10m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns deps generate image run run-cluster run-tls run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr bench-migrate bench-policy bench-paged bench-filters lint clean
+.PHONY: build coredns deps generate image run run-cluster run-tls run-dnssec run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr bench-migrate bench-policy bench-paged bench-filters lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -92,6 +93,13 @@ run-tls: coredns
 	for i in 1 2 3; do ./coredns -conf Corefile.examples/tls/member$$i.Corefile -pidfile data/tls/member$$i.pid & pids="$$pids $$!"; done; \
 	./coredns -conf Corefile.examples/tls/router.Corefile -pidfile data/tls/router.pid & pids="$$pids $$!"; \
 	wait
+
+# One member signing example.org (Corefile.examples/dnssec.Corefile); its
+# key-encryption key is made on first start.
+run-dnssec: coredns
+	mkdir -p data/dnssec
+	@[ -f data/dnssec/kek ] || { (umask 077; head -c 32 /dev/urandom | base64 > data/dnssec/kek) && echo "made data/dnssec/kek: the key-encryption key of the zone's keys (keep it; every member of a group needs it)"; }
+	./coredns -conf Corefile.examples/dnssec.Corefile
 
 # Six members (shards a and b) and the router; the router imports
 # example.org through its API, split over the shards, when they are new.

@@ -45,6 +45,9 @@ func WindowAt(now time.Time, p time.Duration) Window {
 type Signer struct {
 	cache        *cache.Cache[signature]
 	hits, misses atomic.Uint64
+	// Counted, when set, is told of every signature asked for: whether
+	// the cache had it.
+	Counted func(hit bool)
 }
 
 // signature is a cache entry: the full hash it is for (the cache's key is
@@ -106,9 +109,15 @@ func (c cachingSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) 
 	key := binary.BigEndian.Uint64(e.sum[:8])
 	if v, ok := c.s.cache.Get(key); ok && v.sum == e.sum {
 		c.s.hits.Add(1)
+		if c.s.Counted != nil {
+			c.s.Counted(true)
+		}
 		return v.sig, nil
 	}
 	c.s.misses.Add(1)
+	if c.s.Counted != nil {
+		c.s.Counted(false)
+	}
 	// nil: a deterministic signature (crypto/ecdsa: RFC 6979).
 	sig, err := c.k.signer.Sign(nil, digest, opts)
 	if err != nil {

@@ -38,6 +38,9 @@ type apiConfig struct {
 	// (Craftstore.checkUpdate) for the transaction parts routers send;
 	// nil: such parts are refused.
 	checkUpdate func(origin, key string, prereq, updates []dns.RR) (int, uint16, string)
+	// sec is the member's online signing (GET /v1/zones/{zone}/ds); nil
+	// without dnssec.
+	sec *signing
 }
 
 // apiConfig is c's member API's configuration.
@@ -71,6 +74,7 @@ func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, erro
 	mux.HandleFunc("POST /v1/zones/{zone}/axfr", httpapi.Body(httpapi.JSON, a.axfrZone))
 	mux.HandleFunc("GET /v1/zones/{zone}/xfr", a.xfr)
 	mux.HandleFunc("GET /v1/zones/{zone}/filter", a.nameFilter)
+	mux.HandleFunc("GET /v1/zones/{zone}/ds", a.zoneDS)
 	mux.HandleFunc("POST /v1/zones/{zone}/xfr", httpapi.Body(httpapi.JSON, a.xfr))
 	mux.HandleFunc("DELETE /v1/zones/{zone}/xfr/{id}", httpapi.Body(httpapi.JSON, a.unfence))
 	mux.HandleFunc("GET /v1/zones/{zone}/xfr/cuts/{serial}", a.xfrCut)

@@ -15,6 +15,7 @@ import (
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/dnssec"
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/shardmap"
@@ -49,6 +50,9 @@ type Craftstore struct {
 	// held finishes the transaction parts that queries found decided
 	// (heldread.go).
 	held heldReads
+	// sec is the member's online signing (dnssec.go), set with rep; nil
+	// without dnssec.
+	sec atomic.Pointer[signing]
 }
 
 // ServeDNS implements plugin.Handler.
@@ -207,7 +211,17 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	cl.Meta = ctx // rules by geo read the geoip plugin's metadata
 
 	facts := shardproto.Requested(r)
-	if !routed && !facts && !unconfirmed && r.IsTsig() == nil && writePacked(w, r, z, &cl, ecs) {
+	// A signed zone's answers to a router are not signed (craftroute
+	// does not sign its merged answers yet); a client's with DO are, and
+	// so are the apex's keys.
+	var keys *dnssec.Keys
+	sec := c.sec.Load()
+	if sec != nil && !routed && !facts && sec.cfg.signs(z.Origin()) {
+		if keys = sec.keysFor(rep, z.Origin()); keys != nil && !signedQuery(r, qname, z.Origin()) {
+			keys = nil // DO clear, not the apex's keys: the unsigned answer
+		}
+	}
+	if keys == nil && !routed && !facts && !unconfirmed && r.IsTsig() == nil && writePacked(w, r, z, &cl, ecs) {
 		// The common answers, packed without a dns.Msg (rawwrite.go); a
 		// router's query carries facts and indexes, a signed one is
 		// signed by the server's WriteMsg.
@@ -231,6 +245,11 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeNotReady, txn.HeldText)
 		}
 		m = c.answer(r, z, qname, facts, cl, ecs)
+	}
+	if keys != nil {
+		if sm := c.signedAnswer(sec, keys, r, z, qname, m); sm != nil {
+			m = sm
+		}
 	}
 	if routed {
 		// Read after the lookup: at least the state answered from.

@@ -47,6 +47,10 @@ var (
 		Help:    "Time to persist and apply one Raft Ready (one fsync).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	}, []string{"member"})
+	signaturesCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "dnssec_signatures_total",
+		Help: "RRSIGs put in answers (dnssec), by whether the member's signature cache had them (hit) or it signed (miss).",
+	}, []string{"member", "result"})
 	readyGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftstore", Name: "ready",
 		Help: "1 when the member may answer for its group (it knows a leader, has caught up and its storage works), 0 otherwise.",

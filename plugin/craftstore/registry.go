@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,13 @@ type member struct {
 	// leases are the routers' change leases (leases.go).
 	leases *leases
 	stop   chan struct{}
+	// sec is the member's online signing (dnssec.go); nil without dnssec.
+	sec *signing
+	// makeKeys's state: the group's versions checked, the last error
+	// said, the sharded warning said.
+	versionsOK  bool
+	versionErr  string
+	shardedSaid bool
 }
 
 // start acquires the member of c's data directory, opening it if needed.
@@ -62,6 +70,7 @@ func (c *Craftstore) start() error {
 		}
 		m.refs++
 		c.ref = m
+		c.sec.Store(m.sec)
 		c.leases.Store(m.leases)
 		c.rep.Store(m.rep)
 		return nil
@@ -93,9 +102,12 @@ func (c *Craftstore) start() error {
 		return fmt.Errorf("craftstore: %w", err)
 	}
 	m := &member{cfg: c.cfg, dir: c.cfg.dir, rep: rep, refs: 1, stop: make(chan struct{}), notify: hub,
-		leases: loadLeases(c.cfg.dir, time.Now(), rep.Created(), shardproto.NewKey(c.cfg.routerKey))}
+		leases: loadLeases(c.cfg.dir, time.Now(), rep.Created(), shardproto.NewKey(c.cfg.routerKey)),
+		sec:    newSigning(c.cfg.dnssec, c.cfg.id)}
 	if c.cfg.api != "" {
-		m.api, err = startAPI(c.apiConfig(), rep, m.leases)
+		acfg := c.apiConfig()
+		acfg.sec = m.sec
+		m.api, err = startAPI(acfg, rep, m.leases)
 		if err != nil {
 			rep.Close()
 			return fmt.Errorf("craftstore: api: %w", err)
@@ -103,6 +115,7 @@ func (c *Craftstore) start() error {
 	}
 	registry[c.cfg.dir] = m
 	c.ref = m
+	c.sec.Store(m.sec)
 	c.leases.Store(m.leases)
 	c.rep.Store(rep)
 	log.Infof("member %d of %q started: data %s, raft %s, peers %s", c.cfg.id, c.cfg.cluster, c.cfg.dir, rep.RaftAddr(), peerList(c.cfg.id, c.cfg.peers, c.cfg.join))
@@ -234,6 +247,7 @@ func (m *member) background(cfg config) {
 		if m.rep.TxHeld() && m.rep.IsLeader() {
 			resolvePrepared(m.rep, m.leases, cfg.token, cfg.timeout)
 		}
+		m.makeKeys(cfg)
 		if !seeded {
 			// Only the leader imports seeds: imports of one zone from several
 			// members supersede each other and a large one would never finish.
@@ -333,6 +347,10 @@ func (cfg config) differs(o config) string {
 	}
 	if cfg.snapshot != o.snapshot || cfg.timeout != o.timeout || cfg.journal != o.journal {
 		diff = append(diff, "snapshot, journal and timeout settings")
+	}
+	if cfg.dnssec.on != o.dnssec.on || !slices.Equal(cfg.dnssec.zones, o.dnssec.zones) || cfg.dnssec.kekFile != o.dnssec.kekFile ||
+		cfg.dnssec.alg != o.dnssec.alg || cfg.dnssec.csk != o.dnssec.csk {
+		diff = append(diff, "dnssec settings")
 	}
 	return strings.Join(diff, ", ")
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/craftdns/craftdns/internal/corefile"
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/dnssec"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/zoneapi"
@@ -59,6 +60,7 @@ type config struct {
 	headroom  int            // gc_headroom: percent of the live heap it may grow by (gc.go); 0: off
 	dnsListen string         // this server block's address, advertised to the group
 	raftTLS   *transport.TLS // raft_tls: mutual TLS between members; nil: plain TCP
+	dnssec    dnssecConfig   // dnssec*: online signing (dnssec.go)
 }
 
 func setup(c *caddy.Controller) error {
@@ -156,6 +158,40 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		cfg.stateful = &statefulSet{name: args[0], account: serviceAccountDir}
 		if len(args) == 2 {
 			cfg.stateful.account = corefile.Rooted(c, args[1])
+		}
+	case "dnssec":
+		if cfg.dnssec.on {
+			return c.Err("dnssec given twice")
+		}
+		cfg.dnssec.on = true
+		for _, z := range args {
+			cfg.dnssec.zones = append(cfg.dnssec.zones, dnsname.Lower(dns.Fqdn(z)))
+		}
+	case "dnssec_kek":
+		v, err := one()
+		if err != nil {
+			return err
+		}
+		cfg.dnssec.kekFile = corefile.Rooted(c, v)
+	case "dnssec_algorithm":
+		v, err := one()
+		if err != nil {
+			return err
+		}
+		if cfg.dnssec.alg, err = dnssec.AlgorithmByName(v); err != nil {
+			return c.Errf("dnssec_algorithm: %v", err)
+		}
+	case "dnssec_keys":
+		v, err := one()
+		if err != nil {
+			return err
+		}
+		switch v {
+		case "ksk+zsk":
+		case "csk":
+			cfg.dnssec.csk = true
+		default:
+			return c.Errf("dnssec_keys %q: ksk+zsk (a key-signing and a zone-signing key, the default) or csk (one combined key)", v)
 		}
 	case "raft_tls":
 		if len(args) != 3 {
@@ -361,6 +397,14 @@ func (cfg *config) check(c *caddy.Controller, zones []string) error {
 		if cfg.token == "" && !httpapi.Loopback(host) {
 			return c.Errf("api on %q is not loopback: it needs a token", cfg.api)
 		}
+	}
+	for _, z := range cfg.dnssec.zones {
+		if plugin.Zones(zones).Matches(z) == "" {
+			return c.Errf("dnssec zone %q is not served by this server block", z)
+		}
+	}
+	if err := cfg.dnssec.check(); err != nil {
+		return c.Errf("dnssec: %v", err)
 	}
 	return nil
 }

@@ -8,9 +8,17 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+
+	"github.com/craftdns/craftdns/internal/dnssec"
+
+	"github.com/miekg/dns"
 )
 
 func TestParse(t *testing.T) {
+	kek := filepath.Join(t.TempDir(), "kek")
+	if err := dnssec.CreateKEK(kek); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		input   string
 		wantErr string
@@ -273,6 +281,58 @@ func TestParse(t *testing.T) {
 			data /tmp/x
 			timeout -1s
 		}`, wantErr: "positive"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+		}`, wantErr: "dnssec_kek FILE"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec_kek /nonexistent/kek
+		}`, wantErr: "need a dnssec line"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+			dnssec_kek /nonexistent/kek
+		}`, wantErr: "/nonexistent/kek"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec example.net
+			dnssec_kek ` + kek + `
+		}`, wantErr: "not served"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+			dnssec_kek ` + kek + `
+			dnssec_algorithm RSASHA256
+		}`, wantErr: "ECDSAP256SHA256 or ED25519"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+			dnssec_kek ` + kek + `
+			dnssec_keys three
+		}`, wantErr: "ksk+zsk"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+			dnssec_kek ` + kek + `
+		}`, check: func(t *testing.T, c *Craftstore) {
+			d := c.cfg.dnssec
+			if !d.on || d.zones != nil || d.kek == nil || d.alg != dns.ECDSAP256SHA256 || d.csk || !d.signs("example.org.") {
+				t.Errorf("dnssec defaults: %+v", d)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec Example.ORG
+			dnssec_kek ` + kek + `
+			dnssec_algorithm ed25519
+			dnssec_keys csk
+		}`, check: func(t *testing.T, c *Craftstore) {
+			d := c.cfg.dnssec
+			if !d.on || len(d.zones) != 1 || !d.signs("example.org.") || d.signs("other.org.") || d.alg != dns.ED25519 || !d.csk {
+				t.Errorf("dnssec: %+v", d)
+			}
+		}},
 	}
 	for i, tc := range tests {
 		c := caddy.NewTestController("dns", tc.input)

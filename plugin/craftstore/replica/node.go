@@ -413,7 +413,7 @@ func coalesce(effects []*fsm.Effect) []*fsm.Effect {
 // plainChange reports whether e only changes records of a zone (OpChange).
 func plainChange(e *fsm.Effect) bool {
 	return e.Zone != "" && e.Tx == nil && e.Member == nil && e.Removed == 0 &&
-		!e.Deleted && !e.Reload && !e.Seeded
+		!e.Deleted && !e.Reload && !e.Seeded && !e.Keys
 }
 
 // applyEffect brings the views and the transport in line with an applied entry.
@@ -448,8 +448,11 @@ func (r *Replica) applyView(e *fsm.Effect) error {
 		} else {
 			r.tr.RemovePeer(e.Removed)
 		}
+	case e.Keys:
+		r.keysVersion.Add(1)
 	case e.Deleted:
 		r.swapZone(e.Zone, nil)
+		r.keysVersion.Add(1) // its keys went with it
 	case e.Reload:
 		return r.reloadZone(e.Zone)
 	case e.Seeded: // a seed found the zone present: nothing to change

@@ -136,6 +136,8 @@ type Replica struct {
 	voted struct{ term, vote uint64 }
 
 	shardMap atomic.Pointer[shardmap.Place] // the shard map applied last, and this shard's place in it (fsm/shardmap.go)
+	// keysVersion changes with the zones' DNSSEC keys (keys.go).
+	keysVersion atomic.Uint64
 
 	applied atomic.Uint64
 	// raftApplied is the index of the last entry handed to raft as applied

@@ -280,6 +280,7 @@ func (r *Replica) afterSnapshot() error {
 		return err
 	}
 	r.applied.Store(applied)
+	r.keysVersion.Add(1) // any zone's keys may differ
 	r.signalApplied()
 	for _, m := range members {
 		if m.ID != r.cfg.ID {

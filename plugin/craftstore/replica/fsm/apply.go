@@ -39,6 +39,7 @@ type Effect struct {
 	HasBase bool
 	Tx      *TxEffect       // a transaction's part prepared or finished (txn.go)
 	Map     *shardmap.Place // OpMapSet committed: the shard map's new epoch, and this shard's place in it
+	Keys    bool            // OpKeys: the zone's DNSSEC keys changed (keys.go)
 	// More are the effects of a map part's moves (txn.go), to be applied
 	// before this one's (which unlocks their names).
 	More []*Effect
@@ -109,6 +110,8 @@ func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 		}
 		eff, err := deleteZone(g, c.Zone)
 		return Result{}, eff, err
+	case OpKeys:
+		return applyKeys(g, c)
 	case OpMemberInfo:
 		// A member advertises its DNS and API addresses. Its Raft address
 		// is the group's (the peer lines, or the membership change that
@@ -142,6 +145,9 @@ func deleteZone(g *bolt.Bucket, zone string) (*Effect, error) {
 		return nil, err
 	}
 	if err := deleteBase(g, zone); err != nil {
+		return nil, err
+	}
+	if err := deleteKeys(g, zone); err != nil {
 		return nil, err
 	}
 	return &Effect{Zone: zone, Deleted: true}, nil

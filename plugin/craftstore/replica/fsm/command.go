@@ -30,6 +30,7 @@ const (
 	OpTxFence      Op = 12 // hold a zone's transactions for a consistent transfer (fence.go)
 	OpTxUnfence    Op = 13 // release them
 	OpMapSet       Op = 14 // the deployment's shard map at a new epoch: a transaction's part only (shardmap.go)
+	OpKeys         Op = 15 // a zone's DNSSEC keys, sealed (keys.go)
 )
 
 // IsTx reports whether o is a transaction op, whose encoding carries the
@@ -72,6 +73,10 @@ type Command struct {
 	Meta    []byte   // OpTxPrepare: the coordinator and participants (JSON)
 	Outcome byte     // OpTxDecide: the outcome to record unless one is
 
+	// Keys (OpKeys) is the zone's key set (KeySet, JSON); with Absent it
+	// is set only when the zone has none.
+	Keys []byte
+
 	Map   []byte // OpMapSet: the shard map (shardmap.Map, JSON)
 	Shard string // OpMapSet: the shard the part was sent to, "" when unnamed
 	// Hold (OpMapSet) lists partitions of the map whose writes wait while
@@ -107,6 +112,7 @@ type Command struct {
 //	   moves and drops of names (key mode "name")
 //	2  map parts that commit staged zones and drop whole zones (key mode
 //	   "zone"); holds of zones
+//	3  OpKeys: a zone's DNSSEC keys (keys.go)
 const Version = shardmap.FSMVersion
 
 // Staged is a staged import of a zone (OpImportBegin's Import id).
@@ -211,6 +217,10 @@ func (c *Command) Marshal() ([]byte, error) {
 			}
 		}
 	}
+	if c.Op == OpKeys {
+		b = binary.AppendUvarint(b, uint64(len(c.Keys)))
+		b = append(b, c.Keys...)
+	}
 	if c.Op == OpMemberInfo {
 		b = binary.AppendUvarint(b, c.Member.ID)
 		b = appendString(b, c.Member.Raft)
@@ -230,7 +240,7 @@ func Unmarshal(data []byte) (*Command, error) {
 		return nil, fmt.Errorf("unknown command format %d", v)
 	}
 	c := &Command{Op: Op(d.byte())}
-	if c.Op < OpChange || c.Op > OpMapSet {
+	if c.Op < OpChange || c.Op > OpKeys {
 		return nil, fmt.Errorf("unknown command op %d", c.Op)
 	}
 	c.ID = d.uvarint()
@@ -308,6 +318,9 @@ func Unmarshal(data []byte) (*Command, error) {
 				}
 			}
 		}
+	}
+	if c.Op == OpKeys {
+		c.Keys = append([]byte(nil), d.bytes()...)
 	}
 	if c.Op == OpMemberInfo {
 		c.Member = Member{ID: d.uvarint(), Raft: d.string(), DNS: d.string(), API: d.string()}

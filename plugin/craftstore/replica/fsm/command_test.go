@@ -52,12 +52,12 @@ func TestNameKeyOrder(t *testing.T) {
 // carries the transaction fields.
 func TestOpNumbers(t *testing.T) {
 	ops := []Op{OpChange, OpImportBegin, OpImportChunk, OpImportCommit, OpDeleteZone, OpMemberInfo, OpUpdate,
-		OpTxPrepare, OpTxCommit, OpTxAbort, OpTxDecide, OpTxFence, OpTxUnfence}
+		OpTxPrepare, OpTxCommit, OpTxAbort, OpTxDecide, OpTxFence, OpTxUnfence, OpMapSet, OpKeys}
 	for i, o := range ops {
 		if int(o) != i+1 {
 			t.Errorf("op %d has number %d: numbers are on disk and never change", i+1, o)
 		}
-		if want := o >= OpTxPrepare; o.IsTx() != want {
+		if want := o >= OpTxPrepare && o <= OpTxUnfence; o.IsTx() != want {
 			t.Errorf("op %d: IsTx %v, expected %v", o, o.IsTx(), want)
 		}
 	}

@@ -21,7 +21,8 @@
 // The files: command.go (the commands and their encoding in the log),
 // apply.go (the dispatch, Apply, and record changes), update.go (RFC 2136
 // UPDATE), import.go (whole-zone imports), txn.go (transaction parts and
-// decisions), fence.go (transfer fences), journal.go and cuts.go (the IXFR
+// decisions), fence.go (transfer fences), keys.go (zones' DNSSEC keys),
+// journal.go and cuts.go (the IXFR
 // journal and a transfer's cut records), serialbase.go (the serial a zone's
 // shard counts from), conf.go (membership), transfer.go (the reads behind
 // AXFR and IXFR), errors.go (the kinds of refusal). The rules a zone is

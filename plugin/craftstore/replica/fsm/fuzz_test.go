@@ -24,6 +24,7 @@ func FuzzCommand(f *testing.F) {
 		{Op: OpMapSet, Map: []byte(`{"epoch":3}`), Shard: "c", Moves: []*Command{{Op: OpChange, Zone: "example.org.", Add: []dns.RR{a}}}},
 		{Op: OpMapSet, Map: []byte(`{"epoch":4}`), Shard: "a", Hold: []uint32{7}, Drop: true, Epoch: 3},
 		{Op: OpChange, Zone: "example.org.", Add: []dns.RR{a}, Epoch: 9},
+		{Op: OpKeys, Zone: "example.org.", Absent: true, Keys: []byte(`{"keys":[]}`)},
 	} {
 		b, err := c.Marshal()
 		if err != nil {

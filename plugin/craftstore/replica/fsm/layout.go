@@ -27,6 +27,7 @@ import (
 //	data.<n>/importmeta/<origin> -> import id (8 bytes), absent flag (1 byte)
 //	data.<n>/journal/<origin>/<sequence> -> one change, for IXFR (journal.go)
 //	data.<n>/seeded/<origin>  -> empty: a seed import of the zone committed
+//	data.<n>/keys/<origin>    -> the zone's DNSSEC keys, sealed (keys.go)
 var (
 	BucketMeta       = []byte("meta")
 	KeyCurrent       = []byte("current")

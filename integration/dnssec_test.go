@@ -1,0 +1,264 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/craftdns/craftdns/integration/harness"
+
+	"github.com/miekg/dns"
+)
+
+// dsReply is GET /v1/zones/{zone}/ds.
+type dsReply struct {
+	Zone   string
+	DS     []string
+	DNSKEY []string
+}
+
+// writeKEK makes a key-encryption key file as make run-dnssec does.
+func writeKEK(t *testing.T, path string) {
+	t.Helper()
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	out, err := exec.Command("sh", "-c", "head -c 32 /dev/urandom | base64").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitDS waits for a signed zone's keys and returns its DS and DNSKEYs.
+func waitDS(t *testing.T, api harness.API, zone string) dsReply {
+	t.Helper()
+	var ds dsReply
+	harness.Eventually(t, zone+"'s DS", 30*time.Second, func() bool {
+		code, err := api.Do("GET", "/v1/zones/"+zone+"/ds", nil, &ds)
+		return err == nil && code == http.StatusOK && len(ds.DS) > 0
+	})
+	return ds
+}
+
+// trustAnchor writes a delv trust anchor file for the DS record ds.
+func trustAnchor(t *testing.T, dir, ds string) string {
+	t.Helper()
+	rr, err := dns.NewRR(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := rr.(*dns.DS)
+	path := filepath.Join(dir, "anchors.conf")
+	os.WriteFile(path, fmt.Appendf(nil, "trust-anchors {\n  %s static-ds %d %d %d \"%s\";\n};\n",
+		d.Hdr.Name, d.KeyTag, d.Algorithm, d.DigestType, d.Digest), 0o644)
+	return path
+}
+
+// delvValidates runs delv against addr for each query and checks what it
+// says: validated, never bogus or unsigned.
+func delvValidates(t *testing.T, delv, addr, anchors string, queries [][3]string) {
+	t.Helper()
+	host, port := strings.Split(addr, ":")[0], strings.Split(addr, ":")[1]
+	for _, q := range queries {
+		out, _ := exec.Command(delv, "@"+host, "-p", port, "-a", anchors, "+root=example.org", "+nocrypto", q[0], q[1]).CombinedOutput()
+		s := string(out)
+		if !strings.Contains(s, q[2]) || strings.Contains(s, "bogus") || strings.Contains(s, "unsigned") || strings.Contains(s, "insecure") {
+			t.Errorf("delv %s %s at %s: expected %q, got:\n%s", q[0], q[1], addr, q[2], s)
+		}
+	}
+}
+
+// signedQueries are the example zone's answers delv must validate:
+// positive, NODATA, NXDOMAIN (RFC 9824's compact denial), an empty
+// non-terminal, a wildcard's, a CNAME's and a DNAME's, the denial of the
+// DS of an insecure delegation, the zone's keys and CDS.
+var signedQueries = [][3]string{
+	{"www.example.org", "A", "; fully validated"},
+	{"www.example.org", "MX", "; negative response, fully validated"},
+	{"nope.example.org", "A", "; negative response, fully validated"},
+	{"devices.example.org", "A", "; negative response, fully validated"},
+	{"host.dev.example.org", "A", "; fully validated"},
+	{"host.dev.example.org", "TXT", "; negative response, fully validated"},
+	{"ftp.example.org", "A", "; fully validated"},
+	{"a.old.example.org", "A", "; fully validated"},
+	{"lab.example.org", "DS", "; negative response, fully validated"},
+	{"example.org", "DNSKEY", "; fully validated"},
+	{"example.org", "CDS", "; fully validated"},
+	{"example.org", "SOA", "; fully validated"},
+}
+
+// TestDNSSECExample runs Corefile.examples/dnssec.Corefile (make
+// run-dnssec): the member makes the zone's keys, commits them, gives the DS
+// through its API, and BIND's delv validates its answers from that DS
+// (signedQueries), after a write too and after a restart (the same keys).
+// A query without DO gets the unsigned answer (NXDOMAIN stays NXDOMAIN);
+// the apex's DNSKEY RRset is served either way. DNSSEC records written
+// through the API are refused; a member whose key-encryption key file is
+// missing, readable by others or not a key does not start and names it.
+func TestDNSSECExample(t *testing.T) {
+	delv := harness.RequireTool(t, "delv")
+	wd := harness.Workdir(t)
+	writeKEK(t, filepath.Join(wd, "data/dnssec/kek"))
+	p := harness.Start(t, "dnssec", wd, "Corefile.examples/dnssec.Corefile")
+	harness.WaitReady(t, "http://127.0.0.1:8193/ready", p)
+	api := harness.API{Base: "http://127.0.0.1:8093"}
+	ds := waitDS(t, api, "example.org")
+	if len(ds.DS) != 1 || len(ds.DNSKEY) != 2 {
+		t.Fatalf("a KSK and a ZSK expected: %+v", ds)
+	}
+	anchors := trustAnchor(t, wd, ds.DS[0])
+	if code, err := api.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{
+		"old.example.org. 300 IN DNAME new.example.org.", "a.new.example.org. 300 IN A 192.0.2.9"}}, nil); err != nil || code != http.StatusOK {
+		t.Fatalf("adding a DNAME: %d %v", code, err)
+	}
+	delvValidates(t, delv, "127.0.0.1:1093", anchors, signedQueries)
+
+	// A name written now: its new RRset is signed.
+	if code, err := api.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"new1.example.org. 60 IN A 192.0.2.11"}}, nil); err != nil || code != http.StatusOK {
+		t.Fatalf("a write: %d %v", code, err)
+	}
+	delvValidates(t, delv, "127.0.0.1:1093", anchors, [][3]string{{"new1.example.org", "A", "; fully validated"}})
+
+	// Without DO: no signatures, NXDOMAIN; the keys at the apex.
+	m := new(dns.Msg)
+	m.SetQuestion("nope.example.org.", dns.TypeA)
+	r, err := dns.Exchange(m, "127.0.0.1:1093")
+	if err != nil || r.Rcode != dns.RcodeNameError || len(r.Ns) != 1 || r.Ns[0].Header().Rrtype != dns.TypeSOA {
+		t.Errorf("NXDOMAIN without DO: %v %v", r, err)
+	}
+	m.SetQuestion("www.example.org.", dns.TypeA)
+	m.SetEdns0(1232, false)
+	if r, err = dns.Exchange(m, "127.0.0.1:1093"); err != nil || strings.Contains(r.String(), "RRSIG") || len(r.Answer) != 1 {
+		t.Errorf("an answer without DO: %v %v", r, err)
+	}
+	m.SetQuestion("example.org.", dns.TypeDNSKEY)
+	if r, err = dns.Exchange(m, "127.0.0.1:1093"); err != nil || len(r.Answer) != 2 || strings.Contains(r.String(), "RRSIG") {
+		t.Errorf("DNSKEY without DO: %v %v", r, err)
+	}
+
+	// DNSSEC records are the signer's, not the API's.
+	for _, rr := range []string{"x.example.org. 300 IN DNSKEY 256 3 13 AAAA", "x.example.org. 300 IN NSEC y.example.org. A"} {
+		if code, _ := api.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{rr}}, nil); code != http.StatusBadRequest {
+			t.Errorf("%s written through the API: %d", rr, code)
+		}
+	}
+
+	// A restart: the same keys, from the group's state.
+	p.Signal(syscall.SIGTERM)
+	if code, err := p.Wait(20 * time.Second); err != nil || code != 0 {
+		t.Fatalf("after SIGTERM: exit %d, %v", code, err)
+	}
+	p = harness.Start(t, "dnssec2", wd, "Corefile.examples/dnssec.Corefile")
+	harness.WaitReady(t, "http://127.0.0.1:8193/ready", p)
+	if again := waitDS(t, api, "example.org"); again.DS[0] != ds.DS[0] {
+		t.Errorf("the DS changed across a restart: %s, then %s", ds.DS[0], again.DS[0])
+	}
+	delvValidates(t, delv, "127.0.0.1:1093", anchors, signedQueries[:3])
+	p.Kill()
+
+	// Bad key-encryption key files: no start, the file named.
+	text, err := os.ReadFile(filepath.Join(harness.Repo, "Corefile.examples/dnssec.Corefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(wd, "open.kek")
+	os.WriteFile(open, []byte("MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDE=\n"), 0o644)
+	short := filepath.Join(wd, "short.kek")
+	os.WriteFile(short, []byte("c2hvcnQ=\n"), 0o600)
+	for n, tc := range []struct{ file, want string }{
+		{filepath.Join(wd, "missing.kek"), "missing.kek"},
+		{open, "chmod 600"},
+		{short, "short.kek"},
+	} {
+		c := strings.Replace(string(text), "dnssec_kek data/dnssec/kek", "dnssec_kek "+tc.file, 1)
+		c = strings.Replace(c, "data data/dnssec/member", fmt.Sprintf("data data/bad%d", n), 1)
+		c = strings.Replace(c, "example.org:1093", fmt.Sprintf("example.org:%d", harness.ListenPort(t)), 1)
+		c = strings.Replace(c, "api 127.0.0.1:8093", fmt.Sprintf("api 127.0.0.1:%d", harness.ListenPort(t)), 1)
+		c = strings.Replace(c, "ready 127.0.0.1:8193", fmt.Sprintf("ready 127.0.0.1:%d", harness.ListenPort(t)), 1)
+		name := fmt.Sprintf("badkek%d", n)
+		os.WriteFile(filepath.Join(wd, name+".Corefile"), []byte(c), 0o644)
+		bp := harness.Start(t, name, wd, name+".Corefile")
+		code, err := bp.Wait(20 * time.Second)
+		if err != nil || code == 0 {
+			t.Errorf("%s: expected the start to fail, got exit %d, %v", name, code, err)
+		}
+		if logs := bp.Logs(); !strings.Contains(logs, "dnssec") || !strings.Contains(logs, tc.want) {
+			t.Errorf("%s: expected an error naming dnssec and %q, got:\n%s", name, tc.want, logs)
+		}
+		if _, err := os.Stat(filepath.Join(wd, "data", fmt.Sprintf("bad%d", n))); !os.IsNotExist(err) {
+			t.Errorf("%s: the failed start left its data directory (%v)", name, err)
+		}
+	}
+}
+
+// TestDNSSECGroup: the three members of the cluster example, signing:
+// every member gives the same bytes for the same signed answer (one key
+// set, committed through Raft; deterministic signatures in the same
+// window), and delv validates each member's.
+func TestDNSSECGroup(t *testing.T) {
+	delv := harness.RequireTool(t, "delv")
+	wd := harness.Workdir(t)
+	writeKEK(t, filepath.Join(wd, "data/kek"))
+	var procs []*harness.Proc
+	for i := 1; i <= 3; i++ {
+		text, err := os.ReadFile(filepath.Join(harness.Repo, fmt.Sprintf("Corefile.examples/cluster/member%d.Corefile", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := strings.Replace(string(text), "        allow update. * *\n", "        allow update. * *\n        dnssec\n        dnssec_kek data/kek\n", 1)
+		if c == string(text) {
+			t.Fatal("the cluster example's member has no allow line to put dnssec after")
+		}
+		name := fmt.Sprintf("m%d", i)
+		os.WriteFile(filepath.Join(wd, name+".Corefile"), []byte(c), 0o644)
+		procs = append(procs, harness.Start(t, name, wd, name+".Corefile"))
+	}
+	for i := 1; i <= 3; i++ {
+		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", 8190+i), procs...)
+	}
+	ds := waitDS(t, harness.API{Base: "http://127.0.0.1:8061"}, "example.org")
+	for i := 2; i <= 3; i++ {
+		if other := waitDS(t, harness.API{Base: fmt.Sprintf("http://127.0.0.1:%d", 8060+i)}, "example.org"); other.DS[0] != ds.DS[0] {
+			t.Fatalf("member %d's DS %s, member 1's %s", i, other.DS[0], ds.DS[0])
+		}
+	}
+	anchors := trustAnchor(t, wd, ds.DS[0])
+	for _, q := range []struct {
+		name  string
+		qtype uint16
+	}{
+		{"www.example.org.", dns.TypeA}, {"nope.example.org.", dns.TypeA}, {"www.example.org.", dns.TypeTXT},
+		{"example.org.", dns.TypeDNSKEY}, {"x.dev.example.org.", dns.TypeA}, {"ftp.example.org.", dns.TypeA},
+	} {
+		var first []byte
+		for i := 1; i <= 3; i++ {
+			m := new(dns.Msg)
+			m.SetQuestion(q.name, q.qtype)
+			m.SetEdns0(4096, true)
+			m.Id = 7
+			r, err := dns.Exchange(m, fmt.Sprintf("127.0.0.1:%d", 1060+i))
+			if err != nil {
+				t.Fatalf("%s from member %d: %v", q.name, i, err)
+			}
+			b, _ := r.Pack()
+			if i == 1 {
+				first = b
+				if !strings.Contains(r.String(), "RRSIG") {
+					t.Errorf("%s %s: no signature: %v", q.name, dns.TypeToString[q.qtype], r)
+				}
+			} else if string(b) != string(first) {
+				t.Errorf("%s %s: member %d's signed answer differs from member 1's:\n%v", q.name, dns.TypeToString[q.qtype], i, r)
+			}
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		delvValidates(t, delv, fmt.Sprintf("127.0.0.1:%d", 1060+i), anchors, signedQueries[:6])
+	}
+}

@@ -1,0 +1,398 @@
+package craftstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/dnssec"
+	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/zoneapi"
+	"github.com/craftdns/craftdns/plugin/craftstore/replica"
+	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+	"github.com/craftdns/craftdns/plugin/craftstore/zone"
+
+	"github.com/miekg/dns"
+)
+
+// dnssecConfig is the block's online signing (README, "DNSSEC"): the
+// dnssec, dnssec_kek, dnssec_algorithm and dnssec_keys lines.
+type dnssecConfig struct {
+	on      bool
+	zones   []string // canonical; nil: every zone the member serves
+	kekFile string
+	kek     *dnssec.KEK
+	alg     uint8
+	csk     bool // one combined key (flags 257) instead of a KSK and a ZSK
+}
+
+// signs reports whether zone is signed.
+func (d *dnssecConfig) signs(zone string) bool {
+	return d.on && (d.zones == nil || slices.Contains(d.zones, zone))
+}
+
+// check finishes the configuration once the block is read: a signed zone
+// needs the key-encryption key, which must load (a missing or bad file
+// fails the start, naming it).
+func (d *dnssecConfig) check() error {
+	if !d.on {
+		if d.kekFile != "" || d.alg != 0 || d.csk {
+			return errors.New("dnssec_kek, dnssec_algorithm and dnssec_keys need a dnssec line")
+		}
+		return nil
+	}
+	if d.kekFile == "" {
+		return errors.New("dnssec needs dnssec_kek FILE: the key-encryption key the members seal the zones' private keys with (head -c 32 /dev/urandom | base64 > FILE; chmod 600 FILE; the same file on every member)")
+	}
+	if d.alg == 0 {
+		d.alg = dnssec.ECDSAP256SHA256
+	}
+	var err error
+	d.kek, err = dnssec.LoadKEK(d.kekFile)
+	return err
+}
+
+// signing is a member's online signing: its configuration, the zones' keys
+// as last opened, and the signature cache.
+type signing struct {
+	cfg    dnssecConfig
+	signer *dnssec.Signer
+	keys   sync.Map // zone → *openedKeys
+	// warned: zones whose keys could not be opened, said once.
+	warned sync.Map
+}
+
+// openedKeys are a zone's keys opened at a replica's KeysVersion.
+type openedKeys struct {
+	version uint64
+	keys    *dnssec.Keys // nil: the zone has none (yet)
+}
+
+// signatureCache is how many signatures a member keeps (about 100 bytes
+// each with their keys).
+const signatureCache = 100000
+
+func newSigning(cfg dnssecConfig, member uint64) *signing {
+	if !cfg.on {
+		return nil
+	}
+	s := &signing{cfg: cfg, signer: dnssec.NewSigner(signatureCache)}
+	id := strconv.FormatUint(member, 10)
+	hit, miss := signaturesCount.WithLabelValues(id, "hit"), signaturesCount.WithLabelValues(id, "miss")
+	s.signer.Counted = func(h bool) {
+		if h {
+			hit.Inc()
+		} else {
+			miss.Inc()
+		}
+	}
+	return s
+}
+
+// keysFor returns zone's keys, opened with the key-encryption key; nil when
+// the zone has none yet or they do not open (logged once).
+func (s *signing) keysFor(rep *replica.Replica, zone string) *dnssec.Keys {
+	v := rep.KeysVersion()
+	if o, ok := s.keys.Load(zone); ok && o.(*openedKeys).version == v {
+		return o.(*openedKeys).keys
+	}
+	raw, err := rep.ZoneKeys(zone)
+	var keys *dnssec.Keys
+	if err == nil && raw != nil {
+		keys, err = openKeySet(zone, raw, s.cfg.kek)
+	}
+	if err != nil {
+		if _, said := s.warned.LoadOrStore(zone, true); !said {
+			log.Errorf("zone %s: its DNSSEC keys: %v; its answers go unsigned", zone, err)
+		}
+		keys = nil
+	} else {
+		s.warned.Delete(zone)
+	}
+	s.keys.Store(zone, &openedKeys{version: v, keys: keys})
+	return keys
+}
+
+// keyTTL is the TTL of the DNSKEY, CDS and CDNSKEY RRsets.
+const keyTTL = 3600
+
+// sealAD binds a sealed private key to its zone and key.
+func sealAD(zone string, flags uint16, alg uint8, tag uint16) []byte {
+	return fmt.Appendf(nil, "%s %d %d %d", zone, flags, alg, tag)
+}
+
+// openKeySet opens the key set raw of zone with kek.
+func openKeySet(zone string, raw []byte, kek *dnssec.KEK) (*dnssec.Keys, error) {
+	ks, err := fsm.ParseKeySet(raw)
+	if err != nil {
+		return nil, err
+	}
+	keys := &dnssec.Keys{Zone: zone, TTL: keyTTL}
+	for _, sk := range ks.Keys {
+		priv, err := kek.Open(sk.Sealed, sealAD(zone, sk.Flags, sk.Algorithm, sk.Tag))
+		if err != nil {
+			return nil, fmt.Errorf("key %d: %w", sk.Tag, err)
+		}
+		k, err := dnssec.ParseKey(zone, sk.Algorithm, sk.Flags, priv)
+		if err != nil {
+			return nil, fmt.Errorf("key %d: %w", sk.Tag, err)
+		}
+		if k.Tag != sk.Tag {
+			return nil, fmt.Errorf("key %d: its private key has the tag %d", sk.Tag, k.Tag)
+		}
+		if sk.State == fsm.KeyActive {
+			keys.Signing = append(keys.Signing, k)
+		} else {
+			keys.Published = append(keys.Published, k)
+		}
+		if sk.DS {
+			keys.DS = append(keys.DS, k)
+		}
+	}
+	return keys, nil
+}
+
+// newKeySet makes zone's first keys: a key-signing and a zone-signing key,
+// or one combined key, sealed with kek.
+func newKeySet(zone string, cfg dnssecConfig, now time.Time) ([]byte, error) {
+	flags := []uint16{dnssec.FlagKSK, dnssec.FlagZSK}
+	if cfg.csk {
+		flags = flags[:1]
+	}
+	var ks fsm.KeySet
+	for _, f := range flags {
+		k, err := dnssec.GenerateKey(zone, cfg.alg, f)
+		if err != nil {
+			return nil, err
+		}
+		der, err := k.MarshalPrivate()
+		if err != nil {
+			return nil, err
+		}
+		ks.Keys = append(ks.Keys, fsm.SealedKey{
+			Tag: k.Tag, Algorithm: cfg.alg, Flags: f, State: fsm.KeyActive, DS: f == dnssec.FlagKSK,
+			Sealed: cfg.kek.Seal(der, sealAD(zone, f, cfg.alg, k.Tag)), Created: now.Unix(),
+		})
+	}
+	return json.Marshal(ks)
+}
+
+// makeKeys gives every signed zone of the member's group that has no keys
+// its first ones: on the leader, once every member of the group applies
+// OpKeys (fsm version 3). The keys are made here and committed through
+// Raft, so that every member signs with them; of two leaders that make a
+// zone's keys at once, the first committed wins (Absent).
+func (m *member) makeKeys(cfg config) {
+	if m.sec == nil || !m.rep.IsLeader() {
+		return
+	}
+	if m.rep.Placement() != nil {
+		// A zone of a sharded deployment must have one key set on every
+		// shard: its routers would have to agree on it, which they do
+		// not yet. Said once.
+		if !m.shardedSaid {
+			log.Warningf("member %d: DNSSEC signing is not available for the zones of a sharded deployment (a shard map is set); they are served unsigned", m.rep.ID())
+			m.shardedSaid = true
+		}
+		return
+	}
+	var missing []string
+	for _, z := range m.rep.Zones() {
+		if !m.sec.cfg.signs(z) {
+			continue
+		}
+		if raw, err := m.rep.ZoneKeys(z); err == nil && raw == nil {
+			missing = append(missing, z)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if !m.versionsOK {
+		if err := groupVersions(m.rep, cfg.token, fsm.Version); err != nil {
+			if m.versionErr != err.Error() {
+				log.Warningf("member %d: not making DNSSEC keys yet: %v", m.rep.ID(), err)
+				m.versionErr = err.Error()
+			}
+			return
+		}
+		m.versionsOK = true
+	}
+	for _, z := range missing {
+		set, err := newKeySet(z, m.sec.cfg, time.Now())
+		if err != nil {
+			log.Errorf("zone %s: making its DNSSEC keys: %v", z, err)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = m.rep.SetKeys(ctx, z, set, true)
+		cancel()
+		switch {
+		case err == nil:
+			log.Infof("zone %s: DNSSEC keys made (algorithm %d)", z, m.sec.cfg.alg)
+		case errors.Is(err, fsm.ErrConflict): // another leader's won
+		default:
+			log.Warningf("zone %s: committing its DNSSEC keys: %v; tried again", z, err)
+		}
+	}
+}
+
+// groupVersions checks that every member of rep's group applies the state
+// machine's version want or later, by asking each member's API for its
+// status (GET /v1/cluster).
+func groupVersions(rep *replica.Replica, token string, want int) error {
+	st, err := rep.Status()
+	if err != nil {
+		return err
+	}
+	cl := &http.Client{Timeout: 2 * time.Second}
+	for _, mb := range st.Members {
+		if mb.ID == rep.ID() {
+			continue
+		}
+		if mb.API == "" {
+			return fmt.Errorf("member %d has no API address to ask its version of", mb.ID)
+		}
+		req, err := http.NewRequest(http.MethodGet, apiBase(mb.API)+"/v1/cluster", nil)
+		if err != nil {
+			return err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			return fmt.Errorf("member %d: %v", mb.ID, err)
+		}
+		var s replica.Status
+		err = json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<20)).Decode(&s)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("member %d: its status: %v", mb.ID, err)
+		}
+		if s.FSMVersion < want {
+			return fmt.Errorf("member %d runs state machine version %d, signing needs %d: upgrade it", mb.ID, s.FSMVersion, want)
+		}
+	}
+	return nil
+}
+
+// apiBase is a member's advertised API address as a base URL.
+func apiBase(api string) string {
+	if len(api) > 7 && (api[:7] == "http://" || (len(api) > 8 && api[:8] == "https://")) {
+		return api
+	}
+	return "http://" + api
+}
+
+// keyRRsets are the apex RRsets signing adds to a zone: its keys, and what
+// it asks of its parent.
+func keyRRset(keys *dnssec.Keys, qtype uint16) []dns.RR {
+	switch qtype {
+	case dns.TypeDNSKEY:
+		return keys.DNSKEYs()
+	case dns.TypeCDS:
+		return keys.CDS()
+	case dns.TypeCDNSKEY:
+		return keys.CDNSKEY()
+	}
+	return nil
+}
+
+// signedAnswer answers r, a query for qname in signed zone z whose keys
+// are keys: the apex's DNSKEY, CDS and CDNSKEY from the keys, anything else
+// from the lookup; signed when r has DO set. It returns nil when it cannot
+// sign (the caller answers unsigned).
+func (c *Craftstore) signedAnswer(s *signing, keys *dnssec.Keys, r *dns.Msg, z *zone.Zone, qname string, m *dns.Msg) *dns.Msg {
+	q := r.Question[0]
+	if qname == z.Origin() {
+		if rrs := keyRRset(keys, q.Qtype); rrs != nil {
+			m = new(dns.Msg)
+			m.SetReply(r)
+			m.Authoritative = true
+			if opt := r.IsEdns0(); opt != nil {
+				m.SetEdns0(dns.DefaultMsgSize, opt.Do())
+			}
+			m.Answer = rrs
+		}
+	}
+	if opt := r.IsEdns0(); opt == nil || !opt.Do() {
+		return m
+	}
+	a := dnssec.Answer{Glue: z.Glue}
+	if name, neg := dnssec.Denied(m); neg {
+		name = dnsname.Lower(name)
+		exists, types, _ := z.Presence(name)
+		if name == z.Origin() {
+			types = append(types, dns.TypeDNSKEY)
+			if len(keys.DS) > 0 {
+				types = append(types, dns.TypeCDS, dns.TypeCDNSKEY)
+			}
+		}
+		a.Negative = &dnssec.Denial{Name: name, Exists: exists, Types: types}
+	}
+	if err := s.signer.SignAnswer(m, keys, time.Now(), a); err != nil {
+		log.Errorf("zone %s: signing the answer to %s %s: %v", z.Origin(), q.Name, dns.TypeToString[q.Qtype], err)
+		return nil
+	}
+	return m
+}
+
+// signedQuery reports whether r's answer in a signed zone differs from the
+// unsigned one: DO set, or a query for the apex's keys.
+func signedQuery(r *dns.Msg, qname, origin string) bool {
+	if opt := r.IsEdns0(); opt != nil && opt.Do() {
+		return true
+	}
+	switch r.Question[0].Qtype {
+	case dns.TypeDNSKEY, dns.TypeCDS, dns.TypeCDNSKEY:
+		return qname == origin
+	}
+	return false
+}
+
+// dsView is GET /v1/zones/{zone}/ds: what the parent zone needs of a
+// signed zone.
+type dsView struct {
+	Zone   string   `json:"zone"`
+	DS     []string `json:"ds"`     // the DS records to give the parent (SHA-256)
+	DNSKEY []string `json:"dnskey"` // the zone's DNSKEY RRset
+}
+
+// zoneDS serves GET /v1/zones/{zone}/ds: 404 for a zone the member does
+// not hold or does not sign, 503 while its keys are not made yet.
+func (a *apiServer) zoneDS(w http.ResponseWriter, r *http.Request) {
+	origin, err := zoneapi.ZoneParam(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	switch {
+	case a.rep.Zone(origin) == nil:
+		fail(w, zoneapi.Errorf(http.StatusNotFound, "zone %q not found", origin))
+		return
+	case a.sec == nil || !a.sec.cfg.signs(origin):
+		fail(w, zoneapi.Errorf(http.StatusNotFound, "zone %q is not signed: no dnssec line names it", origin))
+		return
+	}
+	keys := a.sec.keysFor(a.rep, origin)
+	if keys == nil {
+		fail(w, zoneapi.Errorf(http.StatusServiceUnavailable, "zone %q has no DNSSEC keys yet (the group's leader makes them): try again", origin))
+		return
+	}
+	v := dsView{Zone: origin, DS: []string{}, DNSKEY: []string{}}
+	for _, k := range keys.DS {
+		v.DS = append(v.DS, k.DS(keyTTL).String())
+	}
+	for _, rr := range keys.DNSKEYs() {
+		v.DNSKEY = append(v.DNSKEY, rr.String())
+	}
+	httpapi.WriteJSON(w, http.StatusOK, v)
+}

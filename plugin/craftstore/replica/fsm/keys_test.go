@@ -1,0 +1,85 @@
+package fsm
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/miekg/dns"
+	bolt "go.etcd.io/bbolt"
+)
+
+// TestApplyKeys: a zone's key set is stored when its shape is right and the
+// zone exists; Absent sets the first one only; a deleted zone loses its
+// keys; the command survives its encoding.
+func TestApplyKeys(t *testing.T) {
+	db := openGeneration(t)
+	set := []byte(`{"keys":[{"tag":1,"algorithm":13,"flags":257,"state":"active","ds":true,"sealed":"AQID","created":5}]}`)
+	other := []byte(`{"keys":[{"tag":2,"algorithm":13,"flags":257,"state":"active","sealed":"AQID","created":6}]}`)
+	apply := func(c *Command) (*Effect, error) {
+		t.Helper()
+		b, err := c.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err = Unmarshal(b); err != nil {
+			t.Fatal(err)
+		}
+		var eff *Effect
+		err = db.Update(func(tx *bolt.Tx) error {
+			var err error
+			_, eff, err = Apply(Generation(tx), c, 100)
+			var fe *Error
+			if errors.As(err, &fe) {
+				return fe // a refusal: nothing of it must be written
+			}
+			return err
+		})
+		return eff, err
+	}
+	keys := func() string {
+		var out string
+		db.View(func(tx *bolt.Tx) error { out = string(ZoneKeys(Generation(tx), "example.org.")); return nil })
+		return out
+	}
+	if _, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: set}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("keys of a zone that does not exist: %v", err)
+	}
+	if _, err := apply(&Command{Op: OpImportBegin, Zone: "example.org.", Import: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(&Command{Op: OpImportChunk, Zone: "example.org.", Import: 1, Add: []dns.RR{soaRR(t, 1), mustRR(t, "example.org. 300 IN NS ns1.example.org.")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(&Command{Op: OpImportCommit, Zone: "example.org.", Import: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for name, bad := range map[string]string{
+		"no keys":       `{"keys":[]}`,
+		"a bad state":   `{"keys":[{"tag":1,"algorithm":13,"flags":257,"state":"new","sealed":"AQID"}]}`,
+		"bad flags":     `{"keys":[{"tag":1,"algorithm":13,"flags":1,"state":"active","sealed":"AQID"}]}`,
+		"no private":    `{"keys":[{"tag":1,"algorithm":13,"flags":257,"state":"active"}]}`,
+		"none active":   `{"keys":[{"tag":1,"algorithm":13,"flags":257,"state":"published","sealed":"AQID"}]}`,
+		"unknown field": `{"keys":[{"tag":1,"algorithm":13,"flags":257,"state":"active","sealed":"AQID","x":1}]}`,
+		"not JSON":      `keys`,
+	} {
+		if _, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: []byte(bad)}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if keys() != "" {
+		t.Fatal("a refused key set was stored")
+	}
+	eff, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: set, Absent: true})
+	if err != nil || eff == nil || !eff.Keys || eff.Zone != "example.org." || keys() != string(set) {
+		t.Fatalf("the first key set: %+v %v %q", eff, err, keys())
+	}
+	if _, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: other, Absent: true}); !errors.Is(err, ErrConflict) || keys() != string(set) {
+		t.Errorf("a second first key set: %v, stored %q", err, keys())
+	}
+	if _, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: other}); err != nil || keys() != string(other) {
+		t.Errorf("a new key set: %v, stored %q", err, keys())
+	}
+	if _, err := apply(&Command{Op: OpDeleteZone, Zone: "example.org."}); err != nil || keys() != "" {
+		t.Errorf("the zone deleted: %v, keys %q", err, keys())
+	}
+}
