@@ -21,6 +21,7 @@
 #   make bench-rss      memory with 1,000,000 records: craftstore vs file
 #   make bench-updates  RFC 2136 updates/s: craftstore cluster vs dynupdate (bench/updates/run.sh)
 #   make bench-router   craftroute's CPU per forwarded query vs dnsdist and forward (bench/router.sh)
+#   make bench-dnssec   a member's CPU per signed answer vs unsigned and vs Knot's mod-onlinesign (bench/dnssec.sh)
 #   make bench-txn      UPDATEs through a router: one shard vs two shards (transactions) (bench/txn.sh)
 #   make bench-axfr     AXFR of 1,000,000 records: through a router over two shards vs one member (bench/axfr.sh)
 #   make bench-migrate  adding and removing a shard under load, 1,000,000 records (bench/migrate.sh)
@@ -39,7 +40,7 @@ FUZZTIME ?= 10m
 
 export CGO_ENABLED := 0
 
-.PHONY: build coredns deps generate image run run-cluster run-tls run-dnssec run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-txn bench-axfr bench-migrate bench-policy bench-paged bench-filters lint clean
+.PHONY: build coredns deps generate image run run-cluster run-tls run-dnssec run-sharded test test-race fuzz chaos dropin bench bench-updates bench-router bench-routers bench-dnssec bench-txn bench-axfr bench-migrate bench-policy bench-paged bench-filters lint clean
 
 # Test modules nested in this repository, each with its own go.mod (their
 # dependencies stay out of the product's).
@@ -170,6 +171,9 @@ bench-updates: coredns
 
 bench-router: coredns
 	./bench/router.sh
+
+bench-dnssec: coredns
+	./bench/dnssec.sh
 
 bench-txn: coredns
 	./bench/txn.sh
