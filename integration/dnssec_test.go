@@ -120,6 +120,28 @@ func TestDNSSECExample(t *testing.T) {
 	}
 	delvValidates(t, delv, "127.0.0.1:1093", anchors, signedQueries)
 
+	// A secure delegation: a DS at a cut comes with the zone (an import;
+	// a change of one DNSSEC record is refused), signed by the parent.
+	zoneText, err := os.ReadFile(filepath.Join(harness.Repo, "Corefile.examples/zones/example.org.zone"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zoneText = append(zoneText, "secure IN NS ns.secure.example.org.\nns.secure IN A 192.0.2.201\n"+
+		"secure IN DS 12345 13 2 9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08\n"...)
+	if code, err := api.Do("PUT", "/v1/zones/example.org", string(zoneText), nil); err != nil || code != http.StatusOK {
+		t.Fatalf("PUT of the zone with a DS: %d %v", code, err)
+	}
+	delvValidates(t, delv, "127.0.0.1:1093", anchors, [][3]string{
+		{"secure.example.org", "DS", "; fully validated"},
+		{"lab.example.org", "DS", "; negative response, fully validated"},
+	})
+	ref := new(dns.Msg)
+	ref.SetQuestion("host.secure.example.org.", dns.TypeA)
+	ref.SetEdns0(1232, true)
+	if r, err := dns.Exchange(ref, "127.0.0.1:1093"); err != nil || !strings.Contains(r.String(), "RRSIG\tDS") || strings.Contains(r.String(), "RRSIG\tNS") || strings.Contains(r.String(), "RRSIG\tA") {
+		t.Errorf("a secure referral: the DS signed, the NS and glue not: %v %v", r, err)
+	}
+
 	// A name written now: its new RRset is signed.
 	if code, err := api.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"new1.example.org. 60 IN A 192.0.2.11"}}, nil); err != nil || code != http.StatusOK {
 		t.Fatalf("a write: %d %v", code, err)

@@ -327,6 +327,7 @@ func (c *Craftstore) signedAnswer(s *signing, keys *dnssec.Keys, r *dns.Msg, z *
 		return m
 	}
 	a := dnssec.Answer{Glue: z.Glue}
+	addDS(m, z)
 	if name, neg := dnssec.Denied(m); neg {
 		name = dnsname.Lower(name)
 		exists, types, _ := z.Presence(name)
@@ -395,4 +396,25 @@ func (a *apiServer) zoneDS(w http.ResponseWriter, r *http.Request) {
 		v.DNSKEY = append(v.DNSKEY, rr.String())
 	}
 	httpapi.WriteJSON(w, http.StatusOK, v)
+}
+
+// addDS adds to m, when it is a referral, the DS RRset of its cut, which a
+// signed referral carries (RFC 4035 section 3.1.4): the delegation is then
+// secure; without one SignAnswer proves it insecure.
+func addDS(m *dns.Msg, z *zone.Zone) {
+	if m.Authoritative || len(m.Answer) > 0 {
+		return
+	}
+	for _, rr := range m.Ns {
+		h := rr.Header()
+		if h.Rrtype == dns.TypeDS {
+			return
+		}
+		if h.Rrtype == dns.TypeNS && dnsname.Lower(h.Name) != z.Origin() {
+			if ds := z.RRs(h.Name, dns.TypeDS); ds != nil {
+				m.Ns = append(m.Ns, ds...)
+			}
+			return
+		}
+	}
 }
