@@ -284,3 +284,110 @@ func TestDNSSECGroup(t *testing.T) {
 		delvValidates(t, delv, fmt.Sprintf("127.0.0.1:%d", 1060+i), anchors, signedQueries[:6])
 	}
 }
+
+// TestDNSSECRollover: the cluster example's three members, signing with a
+// ZSK that rolls over every 12 s (3 s waits): under writes, delv validates
+// every answer from the zone's DS throughout (new names and old), while
+// the DNSKEY RRset goes from two keys to three and back and the ZSK that
+// signs changes; a member stopped across a rollover step catches up and
+// answers the same bytes as the others again.
+func TestDNSSECRollover(t *testing.T) {
+	delv := harness.RequireTool(t, "delv")
+	wd := harness.Workdir(t)
+	writeKEK(t, filepath.Join(wd, "data/kek"))
+	var procs []*harness.Proc
+	for i := 1; i <= 3; i++ {
+		text, err := os.ReadFile(filepath.Join(harness.Repo, fmt.Sprintf("Corefile.examples/cluster/member%d.Corefile", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := strings.Replace(string(text), "        allow update. * *\n",
+			"        allow update. * *\n        dnssec\n        dnssec_kek data/kek\n        dnssec_zsk_rollover 12s 3s\n", 1)
+		name := fmt.Sprintf("m%d", i)
+		os.WriteFile(filepath.Join(wd, name+".Corefile"), []byte(c), 0o644)
+		procs = append(procs, harness.Start(t, name, wd, name+".Corefile"))
+	}
+	for i := 1; i <= 3; i++ {
+		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", 8190+i), procs...)
+	}
+	api := harness.API{Base: "http://127.0.0.1:8061"}
+	ds := waitDS(t, api, "example.org")
+	anchors := trustAnchor(t, wd, ds.DS[0])
+
+	zskOf := func(addr string) (keys int, signer uint16) {
+		m := new(dns.Msg)
+		m.SetQuestion("example.org.", dns.TypeDNSKEY)
+		m.SetEdns0(4096, true)
+		if r, err := dns.Exchange(m, addr); err == nil {
+			for _, rr := range r.Answer {
+				if _, ok := rr.(*dns.DNSKEY); ok {
+					keys++
+				}
+			}
+		}
+		m.SetQuestion("www.example.org.", dns.TypeA)
+		if r, err := dns.Exchange(m, addr); err == nil {
+			for _, rr := range r.Answer {
+				if s, ok := rr.(*dns.RRSIG); ok {
+					signer = s.KeyTag
+				}
+			}
+		}
+		return keys, signer
+	}
+	seenKeys := map[int]bool{}
+	signers := map[uint16]bool{}
+	end := time.Now().Add(32 * time.Second)
+	stopped := false
+	for i := 0; time.Now().Before(end); i++ {
+		name := fmt.Sprintf("roll%d.example.org.", i)
+		if code, err := api.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{name + " 60 IN A 192.0.2.44"}}, nil); err != nil || code != http.StatusOK {
+			t.Fatalf("write %d: %d %v", i, code, err)
+		}
+		member := 1 + i%2 // members 1 and 2; 3 is stopped for a while
+		addr := fmt.Sprintf("127.0.0.1:%d", 1060+member)
+		harness.Eventually(t, name+" on member "+fmt.Sprint(member), 10*time.Second, func() bool { return harness.HasA(addr, name, "192.0.2.44") })
+		delvValidates(t, delv, addr, anchors, [][3]string{
+			{strings.TrimSuffix(name, "."), "A", "; fully validated"},
+			{"www.example.org", "A", "; fully validated"},
+			{"nope.example.org", "A", "; negative response, fully validated"},
+		})
+		n, s := zskOf(addr)
+		seenKeys[n], signers[s] = true, true
+		switch {
+		case i == 6 && !stopped:
+			procs[2].Signal(syscall.SIGSTOP)
+			stopped = true
+		case i == 16 && stopped:
+			procs[2].Signal(syscall.SIGCONT)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if stopped {
+		procs[2].Signal(syscall.SIGCONT)
+	}
+	if !seenKeys[2] || !seenKeys[3] || len(signers) < 2 {
+		t.Errorf("no rollover seen: DNSKEY RRsets of %v keys, signing ZSKs %v", seenKeys, signers)
+	}
+	// The stopped member caught up: the same bytes as member 1.
+	harness.Eventually(t, "member 3 answering as member 1", 20*time.Second, func() bool {
+		for _, q := range []string{"www.example.org.", "example.org.", "roll1.example.org."} {
+			m := new(dns.Msg)
+			m.SetQuestion(q, dns.TypeA)
+			m.SetEdns0(4096, true)
+			m.Id = 9
+			a, err1 := dns.Exchange(m, "127.0.0.1:1061")
+			b, err2 := dns.Exchange(m, "127.0.0.1:1063")
+			if err1 != nil || err2 != nil {
+				return false
+			}
+			pa, _ := a.Pack()
+			pb, _ := b.Pack()
+			if string(pa) != string(pb) {
+				return false
+			}
+		}
+		return true
+	})
+	delvValidates(t, delv, "127.0.0.1:1063", anchors, signedQueries[:3])
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +32,23 @@ type dnssecConfig struct {
 	kek     *dnssec.KEK
 	alg     uint8
 	csk     bool // one combined key (flags 257) instead of a KSK and a ZSK
+	// zskLifetime is how long a zone-signing key signs before the next
+	// replaces it (dnssec_zsk_rollover); 0: never. rolloverWait is each
+	// of a rollover's waits: the new key published before it signs, the
+	// old one published after it stopped (at least the DNSKEY TTL and the
+	// zone's largest TTL, so that no cache holds a signature whose key
+	// it cannot find).
+	zskLifetime  time.Duration
+	rolloverWait time.Duration
+	zskSet       bool // dnssec_zsk_rollover given
 }
+
+// Rollover defaults: a ZSK signs for 30 days; each wait is a day (above
+// the DNSKEY TTL, an hour, and most zones' largest TTL).
+const (
+	defaultZSKLifetime  = 30 * 24 * time.Hour
+	defaultRolloverWait = 24 * time.Hour
+)
 
 // signs reports whether zone is signed.
 func (d *dnssecConfig) signs(zone string) bool {
@@ -43,8 +60,8 @@ func (d *dnssecConfig) signs(zone string) bool {
 // fails the start, naming it).
 func (d *dnssecConfig) check() error {
 	if !d.on {
-		if d.kekFile != "" || d.alg != 0 || d.csk {
-			return errors.New("dnssec_kek, dnssec_algorithm and dnssec_keys need a dnssec line")
+		if d.kekFile != "" || d.alg != 0 || d.csk || d.zskSet {
+			return errors.New("dnssec_kek, dnssec_algorithm, dnssec_keys and dnssec_zsk_rollover need a dnssec line")
 		}
 		return nil
 	}
@@ -53,6 +70,12 @@ func (d *dnssecConfig) check() error {
 	}
 	if d.alg == 0 {
 		d.alg = dnssec.ECDSAP256SHA256
+	}
+	if !d.zskSet {
+		d.zskLifetime, d.rolloverWait = defaultZSKLifetime, defaultRolloverWait
+	}
+	if d.zskLifetime > 0 && 2*d.rolloverWait >= d.zskLifetime {
+		return fmt.Errorf("dnssec_zsk_rollover: the lifetime %v must be more than twice the wait %v", d.zskLifetime, d.rolloverWait)
 	}
 	var err error
 	d.kek, err = dnssec.LoadKEK(d.kekFile)
@@ -149,7 +172,7 @@ func openKeySet(zone string, raw []byte, kek *dnssec.KEK) (*dnssec.Keys, error) 
 		}
 		if sk.State == fsm.KeyActive {
 			keys.Signing = append(keys.Signing, k)
-		} else {
+		} else { // published before it signs, or retired after
 			keys.Published = append(keys.Published, k)
 		}
 		if sk.DS {
@@ -178,10 +201,139 @@ func newKeySet(zone string, cfg dnssecConfig, now time.Time) ([]byte, error) {
 		}
 		ks.Keys = append(ks.Keys, fsm.SealedKey{
 			Tag: k.Tag, Algorithm: cfg.alg, Flags: f, State: fsm.KeyActive, DS: f == dnssec.FlagKSK,
-			Sealed: cfg.kek.Seal(der, sealAD(zone, f, cfg.alg, k.Tag)), Created: now.Unix(),
+			Sealed: cfg.kek.Seal(der, sealAD(zone, f, cfg.alg, k.Tag)), Created: now.Unix(), Since: now.Unix(),
 		})
 	}
 	return json.Marshal(ks)
+}
+
+// since is when key k entered its state.
+func since(k fsm.SealedKey) time.Time {
+	if k.Since != 0 {
+		return time.Unix(k.Since, 0)
+	}
+	return time.Unix(k.Created, 0)
+}
+
+// rolloverStep returns the key set that follows raw, zone's, at now in a
+// pre-publication ZSK rollover (RFC 6781 section 4.1.1.1), or nil when
+// nothing is due:
+//
+//  1. the active ZSK has signed for the lifetime: a new ZSK is published;
+//  2. it has been published for the wait: it signs, the old one retires
+//     (still published);
+//  3. the retired one has been published for the wait since: it goes.
+//
+// A combined key (CSK) does not roll over here. The step carries the hash
+// of raw: it applies over raw only.
+func rolloverStep(zone string, raw []byte, cfg dnssecConfig, now time.Time) ([]byte, error) {
+	if cfg.zskLifetime <= 0 {
+		return nil, nil
+	}
+	ks, err := fsm.ParseKeySet(raw)
+	if err != nil {
+		return nil, err
+	}
+	var active, published, retired []int
+	for i, k := range ks.Keys {
+		if k.Flags != dnssec.FlagZSK {
+			continue
+		}
+		switch k.State {
+		case fsm.KeyActive:
+			active = append(active, i)
+		case fsm.KeyPublished:
+			published = append(published, i)
+		case fsm.KeyRetired:
+			retired = append(retired, i)
+		}
+	}
+	if len(active) == 0 {
+		return nil, nil // a CSK zone
+	}
+	next := fsm.KeySet{Prev: fsm.SetHash(raw)}
+	switch {
+	case len(retired) > 0 && !now.Before(since(ks.Keys[retired[0]]).Add(cfg.rolloverWait)):
+		for i, k := range ks.Keys {
+			if i != retired[0] {
+				next.Keys = append(next.Keys, k)
+			}
+		}
+	case len(published) > 0 && !now.Before(since(ks.Keys[published[0]]).Add(cfg.rolloverWait)):
+		for i, k := range ks.Keys {
+			switch {
+			case i == published[0]:
+				k.State, k.Since = fsm.KeyActive, now.Unix()
+			case k.Flags == dnssec.FlagZSK && k.State == fsm.KeyActive:
+				k.State, k.Since = fsm.KeyRetired, now.Unix()
+			}
+			next.Keys = append(next.Keys, k)
+		}
+	case len(published) == 0 && len(retired) == 0 && !now.Before(since(ks.Keys[active[0]]).Add(cfg.zskLifetime)):
+		k, err := dnssec.GenerateKey(zone, ks.Keys[active[0]].Algorithm, dnssec.FlagZSK)
+		if err != nil {
+			return nil, err
+		}
+		der, err := k.MarshalPrivate()
+		if err != nil {
+			return nil, err
+		}
+		alg := k.DNSKEY.Algorithm
+		next.Keys = append(ks.Keys, fsm.SealedKey{Tag: k.Tag, Algorithm: alg, Flags: dnssec.FlagZSK, State: fsm.KeyPublished,
+			Sealed: cfg.kek.Seal(der, sealAD(zone, dnssec.FlagZSK, alg, k.Tag)), Created: now.Unix(), Since: now.Unix()})
+	default:
+		return nil, nil
+	}
+	return json.Marshal(next)
+}
+
+// rollKeys takes the rollover steps that are due, on the leader.
+func (m *member) rollKeys() {
+	for _, z := range m.rep.Zones() {
+		if !m.sec.cfg.signs(z) {
+			continue
+		}
+		raw, err := m.rep.ZoneKeys(z)
+		if err != nil || raw == nil {
+			continue
+		}
+		now := time.Now()
+		step, err := rolloverStep(z, raw, m.sec.cfg, now)
+		if err != nil {
+			log.Errorf("zone %s: its ZSK rollover: %v", z, err)
+			continue
+		}
+		if step == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = m.rep.SetKeys(ctx, z, step, false)
+		cancel()
+		switch {
+		case err == nil:
+			log.Infof("zone %s: ZSK rollover: %s", z, describeKeys(step))
+		case errors.Is(err, fsm.ErrConflict): // another leader's step went first
+		default:
+			log.Warningf("zone %s: committing a ZSK rollover step: %v; tried again", z, err)
+		}
+	}
+}
+
+// describeKeys says a key set's keys and states, for the log.
+func describeKeys(raw []byte) string {
+	ks, err := fsm.ParseKeySet(raw)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, k := range ks.Keys {
+		kind := "ZSK"
+		if k.Flags == dnssec.FlagKSK {
+			kind = "KSK"
+		}
+		out = append(out, fmt.Sprintf("%s %d %s", kind, k.Tag, k.State))
+	}
+	return strings.Join(out, ", ")
 }
 
 // makeKeys gives every signed zone of the member's group that has no keys
@@ -213,6 +365,7 @@ func (m *member) makeKeys(cfg config) {
 		}
 	}
 	if len(missing) == 0 {
+		m.rollKeys()
 		return
 	}
 	if !m.versionsOK {

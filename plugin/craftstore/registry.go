@@ -349,7 +349,8 @@ func (cfg config) differs(o config) string {
 		diff = append(diff, "snapshot, journal and timeout settings")
 	}
 	if cfg.dnssec.on != o.dnssec.on || !slices.Equal(cfg.dnssec.zones, o.dnssec.zones) || cfg.dnssec.kekFile != o.dnssec.kekFile ||
-		cfg.dnssec.alg != o.dnssec.alg || cfg.dnssec.csk != o.dnssec.csk {
+		cfg.dnssec.alg != o.dnssec.alg || cfg.dnssec.csk != o.dnssec.csk ||
+		cfg.dnssec.zskLifetime != o.dnssec.zskLifetime || cfg.dnssec.rolloverWait != o.dnssec.rolloverWait {
 		diff = append(diff, "dnssec settings")
 	}
 	return strings.Join(diff, ", ")

@@ -181,6 +181,22 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		if cfg.dnssec.alg, err = dnssec.AlgorithmByName(v); err != nil {
 			return c.Errf("dnssec_algorithm: %v", err)
 		}
+	case "dnssec_zsk_rollover":
+		// LIFETIME WAIT, or off.
+		cfg.dnssec.zskSet = true
+		switch {
+		case len(args) == 1 && args[0] == "off":
+			cfg.dnssec.zskLifetime = 0
+		case len(args) == 2:
+			l, err1 := time.ParseDuration(args[0])
+			w, err2 := time.ParseDuration(args[1])
+			if err1 != nil || err2 != nil || l <= 0 || w <= 0 {
+				return c.Errf("dnssec_zsk_rollover %s: LIFETIME WAIT, two positive durations (720h 24h), or off", strings.Join(args, " "))
+			}
+			cfg.dnssec.zskLifetime, cfg.dnssec.rolloverWait = l, w
+		default:
+			return c.Errf("dnssec_zsk_rollover: LIFETIME WAIT, two positive durations (720h 24h), or off")
+		}
 	case "dnssec_keys":
 		v, err := one()
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -315,9 +316,32 @@ func TestParse(t *testing.T) {
 			data /tmp/x
 			dnssec
 			dnssec_kek ` + kek + `
+			dnssec_zsk_rollover 10h 6h
+		}`, wantErr: "more than twice the wait"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+			dnssec_kek ` + kek + `
+			dnssec_zsk_rollover soon
+		}`, wantErr: "LIFETIME WAIT"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+			dnssec_kek ` + kek + `
+			dnssec_zsk_rollover 20s 4s
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if d := c.cfg.dnssec; d.zskLifetime != 20*time.Second || d.rolloverWait != 4*time.Second {
+				t.Errorf("dnssec_zsk_rollover: %v %v", d.zskLifetime, d.rolloverWait)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+			dnssec_kek ` + kek + `
 		}`, check: func(t *testing.T, c *Craftstore) {
 			d := c.cfg.dnssec
-			if !d.on || d.zones != nil || d.kek == nil || d.alg != dns.ECDSAP256SHA256 || d.csk || !d.signs("example.org.") {
+			if !d.on || d.zones != nil || d.kek == nil || d.alg != dns.ECDSAP256SHA256 || d.csk || !d.signs("example.org.") ||
+				d.zskLifetime != defaultZSKLifetime || d.rolloverWait != defaultRolloverWait {
 				t.Errorf("dnssec defaults: %+v", d)
 			}
 		}},

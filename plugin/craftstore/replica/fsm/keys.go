@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -20,6 +22,16 @@ var BucketKeys = []byte("keys")
 // KeySet is a zone's DNSSEC keys.
 type KeySet struct {
 	Keys []SealedKey `json:"keys"`
+	// Prev, when set, is the hash of the key set this one replaces
+	// (SetHash): it is applied only over that one, so that of two
+	// proposers of a rollover's step one wins.
+	Prev string `json:"prev,omitempty"`
+}
+
+// SetHash identifies a stored key set (its bytes' SHA-256, hex).
+func SetHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // SealedKey is one key of a zone.
@@ -28,8 +40,13 @@ type SealedKey struct {
 	Algorithm uint8  `json:"algorithm"`
 	Flags     uint16 `json:"flags"`
 	// State: "active" (in the DNSKEY RRset, signing), "published" (in the
-	// DNSKEY RRset only: before it signs, or after).
+	// DNSKEY RRset before it signs: a rollover's new key), "retired" (in
+	// the DNSKEY RRset after it signed, until the signatures it made have
+	// expired from caches).
 	State string `json:"state"`
+	// Since is when the key entered its state (the proposer's clock, Unix
+	// seconds); 0 in sets made before rollovers: Created.
+	Since int64 `json:"since,omitempty"`
 	// DS: the parent's DS should list it (a key-signing key): the zone
 	// publishes its CDS and CDNSKEY.
 	DS     bool   `json:"ds,omitempty"`
@@ -43,6 +60,7 @@ type SealedKey struct {
 const (
 	KeyActive    = "active"
 	KeyPublished = "published"
+	KeyRetired   = "retired"
 )
 
 // maxKeys bounds a zone's keys: a rollover has at most a few at once.
@@ -62,8 +80,8 @@ func ParseKeySet(b []byte) (*KeySet, error) {
 	active := false
 	for _, k := range ks.Keys {
 		switch {
-		case k.State != KeyActive && k.State != KeyPublished:
-			return nil, fmt.Errorf("key %d: state %q, %q or %q", k.Tag, k.State, KeyActive, KeyPublished)
+		case k.State != KeyActive && k.State != KeyPublished && k.State != KeyRetired:
+			return nil, fmt.Errorf("key %d: state %q, %q, %q or %q", k.Tag, k.State, KeyActive, KeyPublished, KeyRetired)
 		case k.Flags != 256 && k.Flags != 257:
 			return nil, fmt.Errorf("key %d: flags %d, 256 or 257", k.Tag, k.Flags)
 		case len(k.Sealed) == 0:
@@ -91,8 +109,12 @@ func applyKeys(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 	if err != nil {
 		return Result{}, nil, err
 	}
-	if c.Absent && kb.Get([]byte(c.Zone)) != nil {
+	old := kb.Get([]byte(c.Zone))
+	if c.Absent && old != nil {
 		return Result{}, nil, Errorf(ErrConflict, "zone %q has keys already", c.Zone)
+	}
+	if ks, _ := ParseKeySet(c.Keys); ks.Prev != "" && (old == nil || SetHash(old) != ks.Prev) {
+		return Result{}, nil, Errorf(ErrConflict, "zone %q: its keys changed since this change was made", c.Zone)
 	}
 	if err := kb.Put([]byte(c.Zone), append([]byte(nil), c.Keys...)); err != nil {
 		return Result{}, nil, err

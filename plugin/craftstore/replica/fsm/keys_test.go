@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -78,6 +79,15 @@ func TestApplyKeys(t *testing.T) {
 	}
 	if _, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: other}); err != nil || keys() != string(other) {
 		t.Errorf("a new key set: %v, stored %q", err, keys())
+	}
+	// A rollover's step replaces the set it was made from, not another.
+	step := []byte(`{"keys":[{"tag":3,"algorithm":13,"flags":257,"state":"active","sealed":"AQID"},{"tag":4,"algorithm":13,"flags":256,"state":"retired","sealed":"AQID","since":9}],"prev":"` + SetHash(set) + `"}`)
+	if _, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: step}); !errors.Is(err, ErrConflict) || keys() != string(other) {
+		t.Errorf("a step over another set: %v, stored %q", err, keys())
+	}
+	step = []byte(strings.Replace(string(step), SetHash(set), SetHash(other), 1))
+	if _, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: step}); err != nil || keys() != string(step) {
+		t.Errorf("a step over its set: %v, stored %q", err, keys())
 	}
 	if _, err := apply(&Command{Op: OpDeleteZone, Zone: "example.org."}); err != nil || keys() != "" {
 		t.Errorf("the zone deleted: %v, keys %q", err, keys())
