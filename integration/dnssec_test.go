@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/integration/harness"
+	"github.com/craftdns/craftdns/internal/dnsdiff"
 
 	"github.com/miekg/dns"
 )
@@ -390,4 +391,58 @@ func TestDNSSECRollover(t *testing.T) {
 		return true
 	})
 	delvValidates(t, delv, "127.0.0.1:1063", anchors, signedQueries[:3])
+}
+
+// TestDNSSECTransfer: a signed zone goes out signed (signatures made at
+// transfer time, the keys and an NSEC chain added): NSD and Knot
+// secondaries serve it as they hold it, and delv validates their answers
+// (positive, NODATA, NXDOMAIN by the chain, a wildcard's) from the DS the
+// member gives; an IXFR from an old serial gets the whole signed zone.
+func TestDNSSECTransfer(t *testing.T) {
+	delv := harness.RequireTool(t, "delv")
+	wd := harness.Workdir(t)
+	writeKEK(t, filepath.Join(wd, "data/dnssec/kek"))
+	text, err := os.ReadFile(filepath.Join(harness.Repo, "Corefile.examples/dnssec.Corefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := strings.Replace(string(text), "    bind 127.0.0.1\n", "    bind 127.0.0.1\n    transfer {\n        to *\n    }\n", 1)
+	os.WriteFile(filepath.Join(wd, "xfr.Corefile"), []byte(c), 0o644)
+	p := harness.Start(t, "dnssec", wd, "xfr.Corefile")
+	harness.WaitReady(t, "http://127.0.0.1:8193/ready", p)
+	api := harness.API{Base: "http://127.0.0.1:8093"}
+	ds := waitDS(t, api, "example.org")
+	anchors := trustAnchor(t, wd, ds.DS[0])
+	var res struct{ Serial uint32 }
+	if code, err := api.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{"late.example.org. 300 IN A 192.0.2.77"}}, &res); err != nil || code != http.StatusOK {
+		t.Fatalf("a write: %d %v", code, err)
+	}
+
+	queries := [][3]string{
+		{"www.example.org", "A", "; fully validated"},
+		{"late.example.org", "A", "; fully validated"},
+		{"www.example.org", "MX", "; negative response, fully validated"},
+		{"nope.example.org", "A", "; negative response, fully validated"},
+		{"host.dev.example.org", "A", "; fully validated"},
+		{"example.org", "DNSKEY", "; fully validated"},
+	}
+	nsd := dnsdiff.StartNSDSecondary(t, "example.org.", "127.0.0.1:1093", harness.ListenPort(t))
+	delvValidates(t, delv, nsd.Addr, anchors, queries)
+	knot := dnsdiff.StartKnotSecondary(t, "example.org.", "127.0.0.1:1093", harness.ListenPort(t))
+	delvValidates(t, delv, knot.Addr, anchors, queries)
+
+	// dig: the AXFR has RRSIGs and NSECs, the IXFR from the first serial
+	// is the whole zone.
+	axfr := digXFR(t, 1093, "example.org.", "AXFR")
+	kinds := map[uint16]int{}
+	for _, rr := range axfr {
+		kinds[rr.Header().Rrtype]++
+	}
+	if kinds[dns.TypeRRSIG] == 0 || kinds[dns.TypeNSEC] == 0 || kinds[dns.TypeDNSKEY] != 2 {
+		t.Errorf("the AXFR is not signed: %v", axfr)
+	}
+	ixfr := digXFR(t, 1093, "example.org.", fmt.Sprintf("IXFR=%d", res.Serial-1))
+	if len(ixfr) != len(axfr) {
+		t.Errorf("an IXFR of a signed zone: %d records, the AXFR %d", len(ixfr), len(axfr))
+	}
 }
