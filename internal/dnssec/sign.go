@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,30 +38,35 @@ func WindowAt(now time.Time, p time.Duration) Window {
 
 // Signer signs RRsets with a zone's keys. Its signatures are deterministic
 // (RFC 6979 for ECDSA; Ed25519 is), and it keeps them in a bounded cache
-// keyed by the key and a hash of the exact data signed: the RRset in
-// canonical form, its owner, TTL and type, and the RRSIG's fields (the
-// window among them). A cached signature therefore never outlives what it
-// signed: a change of the data is another key, and entries nothing asks for
-// any more are evicted as others come in.
+// keyed by the key and a hash of the exact data signed: the window, and the
+// RRset's records as given (owner, type, class, TTL, RDATA, in their
+// order; the signature covers their canonical form, which they determine).
+// A cached signature therefore never outlives what it signed: a change of
+// the data is another key, and entries nothing asks for any more are
+// evicted as others come in. A hit costs a hash of the records, not their
+// canonical form.
 type Signer struct {
 	cache        *cache.Cache[signature]
 	hits, misses atomic.Uint64
 	// Counted, when set, is told of every signature asked for: whether
 	// the cache had it.
 	Counted func(hit bool)
+	bufs    sync.Pool // *[]byte: records packed for the cache's key
 }
 
 // signature is a cache entry: the full hash it is for (the cache's key is
-// its first 8 bytes) and the signature.
+// its first 8 bytes) and the RRSIG made.
 type signature struct {
 	sum [sha256.Size]byte
-	sig []byte
+	sig *dns.RRSIG
 }
 
 // NewSigner returns a Signer whose cache holds about entries signatures
 // (CoreDNS's cache: 256 shards of at least 4 entries, random eviction).
 func NewSigner(entries int) *Signer {
-	return &Signer{cache: cache.New[signature](max(entries, 1024))}
+	s := &Signer{cache: cache.New[signature](max(entries, 1024))}
+	s.bufs.New = func() any { b := make([]byte, 0, 512); return &b }
+	return s
 }
 
 // Stats returns the cache's hits and misses so far.
@@ -75,6 +81,43 @@ func (s *Signer) Sign(k *Key, rrset []dns.RR, w Window) (*dns.RRSIG, error) {
 		return nil, errors.New("no records to sign")
 	}
 	h := rrset[0].Header()
+	// The cache's key: the key, the window, the records.
+	bp := s.bufs.Get().(*[]byte)
+	buf := append((*bp)[:0], k.id[:]...)
+	buf = binary.BigEndian.AppendUint32(buf, w.Inception)
+	buf = binary.BigEndian.AppendUint32(buf, w.Expiration)
+	for _, rr := range rrset {
+		off := len(buf)
+		need := off + dns.Len(rr)
+		if cap(buf) < need {
+			buf = append(buf[:cap(buf)], make([]byte, need-cap(buf))...)
+		}
+		n, err := dns.PackRR(rr, buf[:need], off, nil, false)
+		if err != nil {
+			*bp = buf
+			s.bufs.Put(bp)
+			return nil, err
+		}
+		buf = buf[:n]
+	}
+	var e signature
+	e.sum = sha256.Sum256(buf)
+	*bp = buf
+	s.bufs.Put(bp)
+	key := binary.BigEndian.Uint64(e.sum[:8])
+	if v, ok := s.cache.Get(key); ok && v.sum == e.sum {
+		s.hits.Add(1)
+		if s.Counted != nil {
+			s.Counted(true)
+		}
+		out := *v.sig
+		out.Hdr.Name = h.Name // the same name, in the case asked
+		return &out, nil
+	}
+	s.misses.Add(1)
+	if s.Counted != nil {
+		s.Counted(false)
+	}
 	rrsig := &dns.RRSIG{
 		Hdr:        dns.RR_Header{Name: h.Name, Rrtype: dns.TypeRRSIG, Class: h.Class, Ttl: h.Ttl},
 		Algorithm:  k.DNSKEY.Algorithm,
@@ -84,46 +127,23 @@ func (s *Signer) Sign(k *Key, rrset []dns.RR, w Window) (*dns.RRSIG, error) {
 		KeyTag:     k.Tag,
 		SignerName: k.DNSKEY.Hdr.Name,
 	}
-	if err := rrsig.Sign(cachingSigner{s: s, k: k}, rrset); err != nil {
+	if err := rrsig.Sign(deterministic{k}, rrset); err != nil {
 		return nil, err
 	}
+	kept := *rrsig
+	e.sig = &kept
+	s.cache.Add(key, e)
 	return rrsig, nil
 }
 
-// cachingSigner is the crypto.Signer miekg/dns's RRSIG.Sign calls with the
+// deterministic is the crypto.Signer miekg/dns's RRSIG.Sign calls with the
 // digest of the signed data (ECDSA: its SHA-256; Ed25519: the data
-// itself): the cache's key is a hash of that and of the key's identity.
-type cachingSigner struct {
-	s *Signer
-	k *Key
-}
+// itself): it signs without randomness.
+type deterministic struct{ k *Key }
 
-func (c cachingSigner) Public() crypto.PublicKey { return c.k.signer.Public() }
+func (d deterministic) Public() crypto.PublicKey { return d.k.signer.Public() }
 
-func (c cachingSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
-	h := sha256.New()
-	h.Write(c.k.id[:])
-	h.Write(digest)
-	var e signature
-	h.Sum(e.sum[:0])
-	key := binary.BigEndian.Uint64(e.sum[:8])
-	if v, ok := c.s.cache.Get(key); ok && v.sum == e.sum {
-		c.s.hits.Add(1)
-		if c.s.Counted != nil {
-			c.s.Counted(true)
-		}
-		return v.sig, nil
-	}
-	c.s.misses.Add(1)
-	if c.s.Counted != nil {
-		c.s.Counted(false)
-	}
+func (d deterministic) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
 	// nil: a deterministic signature (crypto/ecdsa: RFC 6979).
-	sig, err := c.k.signer.Sign(nil, digest, opts)
-	if err != nil {
-		return nil, err
-	}
-	e.sig = sig
-	c.s.cache.Add(key, e)
-	return sig, nil
+	return d.k.signer.Sign(nil, digest, opts)
 }
