@@ -196,18 +196,23 @@ func (s *Signer) deny(m *dns.Msg, k *Keys, w Window, d *Denial) error {
 	return nil
 }
 
-// referral reports whether m is a referral out of zone: not authoritative,
-// no answer, and NS records below the apex in its authority section.
+// referral reports whether m is, or ends in (after a CNAME chain), a
+// referral to a child zone: NS records below the apex in its authority
+// section.
 func referral(m *dns.Msg, zone string) bool {
-	if m.Authoritative || len(m.Answer) > 0 {
-		return false
-	}
+	return ReferralCut(m, zone) != ""
+}
+
+// ReferralCut returns the zone cut m refers to: the owner of the NS
+// records below the apex in its authority section, "" when there are none
+// (a positive answer's authority section has the apex's NS).
+func ReferralCut(m *dns.Msg, zone string) string {
 	for _, rr := range m.Ns {
 		if rr.Header().Rrtype == dns.TypeNS && !strings.EqualFold(rr.Header().Name, zone) {
-			return true
+			return rr.Header().Name
 		}
 	}
-	return false
+	return ""
 }
 
 // insecureCut adds, to a referral without DS, the NSEC at the cut whose

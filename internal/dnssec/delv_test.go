@@ -50,17 +50,28 @@ var testAnswers = map[string]testAnswer{
 // has DO set, as a member would.
 func testServer(t *testing.T, keys *Keys) string {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	// UDP and TCP on one port: a port whose TCP side is taken is
+	// given back and another tried.
+	var (
+		pc  net.PacketConn
+		l   net.Listener
+		err error
+	)
+	for range 50 {
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if l, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			break
+		}
+		pc.Close()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	signer := NewSigner(1000)
 	glue := func(name string) bool {
 		return dns.IsSubDomain("sub.example.org.", name) || dns.IsSubDomain("secure.example.org.", name)
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
 	}
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		m := new(dns.Msg)

@@ -551,23 +551,20 @@ func (a *apiServer) zoneDS(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, v)
 }
 
-// addDS adds to m, when it is a referral, the DS RRset of its cut, which a
+// addDS adds to m, when it is (or ends in) a referral, the DS RRset of its cut, which a
 // signed referral carries (RFC 4035 section 3.1.4): the delegation is then
 // secure; without one SignAnswer proves it insecure.
 func addDS(m *dns.Msg, z *zone.Zone) {
-	if m.Authoritative || len(m.Answer) > 0 {
+	cut := dnssec.ReferralCut(m, z.Origin())
+	if cut == "" {
 		return
 	}
 	for _, rr := range m.Ns {
-		h := rr.Header()
-		if h.Rrtype == dns.TypeDS {
+		if rr.Header().Rrtype == dns.TypeDS {
 			return
 		}
-		if h.Rrtype == dns.TypeNS && dnsname.Lower(h.Name) != z.Origin() {
-			if ds := z.RRs(h.Name, dns.TypeDS); ds != nil {
-				m.Ns = append(m.Ns, ds...)
-			}
-			return
-		}
+	}
+	if ds := z.RRs(cut, dns.TypeDS); ds != nil {
+		m.Ns = append(m.Ns, ds...)
 	}
 }
