@@ -1,12 +1,16 @@
 package integration
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,11 +32,9 @@ type dsReply struct {
 func writeKEK(t *testing.T, path string) {
 	t.Helper()
 	os.MkdirAll(filepath.Dir(path), 0o755)
-	out, err := exec.Command("sh", "-c", "head -c 32 /dev/urandom | base64").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, out, 0o600); err != nil {
+	var key [32]byte
+	rand.Read(key[:])
+	if err := os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key[:])+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -108,7 +110,7 @@ func TestDNSSECExample(t *testing.T) {
 	wd := harness.Workdir(t)
 	writeKEK(t, filepath.Join(wd, "data/dnssec/kek"))
 	p := harness.Start(t, "dnssec", wd, "Corefile.examples/dnssec.Corefile")
-	harness.WaitReady(t, "http://127.0.0.1:8193/ready", p)
+	harness.WaitReady(t, "http://127.0.0.1:8393/ready", p)
 	api := harness.API{Base: "http://127.0.0.1:8093"}
 	ds := waitDS(t, api, "example.org")
 	if len(ds.DS) != 1 || len(ds.DNSKEY) != 2 {
@@ -179,7 +181,7 @@ func TestDNSSECExample(t *testing.T) {
 		t.Fatalf("after SIGTERM: exit %d, %v", code, err)
 	}
 	p = harness.Start(t, "dnssec2", wd, "Corefile.examples/dnssec.Corefile")
-	harness.WaitReady(t, "http://127.0.0.1:8193/ready", p)
+	harness.WaitReady(t, "http://127.0.0.1:8393/ready", p)
 	if again := waitDS(t, api, "example.org"); again.DS[0] != ds.DS[0] {
 		t.Errorf("the DS changed across a restart: %s, then %s", ds.DS[0], again.DS[0])
 	}
@@ -204,7 +206,7 @@ func TestDNSSECExample(t *testing.T) {
 		c = strings.Replace(c, "data data/dnssec/member", fmt.Sprintf("data data/bad%d", n), 1)
 		c = strings.Replace(c, "example.org:1093", fmt.Sprintf("example.org:%d", harness.ListenPort(t)), 1)
 		c = strings.Replace(c, "api 127.0.0.1:8093", fmt.Sprintf("api 127.0.0.1:%d", harness.ListenPort(t)), 1)
-		c = strings.Replace(c, "ready 127.0.0.1:8193", fmt.Sprintf("ready 127.0.0.1:%d", harness.ListenPort(t)), 1)
+		c = strings.Replace(c, "ready 127.0.0.1:8393", fmt.Sprintf("ready 127.0.0.1:%d", harness.ListenPort(t)), 1)
 		name := fmt.Sprintf("badkek%d", n)
 		os.WriteFile(filepath.Join(wd, name+".Corefile"), []byte(c), 0o644)
 		bp := harness.Start(t, name, wd, name+".Corefile")
@@ -409,7 +411,7 @@ func TestDNSSECTransfer(t *testing.T) {
 	c := strings.Replace(string(text), "    bind 127.0.0.1\n", "    bind 127.0.0.1\n    transfer {\n        to *\n    }\n", 1)
 	os.WriteFile(filepath.Join(wd, "xfr.Corefile"), []byte(c), 0o644)
 	p := harness.Start(t, "dnssec", wd, "xfr.Corefile")
-	harness.WaitReady(t, "http://127.0.0.1:8193/ready", p)
+	harness.WaitReady(t, "http://127.0.0.1:8393/ready", p)
 	api := harness.API{Base: "http://127.0.0.1:8093"}
 	ds := waitDS(t, api, "example.org")
 	anchors := trustAnchor(t, wd, ds.DS[0])
@@ -626,4 +628,115 @@ func hasType(rrs []dns.RR, t uint16) bool {
 		}
 	}
 	return false
+}
+
+// TestDNSSECKSKRollover: the example member with a KSK lifetime of 8 s and a
+// parent (a DNS server of the test's) whose DS RRset the test changes as a
+// registry would on seeing the CDS: a new KSK joins the old in signing the
+// DNSKEY RRset and takes the CDS; answers validate from either DS
+// meanwhile; once the parent lists only the new DS the old key retires,
+// then goes, and answers validate from the new DS.
+func TestDNSSECKSKRollover(t *testing.T) {
+	delv := harness.RequireTool(t, "delv")
+	var (
+		mu     sync.Mutex
+		parent []dns.RR
+	)
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		m.Authoritative = true
+		if r.Question[0].Qtype == dns.TypeDS && strings.EqualFold(r.Question[0].Name, "example.org.") {
+			mu.Lock()
+			m.Answer = append(m.Answer, parent...)
+			mu.Unlock()
+		}
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	setParent := func(ds ...string) {
+		mu.Lock()
+		defer mu.Unlock()
+		parent = nil
+		for _, s := range ds {
+			rr, err := dns.NewRR(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parent = append(parent, rr)
+		}
+	}
+
+	wd := harness.Workdir(t)
+	writeKEK(t, filepath.Join(wd, "data/dnssec/kek"))
+	text, err := os.ReadFile(filepath.Join(harness.Repo, "Corefile.examples/dnssec.Corefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := strings.Replace(string(text), "        dnssec_kek data/dnssec/kek\n",
+		"        dnssec_kek data/dnssec/kek\n        dnssec_zsk_rollover 600s 3s\n        dnssec_ksk_rollover 8s "+pc.LocalAddr().String()+"\n", 1)
+	os.WriteFile(filepath.Join(wd, "ksk.Corefile"), []byte(c), 0o644)
+	p := harness.Start(t, "dnssec", wd, "ksk.Corefile")
+	harness.WaitReady(t, "http://127.0.0.1:8393/ready", p)
+	api := harness.API{Base: "http://127.0.0.1:8093"}
+	first := waitDS(t, api, "example.org")
+	setParent(first.DS[0])
+	oldAnchors := trustAnchor(t, t.TempDir(), first.DS[0])
+
+	// The new KSK: in the CDS, and signing the DNSKEY RRset beside the old.
+	var second dsReply
+	harness.Eventually(t, "a second KSK in the CDS", 30*time.Second, func() bool {
+		code, err := api.Do("GET", "/v1/zones/example.org/ds", nil, &second)
+		return err == nil && code == http.StatusOK && len(second.DS) == 1 && second.DS[0] != first.DS[0]
+	})
+	newAnchors := trustAnchor(t, t.TempDir(), second.DS[0])
+	dnskeySigners := func() int {
+		m := new(dns.Msg)
+		m.SetQuestion("example.org.", dns.TypeDNSKEY)
+		m.SetEdns0(4096, true)
+		r, err := dns.Exchange(m, "127.0.0.1:1093")
+		if err != nil {
+			return -1
+		}
+		n := 0
+		for _, rr := range r.Answer {
+			if _, ok := rr.(*dns.RRSIG); ok {
+				n++
+			}
+		}
+		return n
+	}
+	if n := dnskeySigners(); n != 2 {
+		t.Errorf("the DNSKEY RRset has %d signatures during the rollover, expected 2", n)
+	}
+	for _, a := range []string{oldAnchors, newAnchors} {
+		delvValidates(t, delv, "127.0.0.1:1093", a, signedQueries[:3])
+	}
+	time.Sleep(3 * time.Second)
+	if n := dnskeySigners(); n != 2 {
+		t.Errorf("the old KSK stopped signing before the parent changed its DS (%d signatures)", n)
+	}
+
+	// The registry acts on the CDS: the old key retires, then goes.
+	setParent(second.DS[0])
+	harness.Eventually(t, "the old KSK gone", 30*time.Second, func() bool {
+		var now dsReply
+		code, err := api.Do("GET", "/v1/zones/example.org/ds", nil, &now)
+		return err == nil && code == http.StatusOK && len(now.DNSKEY) == 2 && dnskeySigners() == 1
+	})
+	var queries [][3]string
+	for _, q := range signedQueries {
+		if q[0] != "a.old.example.org" { // TestDNSSECExample's DNAME
+			queries = append(queries, q)
+		}
+	}
+	delvValidates(t, delv, "127.0.0.1:1093", newAnchors, queries)
+	if logs := p.Logs(); !strings.Contains(logs, "KSK rollover") {
+		t.Errorf("no KSK rollover logged:\n%s", logs)
+	}
 }

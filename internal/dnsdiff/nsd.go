@@ -56,6 +56,14 @@ func requireNSD(t testing.TB) string {
 
 // requireServer returns the path of the server binary name (sbinary); it
 // fails the test in CI (CI=true) when it is missing, and skips it elsewhere.
+// RequireTool returns the path of tool name (in $PATH or /usr/sbin), for
+// tests outside integration/ (which have harness.RequireTool): missing, it
+// fails t under CI=true and skips it elsewhere.
+func RequireTool(t testing.TB, name string) string {
+	t.Helper()
+	return requireServer(t, name)
+}
+
 func requireServer(t testing.TB, name string) string {
 	t.Helper()
 	bin := sbinary(name)

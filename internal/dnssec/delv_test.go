@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/dnsdiff"
+
 	"github.com/miekg/dns"
 )
 
@@ -134,13 +136,7 @@ func mustRRs(lines []string) []dns.RR {
 // ZSK pair (ECDSA P-256) and a combined key (Ed25519). A query without DO
 // gets no signature.
 func TestDelvValidates(t *testing.T) {
-	delv, err := exec.LookPath("delv")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("delv is not installed (bind9-dnsutils)")
-		}
-		t.Skip("delv is not installed (bind9-dnsutils)")
-	}
+	delv := dnsdiff.RequireTool(t, "delv")
 	for _, tc := range []struct {
 		name  string
 		alg   uint8

@@ -41,6 +41,12 @@ type dnssecConfig struct {
 	zskLifetime  time.Duration
 	rolloverWait time.Duration
 	zskSet       bool // dnssec_zsk_rollover given
+	// kskLifetime is how long a key-signing key serves before the next
+	// replaces it (dnssec_ksk_rollover); 0: never. parents are the parent
+	// zone's servers, asked for the zone's DS: the old KSK goes once they
+	// list only the new one's (the registry acted on the CDS).
+	kskLifetime time.Duration
+	parents     []string
 }
 
 // Rollover defaults: a ZSK signs for 30 days; each wait is a day (above
@@ -60,8 +66,8 @@ func (d *dnssecConfig) signs(zone string) bool {
 // fails the start, naming it).
 func (d *dnssecConfig) check() error {
 	if !d.on {
-		if d.kekFile != "" || d.alg != 0 || d.csk || d.zskSet {
-			return errors.New("dnssec_kek, dnssec_algorithm, dnssec_keys and dnssec_zsk_rollover need a dnssec line")
+		if d.kekFile != "" || d.alg != 0 || d.csk || d.zskSet || d.kskLifetime != 0 {
+			return errors.New("dnssec_kek, dnssec_algorithm, dnssec_keys, dnssec_zsk_rollover and dnssec_ksk_rollover need a dnssec line")
 		}
 		return nil
 	}
@@ -73,6 +79,9 @@ func (d *dnssecConfig) check() error {
 	}
 	if !d.zskSet {
 		d.zskLifetime, d.rolloverWait = defaultZSKLifetime, defaultRolloverWait
+	}
+	if d.kskLifetime > 0 && len(d.parents) == 0 {
+		return errors.New("dnssec_ksk_rollover needs the parent zone's servers, to see its DS change")
 	}
 	if d.zskLifetime > 0 && 2*d.rolloverWait >= d.zskLifetime {
 		return fmt.Errorf("dnssec_zsk_rollover: the lifetime %v must be more than twice the wait %v", d.zskLifetime, d.rolloverWait)
@@ -227,12 +236,12 @@ func since(k fsm.SealedKey) time.Time {
 // A combined key (CSK) does not roll over here. The step carries the hash
 // of raw: it applies over raw only.
 func rolloverStep(zone string, raw []byte, cfg dnssecConfig, now time.Time) ([]byte, error) {
-	if cfg.zskLifetime <= 0 {
-		return nil, nil
-	}
 	ks, err := fsm.ParseKeySet(raw)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.zskLifetime <= 0 {
+		return nil, nil
 	}
 	var active, published, retired []int
 	for i, k := range ks.Keys {
@@ -287,6 +296,143 @@ func rolloverStep(zone string, raw []byte, cfg dnssecConfig, now time.Time) ([]b
 	return json.Marshal(next)
 }
 
+// kskStep returns the key set that follows raw, zone's, at now in a
+// KSK rollover driven by CDS (RFC 7344; the double-signature rollover of
+// RFC 6781 section 4.1.2), or nil when nothing is due. parentDS asks the
+// parent zone's servers for the zone's DS RRset.
+//
+//  1. the KSK has served for its lifetime: a new one is made; both sign
+//     the DNSKEY RRset, and CDS and CDNSKEY list only the new one, which
+//     asks the parent (its registry's CDS scanner) to change the DS;
+//  2. the parent's servers list the new key's DS and not the old one's:
+//     the old KSK is retired (published, not signing);
+//  3. after the wait it goes.
+func kskStep(zone string, raw []byte, cfg dnssecConfig, now time.Time, parentDS func() ([]*dns.DS, error)) ([]byte, error) {
+	if cfg.kskLifetime <= 0 {
+		return nil, nil
+	}
+	ks, err := fsm.ParseKeySet(raw)
+	if err != nil {
+		return nil, err
+	}
+	var listed, leaving, retired []int // active KSKs the DS lists, and not; retired KSKs
+	for i, k := range ks.Keys {
+		if k.Flags != dnssec.FlagKSK {
+			continue
+		}
+		switch {
+		case k.State == fsm.KeyRetired:
+			retired = append(retired, i)
+		case k.State == fsm.KeyActive && k.DS:
+			listed = append(listed, i)
+		case k.State == fsm.KeyActive:
+			leaving = append(leaving, i)
+		}
+	}
+	if len(listed) == 0 {
+		return nil, nil
+	}
+	next := fsm.KeySet{Prev: fsm.SetHash(raw)}
+	switch {
+	case len(retired) > 0:
+		if now.Before(since(ks.Keys[retired[0]]).Add(cfg.rolloverWait)) {
+			return nil, nil
+		}
+		for i, k := range ks.Keys {
+			if i != retired[0] {
+				next.Keys = append(next.Keys, k)
+			}
+		}
+	case len(leaving) > 0:
+		ds, err := parentDS()
+		if err != nil {
+			return nil, err
+		}
+		if !parentLists(zone, ds, ks.Keys, listed, leaving) {
+			return nil, nil
+		}
+		for i, k := range ks.Keys {
+			if i == leaving[0] {
+				k.State, k.Since = fsm.KeyRetired, now.Unix()
+			}
+			next.Keys = append(next.Keys, k)
+		}
+	case !now.Before(since(ks.Keys[listed[0]]).Add(cfg.kskLifetime)):
+		alg := ks.Keys[listed[0]].Algorithm
+		k, err := dnssec.GenerateKey(zone, alg, dnssec.FlagKSK)
+		if err != nil {
+			return nil, err
+		}
+		der, err := k.MarshalPrivate()
+		if err != nil {
+			return nil, err
+		}
+		for i, old := range ks.Keys {
+			if i == listed[0] {
+				old.DS, old.Since = false, now.Unix()
+			}
+			next.Keys = append(next.Keys, old)
+		}
+		next.Keys = append(next.Keys, fsm.SealedKey{Tag: k.Tag, Algorithm: alg, Flags: dnssec.FlagKSK, State: fsm.KeyActive, DS: true,
+			Sealed: cfg.kek.Seal(der, sealAD(zone, dnssec.FlagKSK, alg, k.Tag)), Created: now.Unix(), Since: now.Unix()})
+	default:
+		return nil, nil
+	}
+	return json.Marshal(next)
+}
+
+// parentLists reports whether the parent's DS RRset ds lists the keys
+// listed (by tag and algorithm) and none of the keys leaving.
+func parentLists(zone string, ds []*dns.DS, keys []fsm.SealedKey, listed, leaving []int) bool {
+	has := func(k fsm.SealedKey) bool {
+		for _, d := range ds {
+			if d.KeyTag == k.Tag && d.Algorithm == k.Algorithm && dns.CanonicalName(d.Hdr.Name) == zone {
+				return true
+			}
+		}
+		return false
+	}
+	for _, i := range listed {
+		if !has(keys[i]) {
+			return false
+		}
+	}
+	for _, i := range leaving {
+		if has(keys[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// askParents asks each of servers (host:port) for zone's DS RRset, and
+// returns it when they all give the same one.
+func askParents(zone string, servers []string) ([]*dns.DS, error) {
+	var first []*dns.DS
+	for i, srv := range servers {
+		q := new(dns.Msg)
+		q.SetQuestion(zone, dns.TypeDS)
+		q.RecursionDesired = false
+		c := &dns.Client{Timeout: 2 * time.Second}
+		r, _, err := c.Exchange(q, srv)
+		if err != nil {
+			return nil, fmt.Errorf("parent %s: %w", srv, err)
+		}
+		var ds []*dns.DS
+		for _, rr := range r.Answer {
+			if d, ok := rr.(*dns.DS); ok {
+				ds = append(ds, d)
+			}
+		}
+		if i == 0 {
+			first = ds
+		} else if len(ds) != len(first) {
+			return nil, nil // not every server has the change yet
+		}
+	}
+	return first, nil
+}
+
 // rollKeys takes the rollover steps that are due, on the leader.
 func (m *member) rollKeys() {
 	for _, z := range m.rep.Zones() {
@@ -303,6 +449,15 @@ func (m *member) rollKeys() {
 			log.Errorf("zone %s: its ZSK rollover: %v", z, err)
 			continue
 		}
+		kind := "ZSK"
+		if step == nil {
+			kind = "KSK"
+			step, err = kskStep(z, raw, m.sec.cfg, now, func() ([]*dns.DS, error) { return askParents(z, m.sec.cfg.parents) })
+			if err != nil {
+				log.Warningf("zone %s: its KSK rollover: %v", z, err)
+				continue
+			}
+		}
 		if step == nil {
 			continue
 		}
@@ -311,10 +466,10 @@ func (m *member) rollKeys() {
 		cancel()
 		switch {
 		case err == nil:
-			log.Infof("zone %s: ZSK rollover: %s", z, describeKeys(step))
+			log.Infof("zone %s: %s rollover: %s", z, kind, describeKeys(step))
 		case errors.Is(err, fsm.ErrConflict): // another leader's step went first
 		default:
-			log.Warningf("zone %s: committing a ZSK rollover step: %v; tried again", z, err)
+			log.Warningf("zone %s: committing a %s rollover step: %v; tried again", z, kind, err)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/craftdns/craftdns/internal/dnssec"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
+
+	"github.com/miekg/dns"
 )
 
 // TestRolloverSteps: a ZSK rollover by pre-publication goes new key
@@ -97,4 +99,81 @@ func TestRolloverSteps(t *testing.T) {
 	if next, _ := rolloverStep("example.org.", set, off, t0.Add(10000*time.Second)); next != nil {
 		t.Error("a rollover with dnssec_zsk_rollover off")
 	}
+}
+
+// TestKSKRolloverSteps: at its lifetime a new KSK joins the old in signing
+// the DNSKEY RRset and takes the CDS; the old one retires only once the
+// parent lists the new key's DS and not the old one's, and goes after the
+// wait.
+func TestKSKRolloverSteps(t *testing.T) {
+	kekFile := filepath.Join(t.TempDir(), "kek")
+	if err := dnssec.CreateKEK(kekFile); err != nil {
+		t.Fatal(err)
+	}
+	cfg := dnssecConfig{on: true, kekFile: kekFile, zskSet: true, kskLifetime: 100 * time.Second, rolloverWait: 10 * time.Second,
+		parents: []string{"192.0.2.1:53"}}
+	if err := cfg.check(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_800_000_000, 0)
+	set, err := newKeySet("example.org.", cfg, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keysOf := func(raw []byte) *dnssec.Keys {
+		k, err := openKeySet("example.org.", raw, cfg.kek)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	first := keysOf(set).DS[0]
+	var parent []*dns.DS
+	parentDS := func() ([]*dns.DS, error) { return parent, nil }
+	parent = []*dns.DS{first.DS(3600)}
+	step := func(now time.Time, due bool) *dnssec.Keys {
+		t.Helper()
+		next, err := kskStep("example.org.", set, cfg, now, parentDS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (next != nil) != due {
+			t.Fatalf("at %v: a step %v, expected %v", now.Sub(t0), next != nil, due)
+		}
+		if next == nil {
+			return nil
+		}
+		set = next
+		return keysOf(set)
+	}
+	step(t0.Add(99*time.Second), false)
+	k := step(t0.Add(100*time.Second), true)
+	if len(k.DS) != 1 || k.DS[0].Tag == first.Tag || len(kskSigning(k)) != 2 {
+		t.Fatalf("after the first step: DS %d keys, %d KSKs signing", len(k.DS), len(kskSigning(k)))
+	}
+	second := k.DS[0]
+	step(t0.Add(200*time.Second), false) // the parent still lists the old key
+	parent = append(parent, second.DS(3600))
+	step(t0.Add(201*time.Second), false) // both: not yet
+	parent = []*dns.DS{second.DS(3600)}
+	k = step(t0.Add(202*time.Second), true)
+	if ks := kskSigning(k); len(ks) != 1 || ks[0].Tag != second.Tag || len(k.Published) != 1 || k.Published[0].Tag != first.Tag {
+		t.Fatalf("after the parent's change: signing %v, published %v", kskSigning(k), k.Published)
+	}
+	step(t0.Add(211*time.Second), false)
+	k = step(t0.Add(212*time.Second), true)
+	if len(k.Published) != 0 || len(k.DNSKEYs()) != 2 {
+		t.Fatalf("after the wait: %d published, %d DNSKEYs", len(k.Published), len(k.DNSKEYs()))
+	}
+}
+
+// kskSigning are the signing key-signing keys of k.
+func kskSigning(k *dnssec.Keys) []*dnssec.Key {
+	var out []*dnssec.Key
+	for _, key := range k.Signing {
+		if key.DNSKEY.Flags == dnssec.FlagKSK {
+			out = append(out, key)
+		}
+	}
+	return out
 }

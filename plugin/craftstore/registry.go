@@ -350,7 +350,8 @@ func (cfg config) differs(o config) string {
 	}
 	if cfg.dnssec.on != o.dnssec.on || !slices.Equal(cfg.dnssec.zones, o.dnssec.zones) || cfg.dnssec.kekFile != o.dnssec.kekFile ||
 		cfg.dnssec.alg != o.dnssec.alg || cfg.dnssec.csk != o.dnssec.csk ||
-		cfg.dnssec.zskLifetime != o.dnssec.zskLifetime || cfg.dnssec.rolloverWait != o.dnssec.rolloverWait {
+		cfg.dnssec.zskLifetime != o.dnssec.zskLifetime || cfg.dnssec.rolloverWait != o.dnssec.rolloverWait ||
+		cfg.dnssec.kskLifetime != o.dnssec.kskLifetime || !slices.Equal(cfg.dnssec.parents, o.dnssec.parents) {
 		diff = append(diff, "dnssec settings")
 	}
 	return strings.Join(diff, ", ")

@@ -197,6 +197,29 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		default:
 			return c.Errf("dnssec_zsk_rollover: LIFETIME WAIT, two positive durations (720h 24h), or off")
 		}
+	case "dnssec_ksk_rollover":
+		// LIFETIME PARENT..., or off.
+		switch {
+		case len(args) == 1 && args[0] == "off":
+			cfg.dnssec.kskLifetime = 0
+		case len(args) >= 2:
+			l, err := time.ParseDuration(args[0])
+			if err != nil || l <= 0 {
+				return c.Errf("dnssec_ksk_rollover %s: LIFETIME (a positive duration) and the parent zone's servers", args[0])
+			}
+			cfg.dnssec.kskLifetime = l
+			for _, a := range args[1:] {
+				if _, _, err := net.SplitHostPort(a); err != nil {
+					a = net.JoinHostPort(a, "53")
+				}
+				if host, _, _ := net.SplitHostPort(a); net.ParseIP(host) == nil {
+					return c.Errf("dnssec_ksk_rollover: parent server %q: not an IP address or IP:port", a)
+				}
+				cfg.dnssec.parents = append(cfg.dnssec.parents, a)
+			}
+		default:
+			return c.Errf("dnssec_ksk_rollover: LIFETIME PARENT... (the parent zone's servers, asked for the DS), or off")
+		}
 	case "dnssec_keys":
 		v, err := one()
 		if err != nil {

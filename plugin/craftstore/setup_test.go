@@ -328,6 +328,28 @@ func TestParse(t *testing.T) {
 			data /tmp/x
 			dnssec
 			dnssec_kek ` + kek + `
+			dnssec_ksk_rollover 8760h
+		}`, wantErr: "parent zone's servers"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+			dnssec_kek ` + kek + `
+			dnssec_ksk_rollover 8760h ns.example.net
+		}`, wantErr: "not an IP address"},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+			dnssec_kek ` + kek + `
+			dnssec_ksk_rollover 8760h 192.0.2.1 [2001:db8::1]:5353
+		}`, check: func(t *testing.T, c *Craftstore) {
+			if d := c.cfg.dnssec; d.kskLifetime != 8760*time.Hour || strings.Join(d.parents, " ") != "192.0.2.1:53 [2001:db8::1]:5353" {
+				t.Errorf("dnssec_ksk_rollover: %v %v", d.kskLifetime, d.parents)
+			}
+		}},
+		{input: `craftstore {
+			data /tmp/x
+			dnssec
+			dnssec_kek ` + kek + `
 			dnssec_zsk_rollover 20s 4s
 		}`, check: func(t *testing.T, c *Craftstore) {
 			if d := c.cfg.dnssec; d.zskLifetime != 20*time.Second || d.rolloverWait != 4*time.Second {
