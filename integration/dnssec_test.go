@@ -223,21 +223,19 @@ func TestDNSSECExample(t *testing.T) {
 	}
 }
 
-// TestDNSSECGroup: the three members of the cluster example, signing:
-// every member gives the same bytes for the same signed answer (one key
-// set, committed through Raft; deterministic signatures in the same
-// window), and delv validates each member's.
-func TestDNSSECGroup(t *testing.T) {
-	delv := harness.RequireTool(t, "delv")
-	wd := harness.Workdir(t)
+// startSigningCluster starts the cluster example's three members signing
+// (dnssec, a key-encryption key of the test's, and the lines extra), and
+// waits until they are ready.
+func startSigningCluster(t *testing.T, extra string) (wd string, procs []*harness.Proc) {
+	t.Helper()
+	wd = harness.Workdir(t)
 	writeKEK(t, filepath.Join(wd, "data/kek"))
-	var procs []*harness.Proc
 	for i := 1; i <= 3; i++ {
 		text, err := os.ReadFile(filepath.Join(harness.Repo, fmt.Sprintf("Corefile.examples/cluster/member%d.Corefile", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := strings.Replace(string(text), "        allow update. * *\n", "        allow update. * *\n        dnssec\n        dnssec_kek data/kek\n", 1)
+		c := strings.Replace(string(text), "        allow update. * *\n", "        allow update. * *\n        dnssec\n        dnssec_kek data/kek\n"+extra, 1)
 		if c == string(text) {
 			t.Fatal("the cluster example's member has no allow line to put dnssec after")
 		}
@@ -248,6 +246,16 @@ func TestDNSSECGroup(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", 8190+i), procs...)
 	}
+	return wd, procs
+}
+
+// TestDNSSECGroup: the three members of the cluster example, signing:
+// every member gives the same bytes for the same signed answer (one key
+// set, committed through Raft; deterministic signatures in the same
+// window), and delv validates each member's.
+func TestDNSSECGroup(t *testing.T) {
+	delv := harness.RequireTool(t, "delv")
+	wd, _ := startSigningCluster(t, "")
 	ds := waitDS(t, harness.API{Base: "http://127.0.0.1:8061"}, "example.org")
 	for i := 2; i <= 3; i++ {
 		if other := waitDS(t, harness.API{Base: fmt.Sprintf("http://127.0.0.1:%d", 8060+i)}, "example.org"); other.DS[0] != ds.DS[0] {
@@ -296,23 +304,7 @@ func TestDNSSECGroup(t *testing.T) {
 // answers the same bytes as the others again.
 func TestDNSSECRollover(t *testing.T) {
 	delv := harness.RequireTool(t, "delv")
-	wd := harness.Workdir(t)
-	writeKEK(t, filepath.Join(wd, "data/kek"))
-	var procs []*harness.Proc
-	for i := 1; i <= 3; i++ {
-		text, err := os.ReadFile(filepath.Join(harness.Repo, fmt.Sprintf("Corefile.examples/cluster/member%d.Corefile", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := strings.Replace(string(text), "        allow update. * *\n",
-			"        allow update. * *\n        dnssec\n        dnssec_kek data/kek\n        dnssec_zsk_rollover 12s 3s\n", 1)
-		name := fmt.Sprintf("m%d", i)
-		os.WriteFile(filepath.Join(wd, name+".Corefile"), []byte(c), 0o644)
-		procs = append(procs, harness.Start(t, name, wd, name+".Corefile"))
-	}
-	for i := 1; i <= 3; i++ {
-		harness.WaitReady(t, fmt.Sprintf("http://127.0.0.1:%d/ready", 8190+i), procs...)
-	}
+	wd, procs := startSigningCluster(t, "        dnssec_zsk_rollover 12s 3s\n")
 	api := harness.API{Base: "http://127.0.0.1:8061"}
 	ds := waitDS(t, api, "example.org")
 	anchors := trustAnchor(t, wd, ds.DS[0])

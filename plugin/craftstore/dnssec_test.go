@@ -16,19 +16,7 @@ import (
 // each step after its wait, each over the set before it (Prev); the KSK
 // stays; every set opens with the KEK, signing with one ZSK at a time.
 func TestRolloverSteps(t *testing.T) {
-	kekFile := filepath.Join(t.TempDir(), "kek")
-	if err := dnssec.CreateKEK(kekFile); err != nil {
-		t.Fatal(err)
-	}
-	cfg := dnssecConfig{on: true, kekFile: kekFile, zskSet: true, zskLifetime: 100 * time.Second, rolloverWait: 10 * time.Second}
-	if err := cfg.check(); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Unix(1_800_000_000, 0)
-	set, err := newKeySet("example.org.", cfg, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, t0, set := rolloverStart(t, dnssecConfig{zskLifetime: 100 * time.Second, rolloverWait: 10 * time.Second})
 	states := func(raw []byte) (zsk map[string]int, tags []uint16) {
 		ks, err := fsm.ParseKeySet(raw)
 		if err != nil {
@@ -106,20 +94,7 @@ func TestRolloverSteps(t *testing.T) {
 // parent lists the new key's DS and not the old one's, and goes after the
 // wait.
 func TestKSKRolloverSteps(t *testing.T) {
-	kekFile := filepath.Join(t.TempDir(), "kek")
-	if err := dnssec.CreateKEK(kekFile); err != nil {
-		t.Fatal(err)
-	}
-	cfg := dnssecConfig{on: true, kekFile: kekFile, zskSet: true, kskLifetime: 100 * time.Second, rolloverWait: 10 * time.Second,
-		parents: []string{"192.0.2.1:53"}}
-	if err := cfg.check(); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Unix(1_800_000_000, 0)
-	set, err := newKeySet("example.org.", cfg, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, t0, set := rolloverStart(t, dnssecConfig{kskLifetime: 100 * time.Second, rolloverWait: 10 * time.Second, parents: []string{"192.0.2.1:53"}})
 	keysOf := func(raw []byte) *dnssec.Keys {
 		k, err := openKeySet("example.org.", raw, cfg.kek)
 		if err != nil {
@@ -176,4 +151,25 @@ func kskSigning(k *dnssec.Keys) []*dnssec.Key {
 		}
 	}
 	return out
+}
+
+// rolloverStart completes cfg (signing on, a new key-encryption key, the
+// rollover's settings given) and makes example.org's first keys with it
+// at t0.
+func rolloverStart(t *testing.T, cfg dnssecConfig) (dnssecConfig, time.Time, []byte) {
+	t.Helper()
+	cfg.on, cfg.zskSet = true, true
+	cfg.kekFile = filepath.Join(t.TempDir(), "kek")
+	if err := dnssec.CreateKEK(cfg.kekFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.check(); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_800_000_000, 0)
+	set, err := newKeySet("example.org.", cfg, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, t0, set
 }
