@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -300,8 +301,8 @@ func TestDNSSECGroup(t *testing.T) {
 // ZSK that rolls over every 12 s (3 s waits): under writes, delv validates
 // every answer from the zone's DS throughout (new names and old), while
 // the DNSKEY RRset goes from two keys to three and back and the ZSK that
-// signs changes; a member stopped across a rollover step catches up and
-// answers the same bytes as the others again.
+// signs changes; the leader, stopped across a rollover step, catches up
+// and answers the same bytes as the others again.
 func TestDNSSECRollover(t *testing.T) {
 	delv := harness.RequireTool(t, "delv")
 	wd, procs := startSigningCluster(t, "        dnssec_zsk_rollover 12s 3s\n")
@@ -333,13 +334,21 @@ func TestDNSSECRollover(t *testing.T) {
 	seenKeys := map[int]bool{}
 	signers := map[uint16]bool{}
 	end := time.Now().Add(32 * time.Second)
-	stopped := false
+	// The group's leader is stopped across a rollover step (writes 6 to
+	// 16): the next leader takes the steps, and the stopped member
+	// catches up afterwards. Writes and queries go to the others.
+	stopped := 0
+	running := []int{1, 2, 3}
 	for i := 0; time.Now().Before(end); i++ {
 		name := fmt.Sprintf("roll%d.example.org.", i)
-		if code, err := api.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{name + " 60 IN A 192.0.2.44"}}, nil); err != nil || code != http.StatusOK {
-			t.Fatalf("write %d: %d %v", i, code, err)
-		}
-		member := 1 + i%2 // members 1 and 2; 3 is stopped for a while
+		via := harness.API{Base: fmt.Sprintf("http://127.0.0.1:%d", 8060+running[0])}
+		// Writes wait for an election (503 meanwhile; adding the record
+		// again is the same change).
+		harness.Eventually(t, "write "+name, 20*time.Second, func() bool {
+			code, err := via.Do("POST", "/v1/zones/example.org/records", map[string]any{"add": []string{name + " 60 IN A 192.0.2.44"}}, nil)
+			return err == nil && code == http.StatusOK
+		})
+		member := running[i%len(running)]
 		addr := fmt.Sprintf("127.0.0.1:%d", 1060+member)
 		harness.Eventually(t, name+" on member "+fmt.Sprint(member), 10*time.Second, func() bool { return harness.HasA(addr, name, "192.0.2.44") })
 		delvValidates(t, delv, addr, anchors, [][3]string{
@@ -350,29 +359,36 @@ func TestDNSSECRollover(t *testing.T) {
 		n, s := zskOf(addr)
 		seenKeys[n], signers[s] = true, true
 		switch {
-		case i == 6 && !stopped:
-			procs[2].Signal(syscall.SIGSTOP)
-			stopped = true
-		case i == 16 && stopped:
-			procs[2].Signal(syscall.SIGCONT)
+		case i == 6 && stopped == 0:
+			var st struct{ Leader uint64 }
+			if code, err := api.Do("GET", "/v1/cluster", nil, &st); err != nil || code != http.StatusOK || st.Leader < 1 || st.Leader > 3 {
+				t.Fatalf("the group's leader: %d %v %+v", code, err, st)
+			}
+			stopped = int(st.Leader)
+			procs[stopped-1].Signal(syscall.SIGSTOP)
+			running = slices.DeleteFunc(running, func(m int) bool { return m == stopped })
+			t.Logf("member %d, the leader, stopped", stopped)
+		case i == 16 && stopped != 0:
+			procs[stopped-1].Signal(syscall.SIGCONT)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	if stopped {
-		procs[2].Signal(syscall.SIGCONT)
+	if stopped != 0 {
+		procs[stopped-1].Signal(syscall.SIGCONT)
 	}
 	if !seenKeys[2] || !seenKeys[3] || len(signers) < 2 {
 		t.Errorf("no rollover seen: DNSKEY RRsets of %v keys, signing ZSKs %v", seenKeys, signers)
 	}
-	// The stopped member caught up: the same bytes as member 1.
-	harness.Eventually(t, "member 3 answering as member 1", 20*time.Second, func() bool {
+	// The stopped member caught up: the same bytes as another.
+	other := running[0]
+	harness.Eventually(t, fmt.Sprintf("member %d answering as member %d", stopped, other), 20*time.Second, func() bool {
 		for _, q := range []string{"www.example.org.", "example.org.", "roll1.example.org."} {
 			m := new(dns.Msg)
 			m.SetQuestion(q, dns.TypeA)
 			m.SetEdns0(4096, true)
 			m.Id = 9
-			a, err1 := dns.Exchange(m, "127.0.0.1:1061")
-			b, err2 := dns.Exchange(m, "127.0.0.1:1063")
+			a, err1 := dns.Exchange(m, fmt.Sprintf("127.0.0.1:%d", 1060+other))
+			b, err2 := dns.Exchange(m, fmt.Sprintf("127.0.0.1:%d", 1060+stopped))
 			if err1 != nil || err2 != nil {
 				return false
 			}
@@ -384,7 +400,7 @@ func TestDNSSECRollover(t *testing.T) {
 		}
 		return true
 	})
-	delvValidates(t, delv, "127.0.0.1:1063", anchors, signedQueries[:3])
+	delvValidates(t, delv, fmt.Sprintf("127.0.0.1:%d", 1060+stopped), anchors, signedQueries[:3])
 }
 
 // TestDNSSECTransfer: a signed zone goes out signed (signatures made at
