@@ -24,23 +24,42 @@ type Keys struct {
 	Period time.Duration // signatures' windows (WindowAt); 0: DefaultPeriod
 }
 
-// ksks and zsks are the signing keys of each kind: a zone with only
-// key-signing keys (a combined key) signs everything with them.
-func (k *Keys) ksks() []*Key { return k.signers(true) }
-func (k *Keys) zsks() []*Key { return k.signers(false) }
-
-func (k *Keys) signers(ksk bool) []*Key {
-	var out, all []*Key
+// signers returns the signing keys of each kind: ksk sign the DNSKEY,
+// CDS and CDNSKEY RRsets, zsk every other; a zone whose keys are all of
+// one kind (a combined key, CSK) signs everything with them.
+func (k *Keys) signers() (ksk, zsk []*Key) {
 	for _, key := range k.Signing {
-		all = append(all, key)
-		if (key.DNSKEY.Flags&dns.SEP != 0) == ksk {
-			out = append(out, key)
+		if key.DNSKEY.Flags&dns.SEP != 0 {
+			ksk = append(ksk, key)
+		} else {
+			zsk = append(zsk, key)
 		}
 	}
-	if len(out) == 0 {
-		return all // a combined key (CSK) signs both
+	if len(ksk) == 0 {
+		ksk = zsk
 	}
-	return out
+	if len(zsk) == 0 {
+		zsk = ksk
+	}
+	return ksk, zsk
+}
+
+// signSet appends to out set's RRSIGs: by the key-signing keys ksk for
+// the keys' own RRsets, by zsk for the rest.
+func (s *Signer) signSet(out, set []dns.RR, ksk, zsk []*Key, w Window) ([]dns.RR, error) {
+	keys := zsk
+	switch set[0].Header().Rrtype {
+	case dns.TypeDNSKEY, dns.TypeCDS, dns.TypeCDNSKEY:
+		keys = ksk
+	}
+	for _, key := range keys {
+		sig, err := s.Sign(key, set, w)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sig)
+	}
+	return out, nil
 }
 
 // DNSKEYs is the zone's DNSKEY RRset: the signing and published keys.
@@ -57,21 +76,20 @@ func (k *Keys) DNSKEYs() []dns.RR {
 // CDS and CDNSKEY are the RRsets the zone asks its parent for (RFC 7344):
 // those of the keys in DS.
 func (k *Keys) CDS() []dns.RR {
-	var out []dns.RR
-	for _, key := range k.DS {
-		c := key.CDS(k.TTL)
-		c.Hdr.Name = k.Zone
-		out = append(out, c)
-	}
-	return out
+	return k.forDS(func(key *Key) dns.RR { return key.CDS(k.TTL) })
 }
 
 // CDNSKEY: see CDS.
 func (k *Keys) CDNSKEY() []dns.RR {
+	return k.forDS(func(key *Key) dns.RR { return key.CDNSKEY(k.TTL) })
+}
+
+// forDS returns the records rr makes of the keys in DS, owned by the apex.
+func (k *Keys) forDS(rr func(*Key) dns.RR) []dns.RR {
 	var out []dns.RR
 	for _, key := range k.DS {
-		c := key.CDNSKEY(k.TTL)
-		c.Hdr.Name = k.Zone
+		c := rr(key)
+		c.Header().Name = k.Zone
 		out = append(out, c)
 	}
 	return out
@@ -159,14 +177,15 @@ func (s *Signer) SignAnswer(m *dns.Msg, k *Keys, now time.Time, a Answer) error 
 			return err
 		}
 	}
+	ksk, zsk := k.signers()
 	var err error
-	if m.Answer, err = s.signSection(m.Answer, k, w, a.Glue, dnameCuts(m.Answer)); err != nil {
+	if m.Answer, err = s.signSection(m.Answer, k.Zone, ksk, zsk, w, a.Glue, dnameCuts(m.Answer)); err != nil {
 		return err
 	}
-	if m.Ns, err = s.signSection(m.Ns, k, w, a.Glue, nil); err != nil {
+	if m.Ns, err = s.signSection(m.Ns, k.Zone, ksk, zsk, w, a.Glue, nil); err != nil {
 		return err
 	}
-	if m.Extra, err = s.signSection(m.Extra, k, w, a.Glue, nil); err != nil {
+	if m.Extra, err = s.signSection(m.Extra, k.Zone, ksk, zsk, w, a.Glue, nil); err != nil {
 		return err
 	}
 	return nil
@@ -250,7 +269,7 @@ func dnameCuts(rrs []dns.RR) []string {
 
 // signSection returns rrs with an RRSIG after each RRset of the zone's own
 // data, RRsets kept in the order of their first record.
-func (s *Signer) signSection(rrs []dns.RR, k *Keys, w Window, glue func(string) bool, dnames []string) ([]dns.RR, error) {
+func (s *Signer) signSection(rrs []dns.RR, zone string, ksk, zsk []*Key, w Window, glue func(string) bool, dnames []string) ([]dns.RR, error) {
 	type set struct {
 		rrs  []dns.RR
 		sign bool
@@ -267,7 +286,7 @@ func (s *Signer) signSection(rrs []dns.RR, k *Keys, w Window, glue func(string) 
 			}
 		}
 		if cur == nil {
-			cur = &set{sign: s.signs(rr, k, glue, dnames)}
+			cur = &set{sign: signs(rr, zone, glue, dnames)}
 			sets = append(sets, cur)
 		}
 		cur.rrs = append(cur.rrs, rr)
@@ -278,17 +297,9 @@ func (s *Signer) signSection(rrs []dns.RR, k *Keys, w Window, glue func(string) 
 		if !st.sign {
 			continue
 		}
-		keys := k.zsks()
-		switch st.rrs[0].Header().Rrtype {
-		case dns.TypeDNSKEY, dns.TypeCDS, dns.TypeCDNSKEY:
-			keys = k.ksks()
-		}
-		for _, key := range keys {
-			sig, err := s.Sign(key, st.rrs, w)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, sig)
+		var err error
+		if out, err = s.signSet(out, st.rrs, ksk, zsk, w); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
@@ -297,16 +308,16 @@ func (s *Signer) signSection(rrs []dns.RR, k *Keys, w Window, glue func(string) 
 // signs reports whether rr's RRset is signed: the zone's data, not an
 // RRSIG, OPT or TSIG, not delegation NS records or glue, not a CNAME a
 // DNAME synthesized.
-func (s *Signer) signs(rr dns.RR, k *Keys, glue func(string) bool, dnames []string) bool {
+func signs(rr dns.RR, zone string, glue func(string) bool, dnames []string) bool {
 	h := rr.Header()
 	switch h.Rrtype {
 	case dns.TypeRRSIG, dns.TypeOPT, dns.TypeTSIG, dns.TypeSIG:
 		return false
 	}
-	if !dns.IsSubDomain(k.Zone, h.Name) {
+	if !dns.IsSubDomain(zone, h.Name) {
 		return false
 	}
-	apex := strings.EqualFold(h.Name, k.Zone)
+	apex := strings.EqualFold(h.Name, zone)
 	if h.Rrtype == dns.TypeNS && !apex {
 		return false // a delegation: the child signs its NS
 	}

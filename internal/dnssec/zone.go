@@ -2,6 +2,7 @@ package dnssec
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -105,20 +106,10 @@ func (s *Signer) SignZone(rrs []dns.RR, k *Keys, now time.Time) ([]dns.RR, error
 	slices.SortFunc(chain, func(a, b *name) int { return bytes.Compare(a.key, b.key) })
 
 	out := make([]dns.RR, 0, 3*len(rrs))
-	sign := func(set []dns.RR) error {
-		keys := k.zsks()
-		switch set[0].Header().Rrtype {
-		case dns.TypeDNSKEY, dns.TypeCDS, dns.TypeCDNSKEY:
-			keys = k.ksks()
-		}
-		for _, key := range keys {
-			sig, err := s.Sign(key, set, w)
-			if err != nil {
-				return err
-			}
-			out = append(out, sig)
-		}
-		return nil
+	ksk, zsk := k.signers()
+	sign := func(set []dns.RR) (err error) {
+		out, err = s.signSet(out, set, ksk, zsk, w)
+		return err
 	}
 	// The SOA first.
 	out = append(out, apex.sets[dns.TypeSOA]...)
@@ -172,8 +163,4 @@ func (s *Signer) SignZone(rrs []dns.RR, k *Keys, now time.Time) ([]dns.RR, error
 	return out, nil
 }
 
-var errNoSOA = errorString("the zone has no SOA")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errNoSOA = errors.New("the zone has no SOA")

@@ -216,10 +216,8 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	// so are the apex's keys.
 	var keys *dnssec.Keys
 	sec := c.sec.Load()
-	if sec != nil && !routed && !facts && sec.cfg.signs(z.Origin()) {
-		if keys = sec.keysFor(rep, z.Origin()); keys != nil && !signedQuery(r, qname, z.Origin()) {
-			keys = nil // DO clear, not the apex's keys: the unsigned answer
-		}
+	if sec != nil && !routed && !facts && signedQuery(r, qname, z.Origin()) && sec.cfg.signs(z.Origin()) {
+		keys = sec.keysFor(rep, z.Origin()) // nil: none yet, the unsigned answer
 	}
 	if keys == nil && !routed && !facts && !unconfirmed && r.IsTsig() == nil && writePacked(w, r, z, &cl, ecs) {
 		// The common answers, packed without a dns.Msg (rawwrite.go); a

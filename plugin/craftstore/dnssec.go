@@ -568,7 +568,8 @@ func groupVersions(rep *replica.Replica, token string, want int) error {
 		if mb.API == "" {
 			return fmt.Errorf("member %d has no API address to ask its version of", mb.ID)
 		}
-		req, err := http.NewRequest(http.MethodGet, apiBase(mb.API)+"/v1/cluster", nil)
+		// The API address a member advertises is its listener's (HTTP).
+		req, err := http.NewRequest(http.MethodGet, "http://"+mb.API+"/v1/cluster", nil)
 		if err != nil {
 			return err
 		}
@@ -590,14 +591,6 @@ func groupVersions(rep *replica.Replica, token string, want int) error {
 		}
 	}
 	return nil
-}
-
-// apiBase is a member's advertised API address as a base URL.
-func apiBase(api string) string {
-	if len(api) > 7 && (api[:7] == "http://" || (len(api) > 8 && api[:8] == "https://")) {
-		return api
-	}
-	return "http://" + api
 }
 
 // keyRRsets are the apex RRsets signing adds to a zone: its keys, and what
