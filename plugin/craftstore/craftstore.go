@@ -216,7 +216,7 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	// so are the apex's keys.
 	var keys *dnssec.Keys
 	sec := c.sec.Load()
-	if sec != nil && !routed && !facts && signedQuery(r, qname, z.Origin()) && sec.cfg.signs(z.Origin()) {
+	if sec != nil && !routed && !facts && signedQuery(r, qname, z.Origin()) && sec.cfg.Signs(z.Origin()) {
 		keys = sec.keysFor(rep, z.Origin()) // nil: none yet, the unsigned answer
 	}
 	if keys == nil && !routed && !facts && !unconfirmed && r.IsTsig() == nil && writePacked(w, r, z, &cl, ecs) {

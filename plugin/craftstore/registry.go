@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -348,10 +347,7 @@ func (cfg config) differs(o config) string {
 	if cfg.snapshot != o.snapshot || cfg.timeout != o.timeout || cfg.journal != o.journal {
 		diff = append(diff, "snapshot, journal and timeout settings")
 	}
-	if cfg.dnssec.on != o.dnssec.on || !slices.Equal(cfg.dnssec.zones, o.dnssec.zones) || cfg.dnssec.kekFile != o.dnssec.kekFile ||
-		cfg.dnssec.alg != o.dnssec.alg || cfg.dnssec.csk != o.dnssec.csk ||
-		cfg.dnssec.zskLifetime != o.dnssec.zskLifetime || cfg.dnssec.rolloverWait != o.dnssec.rolloverWait ||
-		cfg.dnssec.kskLifetime != o.dnssec.kskLifetime || !slices.Equal(cfg.dnssec.parents, o.dnssec.parents) {
+	if !cfg.dnssec.Equal(&o.dnssec) {
 		diff = append(diff, "dnssec settings")
 	}
 	return strings.Join(diff, ", ")

@@ -60,7 +60,7 @@ type config struct {
 	headroom  int            // gc_headroom: percent of the live heap it may grow by (gc.go); 0: off
 	dnsListen string         // this server block's address, advertised to the group
 	raftTLS   *transport.TLS // raft_tls: mutual TLS between members; nil: plain TCP
-	dnssec    dnssecConfig   // dnssec*: online signing (dnssec.go)
+	dnssec    dnssec.Config  // dnssec*: online signing (dnssec.go)
 }
 
 func setup(c *caddy.Controller) error {
@@ -115,6 +115,9 @@ func parse(c *caddy.Controller) (*Craftstore, error) {
 
 func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 	cfg := &cs.cfg
+	if ok, err := cfg.dnssec.Parse(c); ok {
+		return err
+	}
 	a := corefile.NextArgs(c)
 	args, one := a.Vals, a.One
 	var err error
@@ -158,79 +161,6 @@ func parseProperty(c *caddy.Controller, cs *Craftstore) error {
 		cfg.stateful = &statefulSet{name: args[0], account: serviceAccountDir}
 		if len(args) == 2 {
 			cfg.stateful.account = corefile.Rooted(c, args[1])
-		}
-	case "dnssec":
-		if cfg.dnssec.on {
-			return c.Err("dnssec given twice")
-		}
-		cfg.dnssec.on = true
-		for _, z := range args {
-			cfg.dnssec.zones = append(cfg.dnssec.zones, dnsname.Lower(dns.Fqdn(z)))
-		}
-	case "dnssec_kek":
-		v, err := one()
-		if err != nil {
-			return err
-		}
-		cfg.dnssec.kekFile = corefile.Rooted(c, v)
-	case "dnssec_algorithm":
-		v, err := one()
-		if err != nil {
-			return err
-		}
-		if cfg.dnssec.alg, err = dnssec.AlgorithmByName(v); err != nil {
-			return c.Errf("dnssec_algorithm: %v", err)
-		}
-	case "dnssec_zsk_rollover":
-		// LIFETIME WAIT, or off.
-		cfg.dnssec.zskSet = true
-		switch {
-		case len(args) == 1 && args[0] == "off":
-			cfg.dnssec.zskLifetime = 0
-		case len(args) == 2:
-			l, err1 := time.ParseDuration(args[0])
-			w, err2 := time.ParseDuration(args[1])
-			if err1 != nil || err2 != nil || l <= 0 || w <= 0 {
-				return c.Errf("dnssec_zsk_rollover %s: LIFETIME WAIT, two positive durations (720h 24h), or off", strings.Join(args, " "))
-			}
-			cfg.dnssec.zskLifetime, cfg.dnssec.rolloverWait = l, w
-		default:
-			return c.Errf("dnssec_zsk_rollover: LIFETIME WAIT, two positive durations (720h 24h), or off")
-		}
-	case "dnssec_ksk_rollover":
-		// LIFETIME PARENT..., or off.
-		switch {
-		case len(args) == 1 && args[0] == "off":
-			cfg.dnssec.kskLifetime = 0
-		case len(args) >= 2:
-			l, err := time.ParseDuration(args[0])
-			if err != nil || l <= 0 {
-				return c.Errf("dnssec_ksk_rollover %s: LIFETIME (a positive duration) and the parent zone's servers", args[0])
-			}
-			cfg.dnssec.kskLifetime = l
-			for _, a := range args[1:] {
-				if _, _, err := net.SplitHostPort(a); err != nil {
-					a = net.JoinHostPort(a, "53")
-				}
-				if host, _, _ := net.SplitHostPort(a); net.ParseIP(host) == nil {
-					return c.Errf("dnssec_ksk_rollover: parent server %q: not an IP address or IP:port", a)
-				}
-				cfg.dnssec.parents = append(cfg.dnssec.parents, a)
-			}
-		default:
-			return c.Errf("dnssec_ksk_rollover: LIFETIME PARENT... (the parent zone's servers, asked for the DS), or off")
-		}
-	case "dnssec_keys":
-		v, err := one()
-		if err != nil {
-			return err
-		}
-		switch v {
-		case "ksk+zsk":
-		case "csk":
-			cfg.dnssec.csk = true
-		default:
-			return c.Errf("dnssec_keys %q: ksk+zsk (a key-signing and a zone-signing key, the default) or csk (one combined key)", v)
 		}
 	case "raft_tls":
 		if len(args) != 3 {
@@ -437,12 +367,12 @@ func (cfg *config) check(c *caddy.Controller, zones []string) error {
 			return c.Errf("api on %q is not loopback: it needs a token", cfg.api)
 		}
 	}
-	for _, z := range cfg.dnssec.zones {
+	for _, z := range cfg.dnssec.Zones {
 		if plugin.Zones(zones).Matches(z) == "" {
 			return c.Errf("dnssec zone %q is not served by this server block", z)
 		}
 	}
-	if err := cfg.dnssec.check(); err != nil {
+	if err := cfg.dnssec.Check(); err != nil {
 		return c.Errf("dnssec: %v", err)
 	}
 	return nil

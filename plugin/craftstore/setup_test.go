@@ -342,8 +342,8 @@ func TestParse(t *testing.T) {
 			dnssec_kek ` + kek + `
 			dnssec_ksk_rollover 8760h 192.0.2.1 [2001:db8::1]:5353
 		}`, check: func(t *testing.T, c *Craftstore) {
-			if d := c.cfg.dnssec; d.kskLifetime != 8760*time.Hour || strings.Join(d.parents, " ") != "192.0.2.1:53 [2001:db8::1]:5353" {
-				t.Errorf("dnssec_ksk_rollover: %v %v", d.kskLifetime, d.parents)
+			if d := c.cfg.dnssec; d.KSKLifetime != 8760*time.Hour || strings.Join(d.Parents, " ") != "192.0.2.1:53 [2001:db8::1]:5353" {
+				t.Errorf("dnssec_ksk_rollover: %v %v", d.KSKLifetime, d.Parents)
 			}
 		}},
 		{input: `craftstore {
@@ -352,8 +352,8 @@ func TestParse(t *testing.T) {
 			dnssec_kek ` + kek + `
 			dnssec_zsk_rollover 20s 4s
 		}`, check: func(t *testing.T, c *Craftstore) {
-			if d := c.cfg.dnssec; d.zskLifetime != 20*time.Second || d.rolloverWait != 4*time.Second {
-				t.Errorf("dnssec_zsk_rollover: %v %v", d.zskLifetime, d.rolloverWait)
+			if d := c.cfg.dnssec; d.ZSKLifetime != 20*time.Second || d.RolloverWait != 4*time.Second {
+				t.Errorf("dnssec_zsk_rollover: %v %v", d.ZSKLifetime, d.RolloverWait)
 			}
 		}},
 		{input: `craftstore {
@@ -362,8 +362,8 @@ func TestParse(t *testing.T) {
 			dnssec_kek ` + kek + `
 		}`, check: func(t *testing.T, c *Craftstore) {
 			d := c.cfg.dnssec
-			if !d.on || d.zones != nil || d.kek == nil || d.alg != dns.ECDSAP256SHA256 || d.csk || !d.signs("example.org.") ||
-				d.zskLifetime != defaultZSKLifetime || d.rolloverWait != defaultRolloverWait {
+			if !d.On || d.Zones != nil || d.KEK == nil || d.Algorithm != dns.ECDSAP256SHA256 || d.CSK || !d.Signs("example.org.") ||
+				d.ZSKLifetime != dnssec.DefaultZSKLifetime || d.RolloverWait != dnssec.DefaultRolloverWait {
 				t.Errorf("dnssec defaults: %+v", d)
 			}
 		}},
@@ -375,7 +375,7 @@ func TestParse(t *testing.T) {
 			dnssec_keys csk
 		}`, check: func(t *testing.T, c *Craftstore) {
 			d := c.cfg.dnssec
-			if !d.on || len(d.zones) != 1 || !d.signs("example.org.") || d.signs("other.org.") || d.alg != dns.ED25519 || !d.csk {
+			if !d.On || len(d.Zones) != 1 || !d.Signs("example.org.") || d.Signs("other.org.") || d.Algorithm != dns.ED25519 || !d.CSK {
 				t.Errorf("dnssec: %+v", d)
 			}
 		}},

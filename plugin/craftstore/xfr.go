@@ -34,7 +34,7 @@ func (c *Craftstore) Transfer(name string, serial uint32) (<-chan []dns.RR, erro
 	if rep == nil || rep.Zone(origin) == nil {
 		return nil, transfer.ErrNotAuthoritative
 	}
-	if sec := c.sec.Load(); sec != nil && sec.cfg.signs(origin) {
+	if sec := c.sec.Load(); sec != nil && sec.cfg.Signs(origin) {
 		if keys := sec.keysFor(rep, origin); keys != nil {
 			return c.signedTransfer(rep, sec, keys, origin, serial), nil
 		}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/craftdns/craftdns/internal/dnssec"
+
 	"github.com/miekg/dns"
 	bolt "go.etcd.io/bbolt"
 )
@@ -81,11 +83,11 @@ func TestApplyKeys(t *testing.T) {
 		t.Errorf("a new key set: %v, stored %q", err, keys())
 	}
 	// A rollover's step replaces the set it was made from, not another.
-	step := []byte(`{"keys":[{"tag":3,"algorithm":13,"flags":257,"state":"active","sealed":"AQID"},{"tag":4,"algorithm":13,"flags":256,"state":"retired","sealed":"AQID","since":9}],"prev":"` + SetHash(set) + `"}`)
+	step := []byte(`{"keys":[{"tag":3,"algorithm":13,"flags":257,"state":"active","sealed":"AQID"},{"tag":4,"algorithm":13,"flags":256,"state":"retired","sealed":"AQID","since":9}],"prev":"` + dnssec.SetHash(set) + `"}`)
 	if _, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: step}); !errors.Is(err, ErrConflict) || keys() != string(other) {
 		t.Errorf("a step over another set: %v, stored %q", err, keys())
 	}
-	step = []byte(strings.Replace(string(step), SetHash(set), SetHash(other), 1))
+	step = []byte(strings.Replace(string(step), dnssec.SetHash(set), dnssec.SetHash(other), 1))
 	if _, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: step}); err != nil || keys() != string(step) {
 		t.Errorf("a step over its set: %v, stored %q", err, keys())
 	}

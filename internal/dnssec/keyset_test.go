@@ -1,12 +1,9 @@
-package craftstore
+package dnssec
 
 import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/craftdns/craftdns/internal/dnssec"
-	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
 
 	"github.com/miekg/dns"
 )
@@ -16,75 +13,75 @@ import (
 // each step after its wait, each over the set before it (Prev); the KSK
 // stays; every set opens with the KEK, signing with one ZSK at a time.
 func TestRolloverSteps(t *testing.T) {
-	cfg, t0, set := rolloverStart(t, dnssecConfig{zskLifetime: 100 * time.Second, rolloverWait: 10 * time.Second})
+	cfg, t0, set := rolloverStart(t, Config{Policy: Policy{ZSKLifetime: 100 * time.Second, RolloverWait: 10 * time.Second}})
 	states := func(raw []byte) (zsk map[string]int, tags []uint16) {
-		ks, err := fsm.ParseKeySet(raw)
+		ks, err := ParseKeySet(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
 		zsk = map[string]int{}
 		for _, k := range ks.Keys {
-			if k.Flags == dnssec.FlagZSK {
+			if k.Flags == FlagZSK {
 				zsk[k.State]++
 			}
 			tags = append(tags, k.Tag)
 		}
-		keys, err := openKeySet("example.org.", raw, cfg.kek)
+		keys, err := OpenKeySet("example.org.", raw, cfg.KEK)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(keys.Signing) != 2 || len(keys.DS) != 1 {
-			t.Errorf("signing with %d keys, %d for the DS: %s", len(keys.Signing), len(keys.DS), describeKeys(raw))
+			t.Errorf("signing with %d keys, %d for the DS: %s", len(keys.Signing), len(keys.DS), DescribeKeys(raw))
 		}
 		return zsk, tags
 	}
 	step := func(now time.Time, want map[string]int) {
 		t.Helper()
-		next, err := rolloverStep("example.org.", set, cfg, now)
+		next, err := cfg.RolloverStep("example.org.", set, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if want == nil {
 			if next != nil {
-				t.Fatalf("at %v: a step nobody asked for: %s", now.Sub(t0), describeKeys(next))
+				t.Fatalf("at %v: a step nobody asked for: %s", now.Sub(t0), DescribeKeys(next))
 			}
 			return
 		}
 		if next == nil {
 			t.Fatalf("at %v: no step, expected ZSKs %v", now.Sub(t0), want)
 		}
-		ks, _ := fsm.ParseKeySet(next)
-		if ks.Prev != fsm.SetHash(set) {
+		ks, _ := ParseKeySet(next)
+		if ks.Prev != SetHash(set) {
 			t.Errorf("at %v: the step is not over the set before it", now.Sub(t0))
 		}
 		zsk, _ := states(next)
 		for st, n := range want {
 			if zsk[st] != n {
-				t.Errorf("at %v: ZSKs %v, expected %v (%s)", now.Sub(t0), zsk, want, describeKeys(next))
+				t.Errorf("at %v: ZSKs %v, expected %v (%s)", now.Sub(t0), zsk, want, DescribeKeys(next))
 			}
 		}
 		set = next
 	}
 	states(set)
 	step(t0.Add(99*time.Second), nil)
-	step(t0.Add(100*time.Second), map[string]int{fsm.KeyActive: 1, fsm.KeyPublished: 1})
+	step(t0.Add(100*time.Second), map[string]int{KeyActive: 1, KeyPublished: 1})
 	step(t0.Add(109*time.Second), nil)
-	step(t0.Add(110*time.Second), map[string]int{fsm.KeyActive: 1, fsm.KeyRetired: 1})
+	step(t0.Add(110*time.Second), map[string]int{KeyActive: 1, KeyRetired: 1})
 	step(t0.Add(119*time.Second), nil)
-	step(t0.Add(120*time.Second), map[string]int{fsm.KeyActive: 1})
+	step(t0.Add(120*time.Second), map[string]int{KeyActive: 1})
 	step(t0.Add(209*time.Second), nil) // the new ZSK signs from 110 s
-	step(t0.Add(210*time.Second), map[string]int{fsm.KeyActive: 1, fsm.KeyPublished: 1})
+	step(t0.Add(210*time.Second), map[string]int{KeyActive: 1, KeyPublished: 1})
 
 	// A combined key does not roll over here; off is off.
 	csk := cfg
-	csk.csk = true
-	one, _ := newKeySet("example.org.", csk, t0)
-	if next, err := rolloverStep("example.org.", one, csk, t0.Add(1000*time.Second)); next != nil || err != nil {
+	csk.CSK = true
+	one, _ := csk.NewKeySet("example.org.", t0)
+	if next, err := csk.RolloverStep("example.org.", one, t0.Add(1000*time.Second)); next != nil || err != nil {
 		t.Errorf("a CSK rolled: %v", err)
 	}
 	off := cfg
-	off.zskLifetime = 0
-	if next, _ := rolloverStep("example.org.", set, off, t0.Add(10000*time.Second)); next != nil {
+	off.ZSKLifetime = 0
+	if next, _ := off.RolloverStep("example.org.", set, t0.Add(10000*time.Second)); next != nil {
 		t.Error("a rollover with dnssec_zsk_rollover off")
 	}
 }
@@ -94,9 +91,9 @@ func TestRolloverSteps(t *testing.T) {
 // parent lists the new key's DS and not the old one's, and goes after the
 // wait.
 func TestKSKRolloverSteps(t *testing.T) {
-	cfg, t0, set := rolloverStart(t, dnssecConfig{kskLifetime: 100 * time.Second, rolloverWait: 10 * time.Second, parents: []string{"192.0.2.1:53"}})
-	keysOf := func(raw []byte) *dnssec.Keys {
-		k, err := openKeySet("example.org.", raw, cfg.kek)
+	cfg, t0, set := rolloverStart(t, Config{Policy: Policy{KSKLifetime: 100 * time.Second, RolloverWait: 10 * time.Second, Parents: []string{"192.0.2.1:53"}}})
+	keysOf := func(raw []byte) *Keys {
+		k, err := OpenKeySet("example.org.", raw, cfg.KEK)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,9 +103,9 @@ func TestKSKRolloverSteps(t *testing.T) {
 	var parent []*dns.DS
 	parentDS := func() ([]*dns.DS, error) { return parent, nil }
 	parent = []*dns.DS{first.DS(3600)}
-	step := func(now time.Time, due bool) *dnssec.Keys {
+	step := func(now time.Time, due bool) *Keys {
 		t.Helper()
-		next, err := kskStep("example.org.", set, cfg, now, parentDS)
+		next, err := cfg.KSKStep("example.org.", set, now, parentDS)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,10 +140,10 @@ func TestKSKRolloverSteps(t *testing.T) {
 }
 
 // kskSigning are the signing key-signing keys of k.
-func kskSigning(k *dnssec.Keys) []*dnssec.Key {
-	var out []*dnssec.Key
+func kskSigning(k *Keys) []*Key {
+	var out []*Key
 	for _, key := range k.Signing {
-		if key.DNSKEY.Flags == dnssec.FlagKSK {
+		if key.DNSKEY.Flags == FlagKSK {
 			out = append(out, key)
 		}
 	}
@@ -156,18 +153,18 @@ func kskSigning(k *dnssec.Keys) []*dnssec.Key {
 // rolloverStart completes cfg (signing on, a new key-encryption key, the
 // rollover's settings given) and makes example.org's first keys with it
 // at t0.
-func rolloverStart(t *testing.T, cfg dnssecConfig) (dnssecConfig, time.Time, []byte) {
+func rolloverStart(t *testing.T, cfg Config) (Config, time.Time, []byte) {
 	t.Helper()
-	cfg.on, cfg.zskSet = true, true
-	cfg.kekFile = filepath.Join(t.TempDir(), "kek")
-	if err := dnssec.CreateKEK(cfg.kekFile); err != nil {
+	cfg.On, cfg.zskSet = true, true
+	cfg.KEKFile = filepath.Join(t.TempDir(), "kek")
+	if err := CreateKEK(cfg.KEKFile); err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.check(); err != nil {
+	if err := cfg.Check(); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Unix(1_800_000_000, 0)
-	set, err := newKeySet("example.org.", cfg, t0)
+	set, err := cfg.NewKeySet("example.org.", t0)
 	if err != nil {
 		t.Fatal(err)
 	}
