@@ -2,6 +2,7 @@ package dnssec
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -153,13 +154,26 @@ type Answer struct {
 var ErrNoKeys = errors.New("the zone has no signing key")
 
 // SignAnswer turns m, zone k's unsigned answer to a query with DO set, into
-// the signed one (RFC 4035 §3.1): an RRSIG after every RRset of the zone's
-// data it carries (not delegation NS records, glue, or CNAMEs a DNAME
-// synthesized), and RFC 9824's compact denial: an NXDOMAIN becomes NOERROR
-// with an NSEC of type NXNAME at the query's name, a NODATA gets the NSEC
-// of the name's types, a referral without DS the NSEC that proves it has
-// none (an insecure delegation). Signatures are made for now's window.
+// the signed one (RFC 4035 §3.1): Complete's records, and an RRSIG after
+// every RRset of the zone's data it carries (not delegation NS records,
+// glue, or CNAMEs a DNAME synthesized). An NXDOMAIN whose denial is RFC
+// 9824's compact one becomes NOERROR. Signatures are made for now's
+// window.
 func (s *Signer) SignAnswer(m *dns.Msg, k *Keys, now time.Time, a Answer) error {
+	if len(k.Signing) == 0 {
+		return ErrNoKeys
+	}
+	if err := Complete(m, k.Zone, a); err != nil {
+		return err
+	}
+	return s.SignSections(m, k, now, a.Glue)
+}
+
+// SignSections signs m, a completed answer (Complete) of zone k, for now's
+// window: an RRSIG after every RRset of the zone's data, none for glue
+// (glue, nil: none is) and the rest SignAnswer skips; a compact NXDOMAIN
+// becomes NOERROR.
+func (s *Signer) SignSections(m *dns.Msg, k *Keys, now time.Time, glue func(string) bool) error {
 	if len(k.Signing) == 0 {
 		return ErrNoKeys
 	}
@@ -168,32 +182,59 @@ func (s *Signer) SignAnswer(m *dns.Msg, k *Keys, now time.Time, a Answer) error 
 		period = DefaultPeriod
 	}
 	w := WindowAt(now, period)
-	if a.Negative != nil && len(m.Question) == 1 {
-		if err := s.deny(m, k, w, a.Negative); err != nil {
-			return err
-		}
-	} else if referral(m, k.Zone) {
-		if err := s.insecureCut(m, k, w); err != nil {
-			return err
-		}
+	if m.Rcode == dns.RcodeNameError && compactNX(m.Ns) {
+		m.Rcode = dns.RcodeSuccess
 	}
 	ksk, zsk := k.signers()
 	var err error
-	if m.Answer, err = s.signSection(m.Answer, k.Zone, ksk, zsk, w, a.Glue, dnameCuts(m.Answer)); err != nil {
+	if m.Answer, err = s.signSection(m.Answer, k.Zone, ksk, zsk, w, glue, dnameCuts(m.Answer)); err != nil {
 		return err
 	}
-	if m.Ns, err = s.signSection(m.Ns, k.Zone, ksk, zsk, w, a.Glue, nil); err != nil {
+	if m.Ns, err = s.signSection(m.Ns, k.Zone, ksk, zsk, w, glue, nil); err != nil {
 		return err
 	}
-	if m.Extra, err = s.signSection(m.Extra, k.Zone, ksk, zsk, w, a.Glue, nil); err != nil {
+	if m.Extra, err = s.signSection(m.Extra, k.Zone, ksk, zsk, w, glue, nil); err != nil {
 		return err
 	}
 	return nil
 }
 
+// compactNX reports whether section ns holds RFC 9824's NSEC of a name
+// that does not exist (NXNAME in its bitmap).
+func compactNX(ns []dns.RR) bool {
+	for _, rr := range ns {
+		if n, ok := rr.(*dns.NSEC); ok && slices.Contains(n.TypeBitMap, dns.TypeNXNAME) {
+			return true
+		}
+	}
+	return false
+}
+
+// Complete adds to m, zone's unsigned answer to a query with DO set, the
+// records a signed answer carries besides the signatures, which need no
+// key: RFC 9824's compact denial (an NSEC with NXNAME at a name that does
+// not exist, the rcode left as it is; for NODATA the NSEC of the name's
+// types), or for a referral without DS the NSEC that proves it has none (an
+// insecure delegation). A referral's DS RRset is the caller's to add. It
+// adds nothing twice: an answer completed already stays as it is.
+func Complete(m *dns.Msg, zone string, a Answer) error {
+	for _, rr := range m.Ns {
+		if rr.Header().Rrtype == dns.TypeNSEC {
+			return nil
+		}
+	}
+	if a.Negative != nil && len(m.Question) == 1 {
+		return deny(m, a.Negative)
+	}
+	if referral(m, zone) {
+		return insecureCut(m)
+	}
+	return nil
+}
+
 // deny adds the compact denial NSEC of the query's name to m's authority
-// section, and makes an NXDOMAIN NOERROR.
-func (s *Signer) deny(m *dns.Msg, k *Keys, w Window, d *Denial) error {
+// section.
+func deny(m *dns.Msg, d *Denial) error {
 	ttl := uint32(0)
 	for _, rr := range m.Ns {
 		if soa, ok := rr.(*dns.SOA); ok {
@@ -207,9 +248,6 @@ func (s *Signer) deny(m *dns.Msg, k *Keys, w Window, d *Denial) error {
 	nsec, err := CompactNSEC(name, d.Types, d.Exists, ttl)
 	if err != nil {
 		return err
-	}
-	if !d.Exists && m.Rcode == dns.RcodeNameError {
-		m.Rcode = dns.RcodeSuccess
 	}
 	m.Ns = append(m.Ns, nsec)
 	return nil
@@ -236,7 +274,7 @@ func ReferralCut(m *dns.Msg, zone string) string {
 
 // insecureCut adds, to a referral without DS, the NSEC at the cut whose
 // bitmap (NS, no DS) proves the delegation insecure.
-func (s *Signer) insecureCut(m *dns.Msg, k *Keys, w Window) error {
+func insecureCut(m *dns.Msg) error {
 	var cut string
 	var ttl uint32
 	for _, rr := range m.Ns {

@@ -386,7 +386,7 @@ const EpochHeader = "Craftdns-Map-Epoch"
 // routers add or remove shards only while every member says it (GET
 // /v1/cluster, "fsm_version"), so that no member applies a migration's
 // entries otherwise than the others of its group (a rolling upgrade).
-const FSMVersion = 3
+const FSMVersion = 4
 
 // Unmapped is the epoch a router that routes by its Corefile, not by the
 // agreed map (craftroute's shard_map off: a router of another key mode over

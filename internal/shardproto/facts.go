@@ -292,7 +292,7 @@ func Strip(m *dns.Msg) {
 	}
 	kept := opt.Option[:0]
 	for _, o := range opt.Option {
-		if c := o.Option(); c != Code && c != IndexCode && c != SerialCode && c != AuthCode && c != HeldCode && c != EpochCode {
+		if c := o.Option(); c != Code && c != IndexCode && c != SerialCode && c != AuthCode && c != HeldCode && c != EpochCode && c != SignCode {
 			kept = append(kept, o)
 		}
 	}

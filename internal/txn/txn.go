@@ -214,6 +214,31 @@ type Prepare struct {
 	// zones it moves before the critical section, and the moves carry
 	// what changed on the old owner since.
 	Imports []Staged `json:"imports,omitempty"`
+	// Keys is a part that sets Zone's DNSSEC key set on the shard: a
+	// zone split over shards by name has one key set, on every shard of
+	// it, set by its routers in one transaction (its first keys, each
+	// rollover's step).
+	Keys *Keys `json:"keys,omitempty"`
+}
+
+// Keys is a key set part (Prepare.Keys): Set is the zone's key set
+// (dnssec.KeySet, JSON, its private keys sealed), applied only where the
+// zone has none with Absent, and only over the set its Prev names.
+type Keys struct {
+	Set    []byte `json:"set"`
+	Absent bool   `json:"absent,omitempty"`
+}
+
+// KeysPath is the member API's path of a zone's key set (GET, with the
+// shards' token): ZoneKeys.
+func KeysPath(zone string) string { return "/v1/zones/" + url.PathEscape(zone) + "/keys" }
+
+// ZoneKeys is a zone's key set as a member holds it: Set nil when the
+// zone has none; Hash identifies it (dnssec.SetHash).
+type ZoneKeys struct {
+	Zone string `json:"zone"`
+	Set  []byte `json:"set"`
+	Hash string `json:"hash,omitempty"`
 }
 
 // Staged is a zone staged on a shard: its import's ID there, and the

@@ -30,6 +30,7 @@ import (
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 
+	"github.com/craftdns/craftdns/internal/dnssec"
 	"github.com/craftdns/craftdns/internal/ede"
 	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
@@ -70,6 +71,7 @@ type config struct {
 	mapMode    mapMode           // shard_map: whether the router routes by the agreed map
 	slowOnly   bool              // fast_path off: every query takes the slow path (fast.go)
 	tls        *tls.Config       // tls, tls_servername: for members at tls:// addresses; nil: the system's CAs
+	dnssec     dnssec.Config     // dnssec*: the zones the router signs (dnssec.go)
 }
 
 // Craftroute is the plugin handler of one server block.
@@ -84,6 +86,11 @@ type Craftroute struct {
 	migr  migrator  // adding and removing shards (migrate.go)
 	zones *zoneSet
 	neg   *negCache
+	// sec signs the answers of signed zones (dnssec.go), nil without
+	// dnssec; negSigned holds their merged negative answers completed for
+	// signing (unsigned: the signature cache signs them again at once).
+	sec       *routerSigning
+	negSigned *negCache
 	// filters are the shards' existence filters (filter.go).
 	filters   *nameFilters
 	soa       serials      // key mode name: one serial per zone
@@ -157,10 +164,29 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		// and never sent on (a member's refusal is no failure of it).
 		return ede.Write(w, r, dns.RcodeRefused, dns.ExtendedErrorCodeNotSupported, "only class IN is served")
 	}
+	var (
+		keys *dnssec.Keys
+		st   *signState
+	)
+	if c.sec != nil {
+		// A signed zone's keys at its apex, from the router's; an
+		// answer with DO signed by it (dnssec.go).
+		if m := c.keysAnswer(r); m != nil {
+			w.WriteMsg(m)
+			return dns.RcodeSuccess, nil
+		}
+		if keys = c.signKeys(r); keys != nil {
+			st = new(signState)
+			ctx = context.WithValue(ctx, signKey{}, st)
+		}
+	}
 	// The common case: the member's answer relayed as bytes (fast.go).
-	done, pre := c.serveFast(ctx, w, r)
-	if done {
-		return dns.RcodeSuccess, nil
+	var pre *prefetch
+	if keys == nil {
+		var done bool
+		if done, pre = c.serveFast(ctx, w, r); done {
+			return dns.RcodeSuccess, nil
+		}
 	}
 	// The members choose a policy's answer for the client (client.go).
 	q, added, err := withClient(r, w.RemoteAddr())
@@ -174,6 +200,12 @@ func (c *Craftroute) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	}
 	if added {
 		resp = withoutClient(resp, r)
+	}
+	if keys != nil {
+		if err := c.sign(resp, keys, st); err != nil {
+			log.Errorf("%s/%s: signing the answer: %v", r.Question[0].Name, dns.TypeToString[r.Question[0].Qtype], err)
+			return ede.Write(w, r, dns.RcodeServerFailure, dns.ExtendedErrorCodeOther, "the answer could not be signed: "+err.Error())
+		}
 	}
 	w.WriteMsg(resp)
 	return dns.RcodeSuccess, nil

@@ -45,6 +45,9 @@ func (c *Craftroute) startBackground() (stop func()) {
 	if c.filters.on() {
 		wg.Go(func() { c.filters.run(ctx, sc) })
 	}
+	if c.sec != nil {
+		wg.Go(func() { c.runKeys(ctx, sc) })
+	}
 	return func() {
 		cancel()
 		wg.Wait()

@@ -283,6 +283,9 @@ func (c *Craftroute) serveNotice(w dns.ResponseWriter, r *dns.Msg) (int, error) 
 		c.zones.noticed.Add(1)
 		c.zones.remove(zone)
 		c.neg.purge(zone)
+		if c.negSigned != nil {
+			c.negSigned.purge(zone)
+		}
 		c.soa.forget(zone)
 	}
 	if nt := c.notify.Load(); nt != nil && n.Change != shardproto.ZoneDeleted {

@@ -31,6 +31,10 @@ var (
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "probes_total",
 		Help: "Probes of members marked down, by result: ok (any response) or fail.",
 	}, []string{"shard", "member", "result"})
+	signaturesCount = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "dnssec_signatures_total",
+		Help: "RRSIGs put in answers (dnssec), by whether the router's signature cache had them (hit) or it signed (miss).",
+	}, []string{"result"})
 	migrationState = promauto.NewGauge(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace, Subsystem: "craftroute", Name: "migration",
 		Help: "The shard map's migration: 0 none, 1 a shard is being added, 2 a shard is being removed.",

@@ -87,12 +87,16 @@ func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg, rt *routing, p
 	// router of a write before acknowledging it (lease.go).
 	began := time.Now()
 	cacheOn := c.leases.valid(began)
+	neg := c.neg
+	if signing(ctx) != nil {
+		neg = c.negSigned // completed for signing (dnssec.go)
+	}
 	start := c.changes.begin()
 	if pre != nil {
 		// The fast path looked in the cache before it asked the owner.
 		began, cacheOn, start = pre.began, pre.cacheOn, pre.start
 	} else if cacheOn {
-		if m := c.neg.get(q.Name, q.Qtype, edns, do, c.changes.valid); m != nil {
+		if m := neg.get(q.Name, q.Qtype, edns, do, c.changes.valid); m != nil {
 			negCacheHits.Inc()
 			m.Id, m.Question = r.Id, r.Question
 			c.present(ctx, r, m, began)
@@ -119,12 +123,12 @@ func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg, rt *routing, p
 		return resp, nil
 	}
 	if broadcast {
-		if neg := negativeKind(resp); neg != "" {
-			negativeMerged.WithLabelValues(neg).Inc()
+		if kind := negativeKind(resp); kind != "" {
+			negativeMerged.WithLabelValues(kind).Inc()
 			// An answer read past an undecided transaction is right now,
 			// but its commit may come at any moment: not cached.
 			if cacheOn && !mk.held.Load() {
-				c.neg.put(q.Name, q.Qtype, edns, do, resp, start)
+				neg.put(q.Name, q.Qtype, edns, do, resp, start)
 			}
 		}
 	}
@@ -170,6 +174,10 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg, owner
 	defer func() { s.observeDuration(time.Since(start)) }()
 	mk, _ := ctx.Value(marksKey{}).(*marks)
 	c.markEpoch(ctx, mk, req, owner)
+	st := signing(ctx)
+	if st != nil {
+		shardproto.RequestSigned(req) // the router signs the answer (dnssec.go)
+	}
 	for {
 		if c.ex != nil {
 			resp, err = c.ex.exchange(ctx, s, req)
@@ -195,6 +203,9 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg, owner
 	if err == nil {
 		c.learn(s, resp)
 		mk.note(resp)
+		if st != nil {
+			st.note(resp)
+		}
 	}
 	return resp, err
 }
@@ -632,7 +643,7 @@ func build(r *dns.Msg, name string, qtype uint16) *dns.Msg {
 		o.SetUDPSize(opt.UDPSize())
 		o.SetDo(opt.Do())
 		for _, e := range opt.Option {
-			if c := e.Option(); c != shardproto.Code && c != shardproto.EpochCode && c != dns.EDNS0COOKIE {
+			if c := e.Option(); c != shardproto.Code && c != shardproto.EpochCode && c != shardproto.SignCode && c != dns.EDNS0COOKIE {
 				o.Option = append(o.Option, e)
 			}
 		}
@@ -661,6 +672,9 @@ func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, r
 	ahead := ok && e > rt.epoch()
 	var missing []string
 	for _, rr := range resp.Ns {
+		if t := rr.Header().Rrtype; t == dns.TypeDS || t == dns.TypeNSEC {
+			continue // a signed referral's (dnssec.go)
+		}
 		ns, ok := rr.(*dns.NS)
 		if !ok || dnsname.Lower(ns.Hdr.Name) == origin {
 			return nil // not a referral
@@ -702,7 +716,11 @@ func (c *Craftroute) addGlue(ctx context.Context, r *dns.Msg, answered *Shard, r
 	}
 	var extra []dns.RR
 	for _, rr := range resp.Ns {
-		t := dnsname.Lower(rr.(*dns.NS).Ns)
+		ns, ok := rr.(*dns.NS)
+		if !ok {
+			continue
+		}
+		t := dnsname.Lower(ns.Ns)
 		if rrs, ok := found[t]; ok {
 			extra = append(extra, rrs...)
 			continue

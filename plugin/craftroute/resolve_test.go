@@ -43,6 +43,15 @@ func (ms memShards) exchange(_ context.Context, s *Shard, req *dns.Msg) (*dns.Ms
 	} else {
 		z.Lookup(m, dnsname.Lower(q.Name), q.Qtype)
 	}
+	if shardproto.SignedRequested(req) {
+		// As craftstore completes an answer the router signs (the test
+		// zones' keys have a KSK for the DS).
+		glue, err := z.Complete(m, zone.KeyTypes(true))
+		if err != nil {
+			return nil, err
+		}
+		shardproto.AttachGlue(m, glue)
+	}
 	// As craftstore does.
 	if serial, base, ok := z.Serial(); ok && (facts || hasSOA(m)) {
 		shardproto.AttachSerial(m, z.Origin(), serial, base)

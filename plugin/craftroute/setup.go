@@ -130,6 +130,17 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 	if cfg.api != "" && cfg.token == "" && !loopback(cfg.api) {
 		return nil, c.Errf("api on %q is not loopback: it needs a token", cfg.api)
 	}
+	for _, z := range cfg.dnssec.Zones {
+		if plugin.Zones(cr.Zones).Matches(z) == "" {
+			return nil, c.Errf("dnssec zone %q is not routed by this block", z)
+		}
+	}
+	if cfg.dnssec.On && cfg.mapMode != mapOn {
+		return nil, c.Err("dnssec needs the agreed shard map (shard_api for every shard, or shard_seed): the routers keep a signed zone's keys on every shard of it")
+	}
+	if err := cfg.dnssec.Check(); err != nil {
+		return nil, c.Errf("dnssec: %v", err)
+	}
 	if cr.leases.key == nil {
 		return nil, c.Err("router_key is needed: the secret the router shares with the members (their router_key), which signs its leases and their notices")
 	}
@@ -152,6 +163,9 @@ func parse(c *caddy.Controller) (*Craftroute, error) {
 	}
 	cr.zones = newZoneSet(fixed)
 	cr.neg = newNegCache(cfg.negCache)
+	if cr.sec = newRouterSigning(cfg.dnssec); cr.sec != nil {
+		cr.negSigned = newNegCache(cfg.negCache)
+	}
 	cr.filters = newNameFilters(cr, int64(cfg.filterMiB)<<20)
 	cr.txc = newShardClient(cr)
 	cr.changes = newChangeTracker()
@@ -179,6 +193,9 @@ func onOff(c *caddy.Controller, prop string, one func() (string, error)) (bool, 
 
 func parseProperty(c *caddy.Controller, cr *Craftroute, apis map[string][]string) error {
 	cfg := &cr.cfg
+	if ok, err := cfg.dnssec.Parse(c); ok {
+		return err
+	}
 	a := corefile.NextArgs(c)
 	args, one, duration := a.Vals, a.One, a.Duration
 	var err error

@@ -11,6 +11,7 @@ import (
 	"github.com/coredns/caddy"
 
 	"github.com/craftdns/craftdns/internal/certs"
+	"github.com/craftdns/craftdns/internal/dnssec"
 	"github.com/craftdns/craftdns/internal/shardmap"
 
 	"github.com/miekg/dns"
@@ -153,6 +154,36 @@ func TestSetup(t *testing.T) {
 		cr, err := parse(caddy.NewTestController("dns", "craftroute {\nshard a 127.0.0.1:53\n"+conf+"\nrouter_key "+testSecret+"\n}"))
 		if err != nil || cr.cfg.slowOnly != slow {
 			t.Errorf("%q: %v, slow only %v", conf, err, cr != nil && cr.cfg.slowOnly)
+		}
+	}
+}
+
+// TestSetupDNSSEC: the dnssec lines as craftstore reads them; a router
+// signs only with the agreed map, and a bad key file fails the start.
+func TestSetupDNSSEC(t *testing.T) {
+	kek := filepath.Join(t.TempDir(), "kek")
+	if err := dnssec.CreateKEK(kek); err != nil {
+		t.Fatal(err)
+	}
+	const shards = "shard a 127.0.0.1:53\nshard_api a http://127.0.0.1:8053\nrouter_key " + testSecret + "\n"
+	cr, err := parse(caddy.NewTestController("dns", "craftroute example.org {\n"+shards+"dnssec example.org\ndnssec_kek "+kek+"\ndnssec_zsk_rollover 20s 4s\n}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cr.cfg.dnssec; cr.sec == nil || cr.negSigned == nil || !d.Signs("example.org.") || d.KEK == nil || d.ZSKLifetime != 20*time.Second || d.Algorithm != dns.ECDSAP256SHA256 {
+		t.Errorf("dnssec: %+v", d)
+	}
+	for conf, want := range map[string]string{
+		shards + "dnssec\n": "dnssec needs dnssec_kek",
+		shards + "dnssec\ndnssec_kek /nonexistent/kek\n":               "/nonexistent/kek",
+		shards + "dnssec other.org\ndnssec_kek " + kek + "\n":          "not routed by this block",
+		shards + "shard_map off\ndnssec\ndnssec_kek " + kek + "\n":     "agreed shard map",
+		shards + "dnssec_kek " + kek + "\n":                            "need a dnssec line",
+		shards + "dnssec\ndnssec_kek " + kek + "\ndnssec_keys three\n": "ksk+zsk",
+	} {
+		_, err := parse(caddy.NewTestController("dns", "craftroute example.org {\n"+conf+"}"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: expected an error with %q, got %v", conf, want, err)
 		}
 	}
 }

@@ -75,6 +75,7 @@ func startAPI(cfg apiConfig, rep *replica.Replica, ls *leases) (*apiServer, erro
 	mux.HandleFunc("GET /v1/zones/{zone}/xfr", a.xfr)
 	mux.HandleFunc("GET /v1/zones/{zone}/filter", a.nameFilter)
 	mux.HandleFunc("GET /v1/zones/{zone}/ds", a.zoneDS)
+	mux.HandleFunc("GET /v1/zones/{zone}/keys", a.zoneKeys)
 	mux.HandleFunc("POST /v1/zones/{zone}/xfr", httpapi.Body(httpapi.JSON, a.xfr))
 	mux.HandleFunc("DELETE /v1/zones/{zone}/xfr/{id}", httpapi.Body(httpapi.JSON, a.unfence))
 	mux.HandleFunc("GET /v1/zones/{zone}/xfr/cuts/{serial}", a.xfrCut)

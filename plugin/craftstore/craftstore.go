@@ -211,9 +211,9 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 	cl.Meta = ctx // rules by geo read the geoip plugin's metadata
 
 	facts := shardproto.Requested(r)
-	// A signed zone's answers to a router are not signed (craftroute
-	// does not sign its merged answers yet); a client's with DO are, and
-	// so are the apex's keys.
+	// A signed zone's answers to a router are not signed (the router
+	// signs what it merged: completeForRouter); a client's with DO are,
+	// and so are the apex's keys.
 	var keys *dnssec.Keys
 	sec := c.sec.Load()
 	if sec != nil && !routed && !facts && signedQuery(r, qname, z.Origin()) && sec.cfg.Signs(z.Origin()) {
@@ -248,6 +248,10 @@ func (c *Craftstore) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.
 		if sm := c.signedAnswer(sec, keys, r, z, qname, m); sm != nil {
 			m = sm
 		}
+	}
+	if routed && shardproto.SignedRequested(r) {
+		// The router signs it: what only this member can tell of it.
+		completeForRouter(rep, m, z)
 	}
 	if routed {
 		// Read after the lookup: at least the state answered from.

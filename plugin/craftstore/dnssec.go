@@ -6,13 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/dnssec"
 	"github.com/craftdns/craftdns/internal/httpapi"
+	"github.com/craftdns/craftdns/internal/shardproto"
+	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/zoneapi"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica"
 	"github.com/craftdns/craftdns/plugin/craftstore/replica/fsm"
@@ -123,13 +125,9 @@ func (m *member) makeKeys(cfg config) {
 		return
 	}
 	if m.rep.Placement() != nil {
-		// A zone of a sharded deployment must have one key set on every
-		// shard: its routers would have to agree on it, which they do
-		// not yet. Said once.
-		if !m.shardedSaid {
-			log.Warningf("member %d: DNSSEC signing is not available for the zones of a sharded deployment (a shard map is set); they are served unsigned", m.rep.ID())
-			m.shardedSaid = true
-		}
+		// A zone of a sharded deployment has one key set on every shard
+		// of it, which its routers make and roll (craftroute's
+		// dnssec.go): a member's leader makes no keys of its own.
 		return
 	}
 	var missing []string
@@ -249,20 +247,11 @@ func (c *Craftstore) signedAnswer(s *signing, keys *dnssec.Keys, r *dns.Msg, z *
 	if opt := r.IsEdns0(); opt == nil || !opt.Do() {
 		return m
 	}
-	a := dnssec.Answer{Glue: z.Glue}
-	addDS(m, z)
-	if name, neg := dnssec.Denied(m); neg {
-		name = dnsname.Lower(name)
-		exists, types, _ := z.Presence(name)
-		if name == z.Origin() {
-			types = append(types, dns.TypeDNSKEY)
-			if len(keys.DS) > 0 {
-				types = append(types, dns.TypeCDS, dns.TypeCDNSKEY)
-			}
-		}
-		a.Negative = &dnssec.Denial{Name: name, Exists: exists, Types: types}
+	if _, err := z.Complete(m, zone.KeyTypes(len(keys.DS) > 0)); err != nil {
+		log.Errorf("zone %s: completing the answer to %s %s: %v", z.Origin(), q.Name, dns.TypeToString[q.Qtype], err)
+		return nil
 	}
-	if err := s.signer.SignAnswer(m, keys, time.Now(), a); err != nil {
+	if err := s.signer.SignSections(m, keys, time.Now(), z.Glue); err != nil {
 		log.Errorf("zone %s: signing the answer to %s %s: %v", z.Origin(), q.Name, dns.TypeToString[q.Qtype], err)
 		return nil
 	}
@@ -321,20 +310,62 @@ func (a *apiServer) zoneDS(w http.ResponseWriter, r *http.Request) {
 	httpapi.WriteJSON(w, http.StatusOK, v)
 }
 
-// addDS adds to m, when it is (or ends in) a referral, the DS RRset of its cut, which a
-// signed referral carries (RFC 4035 section 3.1.4): the delegation is then
-// secure; without one SignAnswer proves it insecure.
-func addDS(m *dns.Msg, z *zone.Zone) {
-	cut := dnssec.ReferralCut(m, z.Origin())
-	if cut == "" {
+// zoneKeys serves GET /v1/zones/{zone}/keys: the zone's key set as the
+// member holds it, its private keys sealed (null when it has none), for
+// the routers of a sharded deployment, which make, roll and sign with a
+// zone's keys (craftroute's dnssec.go). 404 for a zone the member does not
+// hold. The API's token guards it, as every path.
+func (a *apiServer) zoneKeys(w http.ResponseWriter, r *http.Request) {
+	origin, err := zoneapi.ZoneParam(r)
+	if err != nil {
+		fail(w, err)
 		return
 	}
-	for _, rr := range m.Ns {
-		if rr.Header().Rrtype == dns.TypeDS {
-			return
-		}
+	if a.rep.Zone(origin) == nil {
+		fail(w, zoneapi.Errorf(http.StatusNotFound, "zone %q not found", origin))
+		return
 	}
-	if ds := z.RRs(cut, dns.TypeDS); ds != nil {
-		m.Ns = append(m.Ns, ds...)
+	raw, err := a.rep.ZoneKeys(origin)
+	if err != nil {
+		fail(w, err)
+		return
 	}
+	v := txn.ZoneKeys{Zone: origin, Set: raw}
+	if raw != nil {
+		v.Hash = dnssec.SetHash(raw)
+	}
+	httpapi.WriteJSON(w, http.StatusOK, v)
+}
+
+// completeForRouter adds to m, zone z's answer to a router that signs
+// it (shardproto.SignedRequested), what a signed answer carries besides
+// the signatures and only the member can tell: the DS of a referral's
+// cut, RFC 9824's NSEC of a negative answer (the types at the name, the
+// apex's keys' among them), the NSEC of an insecure referral; and, in the
+// answer's option, the owner names at or below a zone cut, whose records
+// are glue and not signed. The member needs no keys for it.
+func completeForRouter(rep *replica.Replica, m *dns.Msg, z *zone.Zone) {
+	glue, err := z.Complete(m, apexKeyTypes(rep, z.Origin()))
+	if err != nil {
+		// No option: the router answers SERVFAIL rather than a denial
+		// it cannot prove.
+		log.Errorf("zone %s: completing the answer to %s for signing: %v", z.Origin(), m.Question[0].Name, err)
+		return
+	}
+	shardproto.AttachGlue(m, glue)
+}
+
+// apexKeyTypes are the types the apex of zone holds besides its data when
+// it has keys: DNSKEY, and CDS and CDNSKEY while a key is for the DS. Read
+// from the stored set, which needs no key-encryption key.
+func apexKeyTypes(rep *replica.Replica, origin string) []uint16 {
+	raw, err := rep.ZoneKeys(origin)
+	if err != nil || raw == nil {
+		return nil
+	}
+	ks, err := dnssec.ParseKeySet(raw)
+	if err != nil {
+		return nil
+	}
+	return zone.KeyTypes(slices.ContainsFunc(ks.Keys, func(k dnssec.SealedKey) bool { return k.DS }))
 }

@@ -42,10 +42,9 @@ type member struct {
 	// sec is the member's online signing (dnssec.go); nil without dnssec.
 	sec *signing
 	// makeKeys's state: the group's versions checked, the last error
-	// said, the sharded warning said.
-	versionsOK  bool
-	versionErr  string
-	shardedSaid bool
+	// said.
+	versionsOK bool
+	versionErr string
 }
 
 // start acquires the member of c's data directory, opening it if needed.

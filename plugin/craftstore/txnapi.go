@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/dnssec"
 	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/shardmap"
 	"github.com/craftdns/craftdns/internal/shardproto"
@@ -50,7 +51,7 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), a.timeout)
 	defer cancel()
 	if p.Map != nil {
-		if p.Zone != "" || p.Change != nil || p.Update != nil {
+		if p.Zone != "" || p.Change != nil || p.Update != nil || p.Keys != nil {
 			fail(w, zoneapi.BadRequest("a shard map's part holds the map alone"))
 			return
 		}
@@ -87,7 +88,16 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch {
-	case p.Change != nil && p.Update == nil:
+	case p.Keys != nil && p.Change == nil && p.Update == nil:
+		if _, err := dnssec.ParseKeySet(p.Keys.Set); err != nil {
+			fail(w, zoneapi.BadRequest("%v", err))
+			return
+		}
+		err := a.rep.TxPrepareKeys(ctx, id, origin, p.Keys.Set, p.Keys.Absent, meta)
+		v := vote(dns.RcodeSuccess, err)
+		a.staleVote(&v, err)
+		httpapi.WriteJSON(w, http.StatusOK, v)
+	case p.Change != nil && p.Update == nil && p.Keys == nil:
 		add, del, names, err := a.parseChange(origin, *p.Change)
 		if err == nil {
 			err = a.rep.TxPrepareChange(ctx, id, origin, add, del, meta)
@@ -98,7 +108,7 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 			a.lockNotice(r.Context(), origin, names)
 		}
 		httpapi.WriteJSON(w, http.StatusOK, v)
-	case p.Update != nil && p.Change == nil:
+	case p.Update != nil && p.Change == nil && p.Keys == nil:
 		m := new(dns.Msg)
 		if err := m.Unpack(p.Update); err != nil {
 			fail(w, zoneapi.BadRequest("update: %v", err))
@@ -124,7 +134,7 @@ func (a *apiServer) txPrepare(w http.ResponseWriter, r *http.Request) {
 		}
 		httpapi.WriteJSON(w, http.StatusOK, v)
 	default:
-		fail(w, zoneapi.BadRequest("a prepare holds an update or a change"))
+		fail(w, zoneapi.BadRequest("a prepare holds an update, a change or a key set"))
 	}
 }
 

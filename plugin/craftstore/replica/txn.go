@@ -44,6 +44,17 @@ func (r *Replica) TxPrepareUpdate(ctx context.Context, id txn.ID, zone string, p
 	return res.Rcode, err
 }
 
+// TxPrepareKeys proposes part of transaction id: zone's key set keys
+// (fsm.OpKeys; with absent only where the zone has none).
+func (r *Replica) TxPrepareKeys(ctx context.Context, id txn.ID, zone string, keys []byte, absent bool, meta []byte) error {
+	part, err := (&fsm.Command{Op: fsm.OpKeys, Zone: zone, Keys: keys, Absent: absent}).Marshal()
+	if err != nil {
+		return Errorf(ErrInvalid, "%v", err)
+	}
+	_, err = r.propose(ctx, &fsm.Command{Op: fsm.OpTxPrepare, Zone: zone, Tx: id, Time: txTime(), Part: part, Meta: meta})
+	return err
+}
+
 // MapPart is a shard's part of a change of the shard map.
 type MapPart struct {
 	Map   []byte   // the map at its next epoch, shardmap.Map as JSON

@@ -111,7 +111,7 @@ func applyOp(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
 		eff, err := deleteZone(g, c.Zone)
 		return Result{}, eff, err
 	case OpKeys:
-		return applyKeys(g, c)
+		return applyKeys(g, c, applyOpts{})
 	case OpMemberInfo:
 		// A member advertises its DNS and API addresses. Its Raft address
 		// is the group's (the peer lines, or the membership change that
@@ -183,13 +183,16 @@ type applyOpts struct {
 	verbatim bool
 }
 
-// applyWrite applies an OpChange or OpUpdate command.
+// applyWrite applies an OpChange, OpUpdate, OpMapSet or OpKeys command
+// (the kinds of a transaction's part).
 func applyWrite(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, error) {
 	switch c.Op {
 	case OpUpdate:
 		return applyUpdate(g, c, o)
 	case OpMapSet:
 		return applyMapSet(g, c, o)
+	case OpKeys:
+		return applyKeys(g, c, o)
 	}
 	return applyChange(g, c, o)
 }

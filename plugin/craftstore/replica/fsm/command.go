@@ -113,6 +113,8 @@ type Command struct {
 //	2  map parts that commit staged zones and drop whole zones (key mode
 //	   "zone"); holds of zones
 //	3  OpKeys: a zone's DNSSEC keys (keys.go)
+//	4  OpKeys as a transaction's part: a zone's keys set on every shard of
+//	   it at once (by its routers)
 const Version = shardmap.FSMVersion
 
 // Staged is a staged import of a zone (OpImportBegin's Import id).

@@ -17,30 +17,41 @@ var BucketKeys = []byte("keys")
 
 // applyKeys sets zone c.Zone's key set (OpKeys); with c.Absent only when it
 // has none, so that of two members that make a zone's first keys at once
-// one set wins.
-func applyKeys(g *bolt.Bucket, c *Command) (Result, *Effect, error) {
+// one set wins; with a Prev in the set only over that one. As a
+// transaction's part (a router sets a zone's keys on every shard of it at
+// once, in one commit), o.dry checks without writing.
+func applyKeys(g *bolt.Bucket, c *Command, o applyOpts) (Result, *Effect, error) {
 	if g.Bucket(BucketZones).Bucket([]byte(c.Zone)) == nil {
 		return Result{}, nil, Errorf(ErrNotFound, "zone %q not found", c.Zone)
 	}
-	if _, err := dnssec.ParseKeySet(c.Keys); err != nil {
+	ks, err := dnssec.ParseKeySet(c.Keys)
+	if err != nil {
 		return Result{}, nil, Errorf(ErrInvalid, "%v", err)
+	}
+	old := ZoneKeys(g, c.Zone)
+	if c.Absent && old != nil {
+		return Result{}, nil, Errorf(ErrConflict, "zone %q has keys already", c.Zone)
+	}
+	if ks.Prev != "" && (old == nil || dnssec.SetHash(old) != ks.Prev) {
+		return Result{}, nil, Errorf(ErrConflict, "zone %q: its keys changed since this change was made", c.Zone)
+	}
+	if o.dry {
+		return Result{}, nil, nil
 	}
 	kb, err := g.CreateBucketIfNotExists(BucketKeys)
 	if err != nil {
 		return Result{}, nil, err
-	}
-	old := kb.Get([]byte(c.Zone))
-	if c.Absent && old != nil {
-		return Result{}, nil, Errorf(ErrConflict, "zone %q has keys already", c.Zone)
-	}
-	if ks, _ := dnssec.ParseKeySet(c.Keys); ks.Prev != "" && (old == nil || dnssec.SetHash(old) != ks.Prev) {
-		return Result{}, nil, Errorf(ErrConflict, "zone %q: its keys changed since this change was made", c.Zone)
 	}
 	if err := kb.Put([]byte(c.Zone), append([]byte(nil), c.Keys...)); err != nil {
 		return Result{}, nil, err
 	}
 	return Result{}, &Effect{Zone: c.Zone, Keys: true}, nil
 }
+
+// keysLock is the name a prepared key set part holds (with zone ""): two
+// routers' steps of one zone's keys run one after the other. No query
+// and no record write meets it.
+func keysLock(zone string) string { return "keys " + zone }
 
 // ZoneKeys returns zone's key set as stored (nil when it has none). The
 // bytes are bbolt's: valid in the transaction only.

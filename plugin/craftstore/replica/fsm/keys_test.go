@@ -91,6 +91,36 @@ func TestApplyKeys(t *testing.T) {
 	if _, err := apply(&Command{Op: OpKeys, Zone: "example.org.", Keys: step}); err != nil || keys() != string(step) {
 		t.Errorf("a step over its set: %v, stored %q", err, keys())
 	}
+	// As a transaction's part (a router's, over every shard of the
+	// zone): checked at prepare, written at commit, one at a time.
+	part := func(keys []byte, absent bool) []byte {
+		b, err := (&Command{Op: OpKeys, Zone: "example.org.", Keys: keys, Absent: absent}).Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	prepare := func(id byte, p []byte) error {
+		_, err := apply(&Command{Op: OpTxPrepare, Zone: "example.org.", Tx: [16]byte{id}, Time: 100, Part: p, Meta: []byte(`{}`)})
+		return err
+	}
+	if err := prepare(1, part(set, true)); !errors.Is(err, ErrConflict) {
+		t.Errorf("a prepared first key set where one is: %v", err)
+	}
+	next := []byte(strings.Replace(string(step), dnssec.SetHash(other), dnssec.SetHash(step), 1))
+	if err := prepare(2, part(next, false)); err != nil || keys() != string(step) {
+		t.Fatalf("a prepared step: %v, stored %q", err, keys())
+	}
+	if err := prepare(3, part(next, false)); !errors.Is(err, ErrBusy) {
+		t.Errorf("a second step while one is prepared: %v", err)
+	}
+	eff, err = apply(&Command{Op: OpTxCommit, Zone: "example.org.", Tx: [16]byte{2}})
+	if err != nil || eff == nil || !eff.Keys || eff.Tx == nil || keys() != string(next) {
+		t.Fatalf("the step committed: %+v %v, stored %q", eff, err, keys())
+	}
+	if err := prepare(4, part(next, false)); !errors.Is(err, ErrConflict) {
+		t.Errorf("the same step again: %v", err)
+	}
 	if _, err := apply(&Command{Op: OpDeleteZone, Zone: "example.org."}); err != nil || keys() != "" {
 		t.Errorf("the zone deleted: %v, keys %q", err, keys())
 	}

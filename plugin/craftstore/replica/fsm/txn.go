@@ -81,6 +81,11 @@ func Touched(c *Command) ([]string, error) {
 		for _, rr := range append(m.Answer, m.Ns...) {
 			add(rr.Header().Name)
 		}
+	case OpKeys:
+		// A zone's key set names no name of the zone (partLocks).
+		if c.Zone == "" {
+			return nil, Errorf(ErrInvalid, "a key set part belongs to a zone")
+		}
 	case OpMapSet:
 		if c.Zone != "" {
 			return nil, Errorf(ErrInvalid, "a shard map part belongs to no zone")
@@ -90,7 +95,7 @@ func Touched(c *Command) ([]string, error) {
 			names = append(names, holdName(p))
 		}
 	default:
-		return nil, Errorf(ErrInvalid, "a transaction's part must be a change, an update or a shard map")
+		return nil, Errorf(ErrInvalid, "a transaction's part must be a change, an update, a shard map or a key set")
 	}
 	return names, nil
 }
@@ -128,6 +133,9 @@ func partLocks(zone string, part *Command) ([]LockRef, error) {
 	}
 	if part.Op == OpMapSet && part.Drop {
 		refs = append(refs, LockRef{"", dropLock})
+	}
+	if part.Op == OpKeys {
+		refs = append(refs, LockRef{"", keysLock(zone)})
 	}
 	if len(part.Imports) > maxMoves || len(part.Imports) > 0 && part.Op != OpMapSet {
 		return nil, Errorf(ErrInvalid, "a shard map part commits at most %d staged zones", maxMoves)
