@@ -41,6 +41,9 @@ func readmeExamples(t *testing.T, plugin string) {
 			if m == nil {
 				t.Fatalf("expected a zone:port server block in:\n%s", corefile)
 			}
+			if strings.Contains(corefile, "dnssec_kek data/kek") {
+				writeKEK(t, filepath.Join(wd, "data/kek")) // made by the operator, as the README says
+			}
 			if err := os.WriteFile(filepath.Join(wd, "Corefile"), []byte(corefile), 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -61,6 +61,8 @@ type routerSpec struct {
 	nameFilters string
 	// slow adds fast_path off: every query takes the router's slow path.
 	slow bool
+	// extra lines for the craftroute block (dnssec ...).
+	extra string
 }
 
 // router is one craftroute process.
@@ -162,6 +164,7 @@ func (s *sharded) routerCorefile(r *router) string {
 			fmt.Fprintf(&b, "        %s %s\n", kv[0], kv[1])
 		}
 	}
+	b.WriteString(r.spec.extra)
 	b.WriteString("        tsig Corefile.examples/keys/update.key\n")
 	fmt.Fprintf(&b, "        router_key %s\n", routerKey)
 	fmt.Fprintf(&b, "        api 127.0.0.1:%d\n    }\n", r.api)

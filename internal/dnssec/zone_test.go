@@ -1,9 +1,13 @@
 package dnssec
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/craftdns/craftdns/internal/dnsname"
 
 	"github.com/miekg/dns"
 )
@@ -95,4 +99,72 @@ func typeNames(ts []uint16) []string {
 		out = append(out, dns.TypeToString[t])
 	}
 	return out
+}
+
+// TestZoneStreamEqualsSignZone: a transfer signed as it streams by, one
+// owner name at a time in canonical order, holds SignZone's records.
+func TestZoneStreamEqualsSignZone(t *testing.T) {
+	ksk, _ := GenerateKey("example.org.", ECDSAP256SHA256, FlagKSK)
+	zsk, _ := GenerateKey("example.org.", ECDSAP256SHA256, FlagZSK)
+	keys := &Keys{Zone: "example.org.", Signing: []*Key{ksk, zsk}, DS: []*Key{ksk}, TTL: 3600}
+	zone := mustRRs([]string{
+		"example.org. 3600 IN SOA ns1.example.org. hostmaster.example.org. 1 7200 3600 1209600 300",
+		"example.org. 3600 IN NS ns1.example.org.",
+		"example.org. 300 IN MX 10 mail.example.org.",
+		"ns1.example.org. 3600 IN A 192.0.2.53",
+		"www.example.org. 300 IN A 192.0.2.1",
+		"www.example.org. 300 IN AAAA 2001:db8::1",
+		"*.wild.example.org. 300 IN TXT \"w\"",
+		"a.ent.example.org. 300 IN A 192.0.2.2",
+		"lab.example.org. 3600 IN NS ns.lab.example.org.",
+		"lab.example.org. 3600 IN DS 12345 13 2 9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08",
+		"ns.lab.example.org. 3600 IN A 192.0.2.200",
+		"deep.ns.lab.example.org. 3600 IN A 192.0.2.201",
+		"m.example.org. 300 IN A 192.0.2.3",
+		"sub.example.org. 3600 IN NS ns.other.net.",
+	})
+	now := time.Now()
+	signer := NewSigner(1000)
+	want, err := signer.SignZone(zone, keys, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string][]dns.RR{}
+	var soa *dns.SOA
+	for _, rr := range zone {
+		if s, ok := rr.(*dns.SOA); ok {
+			soa = s
+			continue
+		}
+		k := string(dnsname.CanonicalKey(dnsname.Lower(rr.Header().Name)))
+		groups[k] = append(groups[k], rr)
+	}
+	var got []dns.RR
+	emit := func(rrs ...dns.RR) error { got = append(got, rrs...); return nil }
+	z, err := signer.NewZoneStream(keys, soa, now, emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(groups)) {
+		if err := z.Add(groups[k]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got[0].(*dns.SOA); !ok {
+		t.Fatalf("the stream starts with %s", got[0])
+	}
+	strs := func(rrs []dns.RR) []string {
+		var out []string
+		for _, rr := range rrs {
+			out = append(out, strings.ToLower(rr.String()))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if w, g := strs(want), strs(got); !slices.Equal(w, g) {
+		t.Errorf("the streamed zone differs:\n%s\nSignZone's:\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
+	}
 }

@@ -63,6 +63,7 @@ func (c *Craftroute) startAPI() error {
 		ChangeRecords: a.changeRecords, GetRecords: a.getRecords}.Register(mux)
 	a.registerPolicies(mux)
 	mux.HandleFunc("GET /v1/shards", a.shards)
+	mux.HandleFunc("GET /v1/zones/{zone}/ds", a.zoneDS)
 	mux.HandleFunc("PUT /v1/shards/{name}", httpapi.Body(httpapi.JSON, a.putShard))
 	mux.HandleFunc("POST /v1/shards", httpapi.Body(httpapi.JSON, a.addShard))
 	mux.HandleFunc("DELETE /v1/shards/{name}", a.removeShard)

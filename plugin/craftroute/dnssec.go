@@ -13,10 +13,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coredns/coredns/plugin"
+
 	"github.com/craftdns/craftdns/internal/dnsname"
 	"github.com/craftdns/craftdns/internal/dnssec"
+	"github.com/craftdns/craftdns/internal/httpapi"
 	"github.com/craftdns/craftdns/internal/shardproto"
 	"github.com/craftdns/craftdns/internal/txn"
+	"github.com/craftdns/craftdns/internal/zoneapi"
 
 	"github.com/miekg/dns"
 )
@@ -104,7 +108,12 @@ func (c *Craftroute) runKeys(ctx context.Context, sc *shardClient) {
 	for {
 		for _, z := range c.signedZones() {
 			cctx, cancel := context.WithTimeout(ctx, shardCallTimeout)
-			if err := c.syncKeys(cctx, sc, z, time.Now()); err != nil {
+			err := c.syncKeys(cctx, sc, z, time.Now())
+			if errors.Is(err, errKeysChanged) {
+				// Another router's keys or step went first: take them.
+				err = c.syncKeys(cctx, sc, z, time.Now())
+			}
+			if err != nil {
 				c.sec.say(z, err)
 			} else {
 				c.sec.said.Delete(z)
@@ -420,4 +429,41 @@ func hasNSEC(rrs []dns.RR) bool {
 		}
 	}
 	return false
+}
+
+// dsView is GET /v1/zones/{zone}/ds, as a craftstore member serves it:
+// what the parent zone needs of a signed zone.
+type dsView struct {
+	Zone   string   `json:"zone"`
+	DS     []string `json:"ds"`     // the DS records to give the parent (SHA-256)
+	DNSKEY []string `json:"dnskey"` // the zone's DNSKEY RRset
+}
+
+// zoneDS serves GET /v1/zones/{zone}/ds from the keys the router signs
+// with: 404 for a zone it does not sign, 503 while it has no keys for it
+// (the routers make them once the zone is on the shards).
+func (a *apiServer) zoneDS(w http.ResponseWriter, r *http.Request) {
+	origin, err := zoneapi.ZoneParam(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	sec := a.c.sec
+	if sec == nil || !sec.cfg.Signs(origin) || plugin.Zones(a.c.Zones).Matches(origin) == "" {
+		fail(w, zoneapi.Errorf(http.StatusNotFound, "zone %q is not signed by this router: no dnssec line names it", origin))
+		return
+	}
+	keys := sec.keysFor(origin)
+	if keys == nil {
+		fail(w, zoneapi.Errorf(http.StatusServiceUnavailable, "zone %q has no DNSSEC keys yet (the routers make them once it is on the shards): try again", origin))
+		return
+	}
+	v := dsView{Zone: origin, DS: []string{}, DNSKEY: []string{}}
+	for _, k := range keys.DS {
+		v.DS = append(v.DS, k.DS(dnssec.KeyTTL).String())
+	}
+	for _, rr := range keys.DNSKEYs() {
+		v.DNSKEY = append(v.DNSKEY, rr.String())
+	}
+	httpapi.WriteJSON(w, http.StatusOK, v)
 }

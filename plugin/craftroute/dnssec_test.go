@@ -2,6 +2,8 @@ package craftroute
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,4 +131,58 @@ func mustRR(t testing.TB, s string) dns.RR {
 		t.Fatal(err)
 	}
 	return rr
+}
+
+// TestMergeFullSigned: a signed zone's transfer merged from its shards
+// holds what SignZone makes of the whole zone: the apex's keys, the NSEC
+// chain over every shard's names, RRSIGs (none over the delegation's NS
+// and glue), framed by the SOA at the zone serial.
+func TestMergeFullSigned(t *testing.T) {
+	c := &Craftroute{}
+	keys := signedRouter(t, c, "example.org.")
+	a := stream(t, "a", 20, true,
+		rrs(t, soaA, "example.org. 300 IN NS ns1.example.org.", "a.example.org. 60 IN A 192.0.2.1"),
+		rrs(t, "d.example.org. 60 IN DNAME a.example.org.", "sub.example.org. 60 IN NS ns.sub.example.org.", "ns.sub.example.org. 60 IN A 192.0.2.53", "z.example.org. 60 IN A 192.0.2.26", soaA))
+	b := stream(t, "b", 20, true,
+		rrs(t, soaB, "example.org. 300 IN NS ns1.example.org.", "d.example.org. 60 IN DNAME a.example.org.", "d.example.org. 60 IN TXT \"beside\"", "ns1.example.org. 60 IN A 192.0.2.2", "sub.example.org. 60 IN NS ns.sub.example.org."),
+		rrs(t, "ns.sub.example.org. 60 IN A 192.0.2.53", soaB))
+	xs := []*shardXfr{a, b}
+	if err := startFull(xs); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	signed := func(soa *dns.SOA, emit func(...dns.RR) error) (*dnssec.ZoneStream, error) {
+		return c.sec.signer.NewZoneStream(keys, soa, now, emit)
+	}
+	var got []dns.RR
+	err := mergeFullSigned(xs, 0, func(batch []dns.RR) error { got = append(got, batch...); return nil }, signed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := rrs(t, "example.org. 300 IN SOA ns1.example.org. h.example.org. 20 3600 600 86400 300",
+		"example.org. 300 IN NS ns1.example.org.", "a.example.org. 60 IN A 192.0.2.1",
+		"d.example.org. 60 IN DNAME a.example.org.", "d.example.org. 60 IN TXT \"beside\"", "ns1.example.org. 60 IN A 192.0.2.2",
+		"sub.example.org. 60 IN NS ns.sub.example.org.", "ns.sub.example.org. 60 IN A 192.0.2.53", "z.example.org. 60 IN A 192.0.2.26")
+	want, err := dnssec.NewSigner(100).SignZone(whole, keys, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, whole[0]) // the closing SOA
+	strs := func(rrs []dns.RR) []string {
+		var out []string
+		for _, rr := range rrs {
+			out = append(out, strings.ToLower(rr.String()))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if g, w := strs(got), strs(want); !slices.Equal(g, w) {
+		t.Errorf("the signed merge:\n%s\nexpected:\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
+	}
+	if _, ok := got[0].(*dns.SOA); !ok {
+		t.Errorf("the transfer starts with %s", got[0])
+	}
+	if _, ok := got[len(got)-1].(*dns.SOA); !ok {
+		t.Errorf("the transfer ends with %s", got[len(got)-1])
+	}
 }

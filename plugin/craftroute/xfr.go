@@ -18,6 +18,7 @@ import (
 	"github.com/coredns/coredns/plugin/transfer"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/dnssec"
 	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/txn"
 	"github.com/craftdns/craftdns/internal/xfrnotify"
@@ -93,7 +94,17 @@ func (c *Craftroute) Transfer(name string, serial uint32) (<-chan []dns.RR, erro
 		return nil, transfer.ErrNotAuthoritative
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	xs, kind, err := c.openTransfer(ctx, origin, serial)
+	// A signed zone split by name goes out whole and signed as it
+	// streams by (dnssec.go): the secondaries need its NSEC chain.
+	var signed signStream
+	from := serial
+	if keys := c.sec.keysFor(origin); keys != nil && c.sec.cfg.Signs(origin) && c.keyMode() == keyName {
+		from = 0
+		signed = func(soa *dns.SOA, emit func(...dns.RR) error) (*dnssec.ZoneStream, error) {
+			return c.sec.signer.NewZoneStream(keys, soa, time.Now(), emit)
+		}
+	}
+	xs, kind, err := c.openTransfer(ctx, origin, from)
 	if err != nil {
 		cancel()
 		if errors.Is(err, errZoneAbsent) {
@@ -128,7 +139,7 @@ func (c *Craftroute) Transfer(name string, serial uint32) (<-chan []dns.RR, erro
 		case xfrPass:
 			err = xs[0].passOn(send)
 		case xfrFull:
-			err = mergeFull(xs, serial, send)
+			err = mergeFullSigned(xs, serial, send, signed)
 		case xfrIncremental:
 			err = mergeIncremental(xs, serial, send)
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/craftdns/craftdns/internal/dnsname"
+	"github.com/craftdns/craftdns/internal/dnssec"
+	"github.com/craftdns/craftdns/internal/policy"
 	"github.com/craftdns/craftdns/internal/xfrstream"
 	"github.com/craftdns/craftdns/internal/zonerules"
 
@@ -253,6 +255,16 @@ func (b *batcher) flush() error {
 // below them are the same copy on every shard, and the owner of a DNAME
 // holds its other RRsets on its own shard only.
 func mergeFull(xs []*shardXfr, serial uint32, send func([]dns.RR) error) error {
+	return mergeFullSigned(xs, serial, send, nil)
+}
+
+// signStream starts the signing of a transfer whose SOA is soa, its
+// records going to emit (dnssec.ZoneStream).
+type signStream func(soa *dns.SOA, emit func(...dns.RR) error) (*dnssec.ZoneStream, error)
+
+// mergeFullSigned is mergeFull whose zone, when signed is not nil, goes
+// out signed as it streams by (a signed zone: the router holds its keys).
+func mergeFullSigned(xs []*shardXfr, serial uint32, send func([]dns.RR) error, signed signStream) error {
 	soa := zoneSOA(xs)
 	if serial != 0 && !zonerules.SerialAfter(soa.Serial, serial) {
 		return send([]dns.RR{soa})
@@ -266,7 +278,15 @@ func mergeFull(xs []*shardXfr, serial uint32, send func([]dns.RR) error) error {
 		}
 	}
 	out := &batcher{send: send, batch: make([]dns.RR, 0, xfrBatch)}
-	out.batch = append(out.batch, soa)
+	var zs *dnssec.ZoneStream
+	if signed != nil {
+		var err error
+		if zs, err = signed(soa, out.add); err != nil {
+			return err
+		}
+	} else {
+		out.batch = append(out.batch, soa)
+	}
 	for {
 		low := -1
 		for i := range xs {
@@ -283,7 +303,15 @@ func mergeFull(xs []*shardXfr, serial uint32, send func([]dns.RR) error) error {
 				group = union(group, groups[i])
 			}
 		}
-		if err := out.add(group...); err != nil {
+		var err error
+		if zs != nil {
+			// Policies stay with the shards (Transfer's send drops
+			// them): not signed, not in the NSEC bitmaps.
+			err = zs.Add(policy.Without(group))
+		} else {
+			err = out.add(group...)
+		}
+		if err != nil {
 			return err
 		}
 		for i := range xs {
@@ -293,6 +321,11 @@ func mergeFull(xs []*shardXfr, serial uint32, send func([]dns.RR) error) error {
 					return err
 				}
 			}
+		}
+	}
+	if zs != nil {
+		if err := zs.Close(); err != nil {
+			return err
 		}
 	}
 	out.batch = append(out.batch, soa)
