@@ -7,7 +7,10 @@
 # for names that do not exist: the compact denial), ROUNDS times; the table
 # gives the medians of CPU per query and the ratios. The member's signature
 # cache hit rate over the signed runs comes from its metrics
-# (coredns_craftstore_dnssec_signatures_total). See bench/README.md.
+# (coredns_craftstore_dnssec_signatures_total). Then craftroute signing the
+# same zone (dnssec in the router's block) in front of one shard of one
+# member that does not sign (on CPU $LOAD_CPU): the router's CPU per query
+# without and with DO, and its signature cache. See bench/README.md.
 #
 # Knobs (environment): RECORDS (100000), QUERIES (200000 lines), DURATION
 # (seconds per run, 10), ROUNDS (3), WARMUP (seconds of signed queries
@@ -88,17 +91,60 @@ taskset -c "$SERVER_CPU" knotd -c "$WORK/knot/knot.conf" >"$WORK/knot.log" 2>&1 
 kn_pid=$!
 PIDS+=("$kn_pid")
 
+# (c) craftroute signing in front of one shard of one member that does not
+# sign (the member on CPU $LOAD_CPU, with dnsperf, as in router.sh): the
+# router makes the zone's keys on the shard and signs what it answers.
+sh_dns=$(free_port) sh_api=$(free_port) sh_ready=$(free_port)
+cat >"$WORK/shard.Corefile" <<EOF
+example.org:$sh_dns {
+    bind 127.0.0.1
+    craftstore {
+        data $WORK/shard
+        api 127.0.0.1:$sh_api
+$(router_key "$COREDNS")
+    }
+    ready 127.0.0.1:$sh_ready
+}
+EOF
+start shard "$LOAD_CPU"
+sh_pid=$LAST_PID
+wait_http "$sh_pid" shard "http://127.0.0.1:$sh_ready/ready"
+put=$(curl -sS --max-time 300 -X PUT -H 'Content-Type: text/dns' --data-binary @"$WORK/zone" \
+	-w ' %{http_code}' "http://127.0.0.1:$sh_api/v1/zones/example.org") || die "PUT of the zone on the shard failed: $put"
+case "$put" in *' 200') ;; *) die "PUT of the zone on the shard failed: $put" ;; esac
+cr_dns=$(free_port) cr_api=$(free_port) cr_metrics=$(free_port)
+cat >"$WORK/craftroute.Corefile" <<EOF
+example.org:$cr_dns {
+    bind 127.0.0.1
+    craftroute {
+        shard a 127.0.0.1:$sh_dns
+        shard_api a http://127.0.0.1:$sh_api
+$(router_key "$COREDNS")
+        api 127.0.0.1:$cr_api
+        dnssec
+        dnssec_kek $WORK/kek
+    }
+    prometheus 127.0.0.1:$cr_metrics
+}
+EOF
+start craftroute "$SERVER_CPU"
+cr_pid=$LAST_PID
+wait_http "$cr_pid" craftroute "http://127.0.0.1:$cr_api/v1/zones/example.org/ds"
+
 wait_dns "$cs_pid" craftstore "$cs_dns" host-1.example.org A
 wait_dns "$kn_pid" knot "$kn_dns" host-1.example.org A
-for s in craftstore:$cs_dns knot:$kn_dns; do
+wait_dns "$cr_pid" craftroute "$cr_dns" host-1.example.org A
+for s in craftstore:$cs_dns knot:$kn_dns craftroute:$cr_dns; do
 	dig +dnssec +norec -p "${s#*:}" @127.0.0.1 host-1.example.org A | grep -q 'RRSIG' ||
 		die "${s%:*}: no signature in an answer with DO"
 done
 
-# signatures RESULT: the member's signature counter.
+# signatures RESULT [r]: the member's signature counter (with r, the router's).
 signatures() {
-	curl -fsS "http://127.0.0.1:$cs_metrics/metrics" |
-		awk -v r="result=\"$1\"" '$1 ~ /^coredns_craftstore_dnssec_signatures_total/ && index($1, r) { s += $NF } END { printf "%d\n", s }'
+	local url=http://127.0.0.1:$cs_metrics/metrics metric=coredns_craftstore_dnssec_signatures_total
+	if [ -n "${2:-}" ]; then url=http://127.0.0.1:$cr_metrics/metrics metric=coredns_craftroute_dnssec_signatures_total; fi
+	curl -fsS "$url" |
+		awk -v r="result=\"$1\"" -v m="$metric" 'index($1, m) == 1 && index($1, r) { s += $NF } END { printf "%d\n", s }'
 }
 
 # run NAME PORT PID ROUND DO: one dnsperf run (DO 1: with the DO bit);
@@ -134,7 +180,7 @@ run() {
 }
 
 if [ "$WARMUP" -gt 0 ]; then
-	for p in "$cs_dns" "$kn_dns"; do
+	for p in "$cs_dns" "$kn_dns" "$cr_dns"; do
 		taskset -c "$LOAD_CPU" dnsperf -D -s 127.0.0.1 -p "$p" -d "$WORK/queries" -l "$WARMUP" -n 50 \
 			-c "$CLIENTS" -q "$OUTSTANDING" -t 2 >"$WORK/warmup.dnsperf" 2>&1 ||
 			{ cat "$WORK/warmup.dnsperf" >&2; die "dnsperf (warm-up) against port $p failed"; }
@@ -149,13 +195,17 @@ for round in $(seq "$ROUNDS"); do
 	h0=$((h0 + $(signatures hit) - h)) m0=$((m0 + $(signatures miss) - m))
 	run knot "$kn_dns" "$kn_pid" "$round" 0
 	run knot-signed "$kn_dns" "$kn_pid" "$round" 1
+	run craftroute "$cr_dns" "$cr_pid" "$round" 0
+	h=$(signatures hit r) m=$(signatures miss r)
+	run craftroute-signed "$cr_dns" "$cr_pid" "$round" 1
+	h1=$((h1 + $(signatures hit r) - h)) m1=$((m1 + $(signatures miss r) - m))
 done
 
 col() { median $(awk -v c="$2" '{ print $c }' "$WORK/$1.results"); }
 echo
 echo "online signing, $RECORDS records, ${DURATION}s x $ROUNDS rounds, medians; server on CPU $SERVER_CPU, dnsperf -c $CLIENTS -q $OUTSTANDING on CPU $LOAD_CPU; $MISSING of the queries for missing names"
 printf '%-22s %10s %14s %8s %16s\n' server qps 'us CPU/query' bytes 'signed/unsigned'
-for s in craftstore craftstore-signed knot knot-signed; do
+for s in craftstore craftstore-signed knot knot-signed craftroute craftroute-signed; do
 	base=${s%-signed}
 	printf '%-22s %10.0f %14.2f %8s %16s\n' "$s" "$(col "$s" 1)" "$(col "$s" 2)" "$(col "$s" 3)" \
 		"x$(calc %.2f "$(col "$s" 2) / $(col "$base" 2)")"
@@ -164,3 +214,7 @@ printf '  signed, craftstore/knot CPU per query: x%s; unsigned: x%s\n' \
 	"$(calc %.2f "$(col craftstore-signed 2) / $(col knot-signed 2)")" "$(calc %.2f "$(col craftstore 2) / $(col knot 2)")"
 printf '  signature cache (craftstore, the signed runs): %d hits, %d misses: hit rate %s\n' "$h0" "$m0" \
 	"$(calc %.3f "$h0 / ($h0 + $m0)")"
+printf '  signature cache (craftroute, the signed runs): %d hits, %d misses: hit rate %s\n' "$h1" "$m1" \
+	"$(calc %.3f "$h1 / ($h1 + $m1)")"
+printf '  craftroute: the router'"'"'s CPU alone (its member shares CPU %s with dnsperf); signed craftroute/craftstore: x%s\n' \
+	"$LOAD_CPU" "$(calc %.2f "$(col craftroute-signed 2) / $(col craftstore-signed 2)")"

@@ -74,6 +74,26 @@ func (k *Keys) DNSKEYs() []dns.RR {
 	return out
 }
 
+// DSInfo is what the parent zone needs of a signed zone (the members' and
+// routers' GET /v1/zones/{zone}/ds).
+type DSInfo struct {
+	Zone   string   `json:"zone"`
+	DS     []string `json:"ds"`     // the DS records to give the parent (SHA-256)
+	DNSKEY []string `json:"dnskey"` // the zone's DNSKEY RRset
+}
+
+// Info returns the zone's DSInfo, in presentation format.
+func (k *Keys) Info() DSInfo {
+	v := DSInfo{Zone: k.Zone, DS: []string{}, DNSKEY: []string{}}
+	for _, key := range k.DS {
+		v.DS = append(v.DS, key.DS(KeyTTL).String())
+	}
+	for _, rr := range k.DNSKEYs() {
+		v.DNSKEY = append(v.DNSKEY, rr.String())
+	}
+	return v
+}
+
 // CDS and CDNSKEY are the RRsets the zone asks its parent for (RFC 7344):
 // those of the keys in DS.
 func (k *Keys) CDS() []dns.RR {

@@ -203,7 +203,10 @@ func (c *Craftroute) syncKeys(ctx context.Context, sc *shardClient, zone string,
 	}
 	switch {
 	case len(holders) == 0:
-		return nil // no shard holds the zone (yet)
+		// No shard holds the zone (yet, or any more: a zone made
+		// again gets new keys).
+		c.sec.keys.Delete(zone)
+		return nil
 	case len(hashes) > 1:
 		// Not made by routers (a set restored on one shard): signing
 		// goes on with the first shard's; an operator decides.
@@ -431,14 +434,6 @@ func hasNSEC(rrs []dns.RR) bool {
 	return false
 }
 
-// dsView is GET /v1/zones/{zone}/ds, as a craftstore member serves it:
-// what the parent zone needs of a signed zone.
-type dsView struct {
-	Zone   string   `json:"zone"`
-	DS     []string `json:"ds"`     // the DS records to give the parent (SHA-256)
-	DNSKEY []string `json:"dnskey"` // the zone's DNSKEY RRset
-}
-
 // zoneDS serves GET /v1/zones/{zone}/ds from the keys the router signs
 // with: 404 for a zone it does not sign, 503 while it has no keys for it
 // (the routers make them once the zone is on the shards).
@@ -458,12 +453,5 @@ func (a *apiServer) zoneDS(w http.ResponseWriter, r *http.Request) {
 		fail(w, zoneapi.Errorf(http.StatusServiceUnavailable, "zone %q has no DNSSEC keys yet (the routers make them once it is on the shards): try again", origin))
 		return
 	}
-	v := dsView{Zone: origin, DS: []string{}, DNSKEY: []string{}}
-	for _, k := range keys.DS {
-		v.DS = append(v.DS, k.DS(dnssec.KeyTTL).String())
-	}
-	for _, rr := range keys.DNSKEYs() {
-		v.DNSKEY = append(v.DNSKEY, rr.String())
-	}
-	httpapi.WriteJSON(w, http.StatusOK, v)
+	httpapi.WriteJSON(w, http.StatusOK, keys.Info())
 }

@@ -271,14 +271,6 @@ func signedQuery(r *dns.Msg, qname, origin string) bool {
 	return false
 }
 
-// dsView is GET /v1/zones/{zone}/ds: what the parent zone needs of a
-// signed zone.
-type dsView struct {
-	Zone   string   `json:"zone"`
-	DS     []string `json:"ds"`     // the DS records to give the parent (SHA-256)
-	DNSKEY []string `json:"dnskey"` // the zone's DNSKEY RRset
-}
-
 // zoneDS serves GET /v1/zones/{zone}/ds: 404 for a zone the member does
 // not hold or does not sign, 503 while its keys are not made yet.
 func (a *apiServer) zoneDS(w http.ResponseWriter, r *http.Request) {
@@ -300,14 +292,7 @@ func (a *apiServer) zoneDS(w http.ResponseWriter, r *http.Request) {
 		fail(w, zoneapi.Errorf(http.StatusServiceUnavailable, "zone %q has no DNSSEC keys yet (the group's leader makes them): try again", origin))
 		return
 	}
-	v := dsView{Zone: origin, DS: []string{}, DNSKEY: []string{}}
-	for _, k := range keys.DS {
-		v.DS = append(v.DS, k.DS(dnssec.KeyTTL).String())
-	}
-	for _, rr := range keys.DNSKEYs() {
-		v.DNSKEY = append(v.DNSKEY, rr.String())
-	}
-	httpapi.WriteJSON(w, http.StatusOK, v)
+	httpapi.WriteJSON(w, http.StatusOK, keys.Info())
 }
 
 // zoneKeys serves GET /v1/zones/{zone}/keys: the zone's key set as the
