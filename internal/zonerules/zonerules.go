@@ -34,10 +34,11 @@ import (
 )
 
 // SignedType reports the DNSSEC types (RFC 4034, 5155, 7344, 8976; SIG,
-// KEY and NXT of RFC 2535) that a change to a zone may not touch: without
-// online signing, a record changed one at a time would leave signatures and
-// denial records that no longer match. A signed zone is imported whole.
-// RFC 2136 UPDATE and the API's record changes refuse them alike.
+// KEY and NXT of RFC 2535) that a change to a zone may not touch: a signed
+// zone's are the online signer's (dnssec: signatures, denial, keys), and a
+// record changed one at a time would leave those of a presigned zone out
+// of step. A delegation's DS comes with an import of the zone. RFC 2136
+// UPDATE and the API's record changes refuse them alike.
 func SignedType(t uint16) bool {
 	switch t {
 	case dns.TypeRRSIG, dns.TypeNSEC, dns.TypeNSEC3, dns.TypeNSEC3PARAM, dns.TypeDNSKEY,
@@ -49,7 +50,7 @@ func SignedType(t uint16) bool {
 
 // RefuseSigned is the error for a change of DNSSEC type t (SignedType).
 func RefuseSigned(t uint16) error {
-	return fmt.Errorf("%s records cannot be changed one at a time (no online signing): import the signed zone whole", dns.TypeToString[t])
+	return fmt.Errorf("%s records cannot be changed one at a time: the online signer (dnssec) makes a signed zone's, and a delegation's DS comes with an import of the zone", dns.TypeToString[t])
 }
 
 // MetaType reports the query and meta types (RFC 6895 section 3.1) that no
