@@ -1,6 +1,8 @@
 package craftstore
 
 import (
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/coredns/coredns/plugin"
@@ -61,7 +63,9 @@ func (c *Craftstore) Transfer(name string, serial uint32) (<-chan []dns.RR, erro
 }
 
 // signedTransfer serves a transfer of signed zone origin: the whole zone,
-// signed now (dnssec.SignZone: RRSIGs, the keys, an NSEC chain), as a
+// signed now as it streams out of one read of the member's state
+// (dnssec.ZoneStream: RRSIGs, the keys, an NSEC chain; the zone comes in
+// canonical order, one name at a time, so it is not held whole), as a
 // secondary serves it with its own answers; an IXFR gets the whole zone
 // too (RFC 1995 section 4 allows it: the chain's changes are not
 // journaled), an IXFR at the current serial the SOA alone.
@@ -69,34 +73,89 @@ func (c *Craftstore) signedTransfer(rep *replica.Replica, sec *signing, keys *dn
 	ch := make(chan []dns.RR)
 	go func() {
 		defer close(ch)
-		var rrs []dns.RR
-		read := func(from uint32) error {
-			rrs = rrs[:0]
-			return rep.Transfer(origin, from, func(b []dns.RR) error {
-				rrs = append(rrs, policy.Without(b)...)
+		if serial != 0 {
+			// Current (or newer): the SOA alone, as unsigned.
+			var first []dns.RR
+			err := rep.Transfer(origin, serial, func(b []dns.RR) error {
+				first = append(first, b...)
+				if len(first) > 1 {
+					return errNotCurrent
+				}
 				return nil
 			})
-		}
-		err := read(serial)
-		if err == nil && serial != 0 && len(rrs) > 1 {
-			err = read(0) // not current: the whole zone
-		}
-		if err == nil && len(rrs) > 1 {
-			// The zone framed by its SOA: the frame's SOA is the zone's.
-			var signed []dns.RR
-			if signed, err = sec.signer.SignZone(rrs[:len(rrs)-1], keys, time.Now()); err == nil {
-				rrs = append(signed, rrs[len(rrs)-1])
+			if err == nil && len(first) == 1 {
+				ch <- first
+				return
 			}
+			if err != nil && !errors.Is(err, errNotCurrent) {
+				log.Errorf("signed transfer of %s (serial %d): %v", origin, serial, err)
+				return
+			}
+		}
+		out := make([]dns.RR, 0, xfrOut)
+		emit := func(rrs ...dns.RR) error {
+			out = append(out, rrs...)
+			if len(out) >= xfrOut {
+				ch <- out
+				out = make([]dns.RR, 0, xfrOut)
+			}
+			return nil
+		}
+		var (
+			zs      *dnssec.ZoneStream
+			name    []dns.RR // the records of the name being read
+			closing *dns.SOA
+		)
+		err := rep.Transfer(origin, 0, func(b []dns.RR) error {
+			for _, rr := range policy.Without(b) {
+				if soa, ok := rr.(*dns.SOA); ok && dnsname.Lower(soa.Hdr.Name) == origin {
+					if zs == nil { // the opening SOA: the zone's
+						var err error
+						zs, err = sec.signer.NewZoneStream(keys, soa, time.Now(), emit)
+						if err != nil {
+							return err
+						}
+					} else {
+						closing = soa
+					}
+					continue
+				}
+				if zs == nil {
+					return errNoOpeningSOA
+				}
+				if len(name) > 0 && !strings.EqualFold(name[0].Header().Name, rr.Header().Name) {
+					if err := zs.Add(name); err != nil {
+						return err
+					}
+					name = nil
+				}
+				name = append(name, rr)
+			}
+			return nil
+		})
+		if err == nil && (zs == nil || closing == nil) {
+			err = errNoOpeningSOA
+		}
+		if err == nil && len(name) > 0 {
+			err = zs.Add(name)
+		}
+		if err == nil {
+			err = zs.Close()
 		}
 		if err != nil {
 			log.Errorf("signed transfer of %s (serial %d): %v", origin, serial, err)
 			return // the closing SOA is missing: the secondary discards it
 		}
-		for len(rrs) > 0 {
-			n := min(len(rrs), 500)
-			ch <- rrs[:n]
-			rrs = rrs[n:]
-		}
+		ch <- append(out, closing)
 	}()
 	return ch
 }
+
+// xfrOut is how many records a signed transfer hands the transfer plugin
+// at a time.
+const xfrOut = 500
+
+var (
+	errNotCurrent   = errors.New("the secondary's serial is not current")
+	errNoOpeningSOA = errors.New("the zone's transfer is not framed by its SOA")
+)
