@@ -105,6 +105,11 @@ func (c *Craftroute) Transfer(name string, serial uint32) (<-chan []dns.RR, erro
 		}
 	}
 	xs, kind, err := c.openTransfer(ctx, origin, from)
+	if err != nil && c.refreshMap(ctx, err) {
+		// A member fenced the transfer: the shards changed since the
+		// router's map (a shard added): once more, by the map read now.
+		xs, kind, err = c.openTransfer(ctx, origin, from)
+	}
 	if err != nil {
 		cancel()
 		if errors.Is(err, errZoneAbsent) {
@@ -323,6 +328,12 @@ func (sc *shardClient) openXfr(ctx context.Context, s *Shard, origin, query stri
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		resp.Body.Close()
+		if f := sc.fenced(s, resp, b); f != nil {
+			// Routed by a map older than the shards (the member judges
+			// it on the state it would read): read the map, and again.
+			noteFenced(ctx, f)
+			return nil, false, f
+		}
 		err := (&shardReply{status: resp.StatusCode, body: b}).err(s)
 		switch resp.StatusCode {
 		case http.StatusNotFound:

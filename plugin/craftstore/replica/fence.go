@@ -47,6 +47,16 @@ func (r *Replica) Unfence(ctx context.Context, zone string, id txn.ID, serial ui
 	return res.Held, err
 }
 
+// staleForTransfer is fsm.StaleTransfer for the router's epoch ctx
+// carries (WithEpoch), nil without one.
+func staleForTransfer(ctx context.Context, g *bolt.Bucket) error {
+	epoch, ok := ctx.Value(epochKey{}).(uint64)
+	if !ok {
+		return nil
+	}
+	return fsm.StaleTransfer(g, epoch)
+}
+
 // errPrepared says that a prepared part holds a name of the zone.
 var errPrepared = errors.New("a fsm.PreparedPart part holds a name of the zone")
 
@@ -67,6 +77,9 @@ func (r *Replica) TransferFenced(ctx context.Context, origin string, serial uint
 			}
 			if !fsm.HasFence(g, origin, id, time.Now().UnixNano()) {
 				return Errorf(ErrBusy, "fence %s of zone %q is not held on this member", id, origin)
+			}
+			if err := staleForTransfer(ctx, g); err != nil {
+				return err
 			}
 			if fsm.ZoneLocked(g, origin) {
 				return errPrepared

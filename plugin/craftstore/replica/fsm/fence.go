@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/craftdns/craftdns/internal/shardmap"
+
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -62,6 +64,23 @@ func fenced(g *bolt.Bucket, zone string, now int64, except ...[16]byte) (bool, e
 		}
 	}
 	return held, nil
+}
+
+// StaleTransfer refuses, with ErrStaleMap, a router's transfer read from
+// state g when the router's map (at epoch) is older than the last change
+// of the shards in g. The member judges the request by its own placement
+// before it sets the fence, and a member behind its group can pass a
+// router that does not know a shard added since: the state the fence is
+// applied in may then hold the hand-over of names to that shard, which
+// that router would not read (its transfer would miss them). Judged on
+// the state read, it cannot. A router that knows the shards reads each of
+// them; moves between them since its epoch do not matter to a transfer.
+func StaleTransfer(g *bolt.Bucket, epoch uint64) error {
+	p, err := Placement(g)
+	if err != nil || p.FenceWrite(epoch) != shardmap.Fenced {
+		return err
+	}
+	return Errorf(ErrStaleMap, "%s", p.FencedText(epoch))
 }
 
 // ZoneLocked reports whether a prepared part holds a name of zone, or

@@ -193,6 +193,20 @@ func TestMapFence(t *testing.T) {
 			t.Errorf("epoch %d: expected not found (not fenced), got %v", e, err)
 		}
 	}
+	// A transfer read from this state for a router whose map is older
+	// than the shards' last change is refused (StaleTransfer); any later
+	// epoch, or none, reads.
+	for _, tc := range []struct {
+		epoch uint64
+		stale bool
+	}{{1, true}, {2, true}, {0, false}, {3, false}, {4, false}} {
+		db.View(func(tx *bolt.Tx) error {
+			if err := StaleTransfer(Generation(tx), tc.epoch); errors.Is(err, ErrStaleMap) != tc.stale {
+				t.Errorf("a transfer routed by epoch %d: %v, expected stale %v", tc.epoch, err, tc.stale)
+			}
+			return nil
+		})
+	}
 	// A prepare routed by epoch 2 is refused; a commit or an abort is
 	// never fenced.
 	part, _ := (&Command{Op: OpChange, Zone: "example.org."}).Marshal()
