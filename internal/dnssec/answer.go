@@ -74,6 +74,33 @@ func (k *Keys) DNSKEYs() []dns.RR {
 	return out
 }
 
+// KeysReply is the unsigned reply to r when it asks for the zone's DNSKEY,
+// CDS or CDNSKEY RRset (r's name being the apex: the caller's to check),
+// which the keys make, not the zone's data; nil for any other type, or a
+// set the keys do not make (no key for the DS: no CDS).
+func (k *Keys) KeysReply(r *dns.Msg) *dns.Msg {
+	var rrs []dns.RR
+	switch r.Question[0].Qtype {
+	case dns.TypeDNSKEY:
+		rrs = k.DNSKEYs()
+	case dns.TypeCDS:
+		rrs = k.CDS()
+	case dns.TypeCDNSKEY:
+		rrs = k.CDNSKEY()
+	}
+	if rrs == nil {
+		return nil
+	}
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	m.Answer = rrs
+	if opt := r.IsEdns0(); opt != nil {
+		m.SetEdns0(dns.DefaultMsgSize, opt.Do())
+	}
+	return m
+}
+
 // DSInfo is what the parent zone needs of a signed zone (the members' and
 // routers' GET /v1/zones/{zone}/ds).
 type DSInfo struct {

@@ -338,13 +338,6 @@ func (st *signState) note(resp *dns.Msg) {
 	}
 }
 
-// isGlue reports whether a member named name glue.
-func (st *signState) isGlue(name string) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return slices.Contains(st.glue, dnsname.Lower(name))
-}
-
 // signKeys returns the keys that sign the answer to client query r: those
 // of its zone when the router signs it, r has DO set and the keys are
 // made; nil otherwise.
@@ -376,28 +369,11 @@ func (c *Craftroute) keysAnswer(r *dns.Msg) *dns.Msg {
 	if keys == nil {
 		return nil
 	}
-	var rrs []dns.RR
-	switch q.Qtype {
-	case dns.TypeDNSKEY:
-		rrs = keys.DNSKEYs()
-	case dns.TypeCDS:
-		rrs = keys.CDS()
-	case dns.TypeCDNSKEY:
-		rrs = keys.CDNSKEY()
-	}
-	if rrs == nil {
+	m := keys.KeysReply(r)
+	if m == nil {
 		return nil // none: the zone's NODATA
 	}
-	m := new(dns.Msg)
-	m.SetReply(r)
-	m.Authoritative = true
-	m.Answer = rrs
-	opt := r.IsEdns0()
-	if opt == nil {
-		return m
-	}
-	m.SetEdns0(dns.DefaultMsgSize, opt.Do())
-	if opt.Do() {
+	if opt := r.IsEdns0(); opt != nil && opt.Do() {
 		if err := c.sec.signer.SignSections(m, keys, time.Now(), nil); err != nil {
 			log.Errorf("zone %s: signing its %s RRset: %v", name, dns.TypeToString[q.Qtype], err)
 			return nil
@@ -415,13 +391,16 @@ func (c *Craftroute) sign(resp *dns.Msg, keys *dnssec.Keys, st *signState) error
 	if resp.Rcode != dns.RcodeSuccess && resp.Rcode != dns.RcodeNameError {
 		return nil // a refusal or failure: nothing of the zone's to sign
 	}
+	// The resolution is over: no member's answer comes any more.
 	st.mu.Lock()
-	incomplete := st.incomplete
+	incomplete, glue := st.incomplete, st.glue
 	st.mu.Unlock()
 	if _, neg := dnssec.Denied(resp); neg && !hasNSEC(resp.Ns) || incomplete {
 		return errUnsignable
 	}
-	return c.sec.signer.SignSections(resp, keys, time.Now(), st.isGlue)
+	return c.sec.signer.SignSections(resp, keys, time.Now(), func(name string) bool {
+		return slices.Contains(glue, dnsname.Lower(name))
+	})
 }
 
 // hasNSEC reports whether rrs hold an NSEC record.

@@ -62,7 +62,7 @@ func TestSignedMergeEqualsUnsharded(t *testing.T) {
 			want.SetReply(r)
 			want.SetEdns0(dns.DefaultMsgSize, true)
 			whole.Lookup(want, dnsname.Lower(q.Name), q.Type)
-			if _, err := whole.Complete(want, zone.KeyTypes(true)); err != nil {
+			if err := whole.Complete(want, func() []uint16 { return zone.KeyTypes(true) }); err != nil {
 				t.Fatal(err)
 			}
 			if err := ref.SignSections(want, keys, now, whole.Glue); err != nil {

@@ -88,7 +88,7 @@ func (c *Craftroute) resolveOnce(ctx context.Context, r *dns.Msg, rt *routing, p
 	began := time.Now()
 	cacheOn := c.leases.valid(began)
 	neg := c.neg
-	if signing(ctx) != nil {
+	if c.sec != nil && signing(ctx) != nil {
 		neg = c.negSigned // completed for signing (dnssec.go)
 	}
 	start := c.changes.begin()
@@ -174,7 +174,10 @@ func (c *Craftroute) exchange(ctx context.Context, s *Shard, req *dns.Msg, owner
 	defer func() { s.observeDuration(time.Since(start)) }()
 	mk, _ := ctx.Value(marksKey{}).(*marks)
 	c.markEpoch(ctx, mk, req, owner)
-	st := signing(ctx)
+	var st *signState
+	if c.sec != nil {
+		st = signing(ctx)
+	}
 	if st != nil {
 		shardproto.RequestSigned(req) // the router signs the answer (dnssec.go)
 	}

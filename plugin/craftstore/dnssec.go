@@ -213,20 +213,6 @@ func groupVersions(rep *replica.Replica, token string, want int) error {
 	return nil
 }
 
-// keyRRsets are the apex RRsets signing adds to a zone: its keys, and what
-// it asks of its parent.
-func keyRRset(keys *dnssec.Keys, qtype uint16) []dns.RR {
-	switch qtype {
-	case dns.TypeDNSKEY:
-		return keys.DNSKEYs()
-	case dns.TypeCDS:
-		return keys.CDS()
-	case dns.TypeCDNSKEY:
-		return keys.CDNSKEY()
-	}
-	return nil
-}
-
 // signedAnswer answers r, a query for qname in signed zone z whose keys
 // are keys: the apex's DNSKEY, CDS and CDNSKEY from the keys, anything else
 // from the lookup; signed when r has DO set. It returns nil when it cannot
@@ -234,20 +220,14 @@ func keyRRset(keys *dnssec.Keys, qtype uint16) []dns.RR {
 func (c *Craftstore) signedAnswer(s *signing, keys *dnssec.Keys, r *dns.Msg, z *zone.Zone, qname string, m *dns.Msg) *dns.Msg {
 	q := r.Question[0]
 	if qname == z.Origin() {
-		if rrs := keyRRset(keys, q.Qtype); rrs != nil {
-			m = new(dns.Msg)
-			m.SetReply(r)
-			m.Authoritative = true
-			if opt := r.IsEdns0(); opt != nil {
-				m.SetEdns0(dns.DefaultMsgSize, opt.Do())
-			}
-			m.Answer = rrs
+		if km := keys.KeysReply(r); km != nil {
+			m = km
 		}
 	}
 	if opt := r.IsEdns0(); opt == nil || !opt.Do() {
 		return m
 	}
-	if _, err := z.Complete(m, zone.KeyTypes(len(keys.DS) > 0)); err != nil {
+	if err := z.Complete(m, func() []uint16 { return zone.KeyTypes(len(keys.DS) > 0) }); err != nil {
 		log.Errorf("zone %s: completing the answer to %s %s: %v", z.Origin(), q.Name, dns.TypeToString[q.Qtype], err)
 		return nil
 	}
@@ -330,14 +310,13 @@ func (a *apiServer) zoneKeys(w http.ResponseWriter, r *http.Request) {
 // answer's option, the owner names at or below a zone cut, whose records
 // are glue and not signed. The member needs no keys for it.
 func completeForRouter(rep *replica.Replica, m *dns.Msg, z *zone.Zone) {
-	glue, err := z.Complete(m, apexKeyTypes(rep, z.Origin()))
-	if err != nil {
+	if err := z.Complete(m, func() []uint16 { return apexKeyTypes(rep, z.Origin()) }); err != nil {
 		// No option: the router answers SERVFAIL rather than a denial
 		// it cannot prove.
 		log.Errorf("zone %s: completing the answer to %s for signing: %v", z.Origin(), m.Question[0].Name, err)
 		return
 	}
-	shardproto.AttachGlue(m, glue)
+	shardproto.AttachGlue(m, z.GlueNames(m))
 }
 
 // apexKeyTypes are the types the apex of zone holds besides its data when

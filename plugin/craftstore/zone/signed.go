@@ -13,11 +13,10 @@ import (
 // what a signed answer carries besides the signatures, which needs the
 // zone's data but no key (internal/dnssec's Complete): the DS RRset of a
 // referral's cut, RFC 9824's NSEC of a negative answer with the types at
-// the name denied (keyTypes too at the apex: DNSKEY, and CDS and CDNSKEY
-// while a key is for the DS), the NSEC of an insecure referral. It returns
-// the owner names of m's answer and additional sections that are at or
-// below a zone cut (glue: the child's data, not signed).
-func (z *Zone) Complete(m *dns.Msg, keyTypes []uint16) (glue []string, err error) {
+// the name denied (keyTypes' too at the apex, asked only then: DNSKEY, and
+// CDS and CDNSKEY while a key is for the DS), the NSEC of an insecure
+// referral.
+func (z *Zone) Complete(m *dns.Msg, keyTypes func() []uint16) error {
 	origin := z.Origin()
 	z.addDS(m)
 	var a dnssec.Answer
@@ -25,13 +24,18 @@ func (z *Zone) Complete(m *dns.Msg, keyTypes []uint16) (glue []string, err error
 		name = dnsname.Lower(name)
 		exists, types, _ := z.Presence(name)
 		if name == origin {
-			types = append(types, keyTypes...)
+			types = append(types, keyTypes()...)
 		}
 		a.Negative = &dnssec.Denial{Name: name, Exists: exists, Types: types}
 	}
-	if err := dnssec.Complete(m, origin, a); err != nil {
-		return nil, err
-	}
+	return dnssec.Complete(m, origin, a)
+}
+
+// GlueNames returns the owner names of m's answer and additional sections
+// that are at or below a zone cut (glue: the child's data, not signed).
+func (z *Zone) GlueNames(m *dns.Msg) []string {
+	origin := z.Origin()
+	var glue []string
 	for _, rr := range append(m.Answer[:len(m.Answer):len(m.Answer)], m.Extra...) {
 		h := rr.Header()
 		if h.Rrtype == dns.TypeOPT || h.Rrtype == dns.TypeDS || h.Rrtype == dns.TypeNSEC {
@@ -42,7 +46,7 @@ func (z *Zone) Complete(m *dns.Msg, keyTypes []uint16) (glue []string, err error
 			glue = append(glue, name)
 		}
 	}
-	return glue, nil
+	return glue
 }
 
 // KeyTypes are the types a signed zone's apex holds besides its data,
